@@ -1,0 +1,85 @@
+"""Shared fixtures: a real embedded PostgreSQL, a migrated template database, one clone per test."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from pydantic import SecretStr
+
+from onebox.config import Settings, load_settings
+from onebox.store.db import Database, migrate
+from onebox.store.embedded import start_embedded
+
+TEMPLATE_DB = "onebox_template"
+
+
+@pytest.fixture(scope="session")
+def onebox_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ONEBOX_HOME for the whole test session (the embedded server lives here)."""
+    return tmp_path_factory.mktemp("onebox-home")
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(onebox_home: Path) -> Iterator[str]:
+    """The admin URL of the server the tests use: DATABASE_URL if set, else the embedded one."""
+    external = os.environ.get("ONEBOX_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    server, url = start_embedded(onebox_home / "pg")
+    yield url
+    server.cleanup()
+
+
+def _db_url(server_url: str, dbname: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(server_url)
+    info["dbname"] = dbname
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+
+
+@pytest.fixture(scope="session")
+def template_url(pg_server_url: str) -> str:
+    """A database with every migration applied, cloned by each test that needs a database."""
+
+    async def build() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_server_url, autocommit=True) as conn:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}"')
+            await conn.execute(f'CREATE DATABASE "{TEMPLATE_DB}"')
+        url = _db_url(pg_server_url, TEMPLATE_DB)
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await migrate(conn)
+
+    asyncio.run(build())
+    return _db_url(pg_server_url, TEMPLATE_DB)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Settings for one test: its own ONEBOX_HOME; no database URL (tests pass one in)."""
+    return load_settings(home=tmp_path / "home")
+
+
+@pytest.fixture
+async def db_url(pg_server_url: str, template_url: str) -> AsyncIterator[str]:
+    """A fresh database cloned from the migrated template; dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    async with await psycopg.AsyncConnection.connect(pg_server_url, autocommit=True) as conn:
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
+    yield _db_url(pg_server_url, name)
+    async with await psycopg.AsyncConnection.connect(pg_server_url, autocommit=True) as conn:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def db(db_url: str, settings: Settings) -> AsyncIterator[Database]:
+    """An open Database on a fresh clone of the template."""
+    settings.database_url = SecretStr(db_url)
+    database = await Database.open(settings)
+    yield database
+    await database.close()
