@@ -82,7 +82,12 @@ class Settings(BaseSettings):
     llm: LLMSettings = Field(default_factory=LLMSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     objects: str = Field("fs", description="object store: 'fs' or 's3://bucket/prefix'")
+    objects_endpoint_url: str | None = Field(
+        None, description="S3-compatible endpoint (MinIO, Ceph...); None means AWS"
+    )
     snapshot_policy: Literal["always", "on_failure", "never"] = "always"
+    snapshot_keep_last: int = Field(0, ge=0, description="snapshots kept per session; 0 = all")
+    snapshot_ttl_days: float | None = Field(None, gt=0, description="drop older snapshots")
     log_level: str = "WARNING"
 
     @model_validator(mode="before")
