@@ -1,0 +1,102 @@
+"""The default object store: one file per object under a local directory.
+
+Writes go to a temporary file in the target directory, are flushed to disk and
+renamed into place, so a reader sees either the whole object or none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO, ClassVar
+
+from onebox.errors import StorageError
+from onebox.objects.base import ObjectStore, check_key, missing
+
+TMP_PREFIX = ".tmp-"
+
+
+class FsObjectStore(ObjectStore):
+    """Objects as files under ``root`` (default ``$ONEBOX_HOME/objects``)."""
+
+    scheme: ClassVar[str] = "fs"
+
+    def __init__(self, root: Path, *, fsync: bool = True) -> None:
+        self.root = Path(root)
+        self.fsync = fsync
+
+    def describe(self) -> str:
+        return f"fs:{self.root}"
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    async def put(self, key: str, data: bytes) -> None:
+        await asyncio.to_thread(self._write, self._path(key), lambda fh: fh.write(data))
+
+    async def put_file(self, key: str, path: Path) -> None:
+        def copy(fh: BinaryIO) -> None:
+            with path.open("rb") as src:
+                shutil.copyfileobj(src, fh)
+
+        await asyncio.to_thread(self._write, self._path(key), copy)
+
+    def _write(self, target: Path, fill: Callable[[BinaryIO], object]) -> None:
+        tmp = target.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tmp.open("wb") as fh:
+                fill(fh)
+                if self.fsync:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise StorageError(f"cannot write object {target}: {exc}") from exc
+
+    async def get(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError as exc:
+            raise missing(self, key) from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read object {key} at {path}: {exc}") from exc
+
+    async def get_file(self, key: str, path: Path) -> None:
+        source = self._path(key)
+        try:
+            await asyncio.to_thread(shutil.copyfile, source, path)
+        except FileNotFoundError as exc:
+            if not source.exists():
+                raise missing(self, key) from exc
+            raise StorageError(f"cannot copy object {key} to {path}: {exc}") from exc
+
+    async def exists(self, key: str) -> bool:
+        return await asyncio.to_thread(self._path(key).is_file)
+
+    async def delete(self, key: str) -> None:
+        await asyncio.to_thread(self._path(key).unlink, missing_ok=True)
+
+    async def list(self, prefix: str = "") -> list[str]:
+        return await asyncio.to_thread(_list_keys, self.root, prefix)
+
+
+def _list_keys(root: Path, prefix: str) -> list[str]:
+    base_dir = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+    start = root / base_dir if base_dir else root
+    keys = []
+    for dirpath, _dirs, files in os.walk(start):
+        rel_dir = Path(dirpath).relative_to(root).as_posix()
+        for name in files:
+            if name.startswith(TMP_PREFIX):
+                continue
+            key = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if key.startswith(prefix):
+                keys.append(key)
+    return sorted(keys)
