@@ -1,0 +1,166 @@
+"""The snapshot manifest: a canonical, hashable description of a directory tree.
+
+Canonical form: JSON with sorted keys, no whitespace, ASCII only, entries sorted
+by path. Only what a program can observe about its inputs is kept: relative
+path, type (file, dir, symlink), permission bits (``0o777``; setuid, setgid and
+sticky are dropped), size and sha256 of files, targets of symlinks. Mtimes,
+owners and inode numbers are not, so the same tree gives the same hash anywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Literal
+
+from onebox.errors import IntegrityError, ValidationError
+from onebox.objects.base import blob_key, check_sha256, manifest_key
+
+FORMAT = "onebox-snapshot/1"
+EntryType = Literal["file", "dir", "symlink"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str
+    type: EntryType
+    mode: int
+    size: int = 0
+    sha256: str | None = None
+    target: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"path": self.path, "type": self.type, "mode": self.mode}
+        if self.type == "file":
+            data.update(size=self.size, sha256=self.sha256)
+        elif self.type == "symlink":
+            data["target"] = self.target
+        return data
+
+
+@dataclass(frozen=True)
+class Manifest:
+    entries: tuple[Entry, ...]
+
+    def to_bytes(self) -> bytes:
+        doc = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+    @cached_property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+    def files(self) -> tuple[Entry, ...]:
+        return tuple(e for e in self.entries if e.type == "file")
+
+    def dirs(self) -> tuple[Entry, ...]:
+        return tuple(e for e in self.entries if e.type == "dir")
+
+    def symlinks(self) -> tuple[Entry, ...]:
+        return tuple(e for e in self.entries if e.type == "symlink")
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self.files())
+
+    def object_keys(self) -> tuple[str, ...]:
+        """Every object this snapshot needs: its blobs and its manifest, sorted."""
+        blobs = {blob_key(e.sha256) for e in self.files() if e.sha256}
+        return tuple(sorted(blobs | {manifest_key(self.sha256)}))
+
+    def by_path(self) -> dict[str, Entry]:
+        return {e.path: e for e in self.entries}
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, source: str = "manifest") -> Manifest:
+        """Parse and validate a stored manifest; anything unexpected is an IntegrityError."""
+        try:
+            doc = json.loads(data)
+            if doc.get("format") != FORMAT:
+                raise ValueError(f"unknown format {doc.get('format')!r}")
+            entries = tuple(_entry(raw) for raw in doc["entries"])
+        except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as exc:
+            raise IntegrityError(f"object {source} is not a valid snapshot manifest: {exc}") from exc
+        manifest = cls(entries)
+        problem = validate(manifest)
+        if problem:
+            raise IntegrityError(f"object {source} is not a valid snapshot manifest: {problem}")
+        return manifest
+
+
+def _entry(raw: dict[str, Any]) -> Entry:
+    kind = raw["type"]
+    if kind == "file":
+        return Entry(str(raw["path"]), "file", int(raw["mode"]), int(raw["size"]),
+                     check_sha256(str(raw["sha256"])))
+    if kind == "dir":
+        return Entry(str(raw["path"]), "dir", int(raw["mode"]))
+    if kind == "symlink":
+        return Entry(str(raw["path"]), "symlink", 0, target=str(raw["target"]))
+    raise ValueError(f"unknown entry type {kind!r}")
+
+
+def validate(manifest: Manifest) -> str | None:
+    """Why the manifest is unsafe or inconsistent, or None: paths must be clean and relative,
+    unique, sorted, and every parent must be a directory entry of the same manifest."""
+    kinds: dict[str, EntryType] = {}
+    previous = ""
+    for entry in manifest.entries:
+        problem = _path_problem(entry.path)
+        if problem:
+            return f"entry {entry.path!r}: {problem}"
+        if entry.path in kinds or entry.path < previous:
+            return f"entry {entry.path!r}: duplicate or out of order"
+        parent = posixpath.dirname(entry.path)
+        if parent and kinds.get(parent) != "dir":
+            return f"entry {entry.path!r}: parent {parent!r} is not a directory entry"
+        if not 0 <= entry.mode <= 0o777 or entry.size < 0:
+            return f"entry {entry.path!r}: bad mode or size"
+        kinds[entry.path] = entry.type
+        previous = entry.path
+    return None
+
+
+def _path_problem(path: str) -> str | None:
+    if not path or path.startswith("/") or "\x00" in path:
+        return "must be a non-empty relative path"
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return "must not contain empty, '.' or '..' components"
+    return None
+
+
+def escapes(entry: Entry) -> bool:
+    """Whether a symlink's target, read lexically from its own directory, leaves the tree."""
+    target = entry.target or ""
+    if not target or target.startswith("/"):
+        return True
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(entry.path), target))
+    return resolved == ".." or resolved.startswith("../")
+
+
+@dataclass(frozen=True)
+class TreeDiff:
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"added": list(self.added), "removed": list(self.removed),
+                "changed": list(self.changed)}
+
+
+def diff(before: Manifest, after: Manifest) -> TreeDiff:
+    """Paths added, removed, or changed (content, mode, type or target) from before to after."""
+    old, new = before.by_path(), after.by_path()
+    return TreeDiff(
+        added=tuple(sorted(new.keys() - old.keys())),
+        removed=tuple(sorted(old.keys() - new.keys())),
+        changed=tuple(sorted(p for p in old.keys() & new.keys() if old[p] != new[p])),
+    )

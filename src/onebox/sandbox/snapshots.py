@@ -1,0 +1,272 @@
+"""Workspace snapshots: capture a directory into an object store, restore it elsewhere.
+
+A snapshot is a *manifest* (sorted entries: path, type, permission bits, size,
+sha256 of each file, target of each symlink; no mtimes, owners or inode numbers)
+plus one content-addressed blob per distinct file content. The sha256 of the
+manifest's canonical JSON is the snapshot's hash: identical workspaces give
+identical hashes, and a blob already in the store is never uploaded twice, so
+storage grows with the bytes that changed.
+
+    info = await capture(store, workspace_dir)              # -> SnapshotInfo
+    report = await restore(store, info.sha256, into_dir)    # verifies every hash
+
+This module touches only the file system and the object store; the database
+side lives in :mod:`onebox.store.snapshots`, orchestration in
+:mod:`onebox.sandbox.snapshot_archive`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import shutil
+import stat
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from onebox.errors import Conflict, StorageError
+from onebox.objects.base import ObjectStore, blob_key, manifest_key, sha256_file
+from onebox.sandbox.snapshot_manifest import Entry, Manifest, escapes
+
+log = logging.getLogger(__name__)
+
+INLINE_MAX_BYTES = 16 << 20  # files up to this size are uploaded from memory, hash-checked
+TRANSFER_CONCURRENCY = 8
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """What :func:`capture` stored. ``bytes`` is the workspace size, ``stored_bytes`` the new part."""
+
+    sha256: str
+    manifest_key: str
+    object_keys: tuple[str, ...]
+    file_count: int
+    bytes: int
+    stored_bytes: int
+    duration_ms: float
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    sha256: str
+    into: Path
+    file_count: int
+    bytes: int
+    skipped_symlinks: tuple[str, ...]
+    duration_ms: float
+
+
+def scan(workspace_dir: Path) -> Manifest:
+    """Walk ``workspace_dir`` (never following symlinks) and hash every regular file."""
+    root = Path(workspace_dir)
+    if not root.is_dir():
+        return Manifest(())
+    entries: list[Entry] = []
+    _scan_dir(root, "", entries)
+    return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
+
+
+def _scan_dir(root: Path, rel: str, out: list[Entry]) -> None:
+    with os.scandir(root / rel if rel else root) as it:
+        children = sorted(it, key=lambda d: d.name)
+    for child in children:
+        path = f"{rel}/{child.name}" if rel else child.name
+        st = child.stat(follow_symlinks=False)
+        mode = stat.S_IMODE(st.st_mode) & 0o777
+        if stat.S_ISDIR(st.st_mode):
+            out.append(Entry(path, "dir", mode))
+            _scan_dir(root, path, out)
+        elif stat.S_ISREG(st.st_mode):
+            out.append(Entry(path, "file", mode, st.st_size, sha256_file(Path(child.path))))
+        elif stat.S_ISLNK(st.st_mode):
+            out.append(Entry(path, "symlink", 0, target=os.readlink(child.path)))
+        else:
+            log.warning("snapshot skips %s: not a file, directory or symlink", child.path)
+
+
+async def capture(
+    store: ObjectStore,
+    workspace_dir: Path,
+    *,
+    manifest: Manifest | None = None,
+    before_upload: Callable[[Manifest], Awaitable[None]] | None = None,
+) -> SnapshotInfo:
+    """Snapshot ``workspace_dir`` into ``store``: upload missing blobs, then the manifest.
+
+    ``before_upload`` runs after hashing and before any object is written; the
+    database layer uses it to record which objects the snapshot will reference,
+    so a concurrent garbage collection keeps them.
+    """
+    started = time.perf_counter()
+    if manifest is None:
+        manifest = await asyncio.to_thread(scan, workspace_dir)
+    if before_upload is not None:
+        await before_upload(manifest)
+    files = {e.sha256: e for e in manifest.files()}
+    root = Path(workspace_dir)
+    stored = await _gather_limited(
+        [partial(_upload_blob, store, root, entry) for entry in files.values()]
+    )
+    data = manifest.to_bytes()
+    mkey = manifest_key(manifest.sha256)
+    if not await store.exists(mkey):
+        await store.put(mkey, data)
+        stored.append(len(data))
+    return SnapshotInfo(
+        sha256=manifest.sha256,
+        manifest_key=mkey,
+        object_keys=manifest.object_keys(),
+        file_count=len(manifest.files()),
+        bytes=manifest.total_bytes,
+        stored_bytes=sum(stored),
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+    )
+
+
+async def _upload_blob(store: ObjectStore, root: Path, entry: Entry) -> int:
+    """Upload one file's content unless the store has it; return the bytes written."""
+    assert entry.sha256 is not None
+    key = blob_key(entry.sha256)
+    if await store.exists(key):
+        return 0
+    path = root / entry.path
+    if entry.size <= INLINE_MAX_BYTES:
+        data = await asyncio.to_thread(path.read_bytes)
+        _check_unchanged(entry, hashlib.sha256(data).hexdigest())
+        await store.put(key, data)
+        return len(data)
+    await store.put_file(key, path)
+    actual = await asyncio.to_thread(sha256_file, path)
+    if actual != entry.sha256:
+        await store.delete(key)
+    _check_unchanged(entry, actual)
+    return entry.size
+
+
+def _check_unchanged(entry: Entry, actual: str) -> None:
+    if actual != entry.sha256:
+        raise StorageError(
+            f"{entry.path} changed while the workspace was being snapshotted; "
+            "snapshot a workspace only while no code runs in it"
+        )
+
+
+async def load_manifest(store: ObjectStore, sha256: str) -> Manifest:
+    """The manifest stored under ``sha256``, verified (IntegrityError names a bad object)."""
+    key = manifest_key(sha256)
+    return Manifest.from_bytes(await store.get_verified(key, sha256), source=key)
+
+
+async def restore(store: ObjectStore, snapshot: str | Manifest, into_dir: Path) -> RestoreReport:
+    """Recreate a snapshot in ``into_dir`` (absent or empty), checking every object's hash.
+
+    Symlinks whose target would resolve outside ``into_dir`` are not created; they
+    are listed in ``skipped_symlinks``. On any error the partial tree is removed.
+    """
+    started = time.perf_counter()
+    manifest = snapshot if isinstance(snapshot, Manifest) else await load_manifest(store, snapshot)
+    into = Path(into_dir)
+    _prepare_target(into)
+    try:
+        await _restore_tree(store, manifest, into)
+        skipped = _restore_symlinks(manifest, into)
+        _apply_modes(manifest, into)
+    except BaseException:
+        _empty_dir(into)
+        raise
+    return RestoreReport(
+        sha256=manifest.sha256,
+        into=into,
+        file_count=len(manifest.files()),
+        bytes=manifest.total_bytes,
+        skipped_symlinks=skipped,
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+    )
+
+
+def _prepare_target(into: Path) -> None:
+    if into.is_symlink() or (into.exists() and not into.is_dir()):
+        raise Conflict(f"cannot restore into {into}: it is not a directory")
+    if into.is_dir() and any(into.iterdir()):
+        raise Conflict(f"cannot restore into {into}: the directory is not empty")
+    into.mkdir(parents=True, exist_ok=True)
+
+
+async def _restore_tree(store: ObjectStore, manifest: Manifest, into: Path) -> None:
+    for entry in manifest.entries:
+        if entry.type == "dir":
+            (into / entry.path).mkdir(mode=0o700)
+    await _gather_limited(
+        [partial(_download, store, entry, into) for entry in manifest.files()]
+    )
+
+
+async def _download(store: ObjectStore, entry: Entry, into: Path) -> int:
+    assert entry.sha256 is not None
+    await store.get_file_verified(blob_key(entry.sha256), entry.sha256, into / entry.path)
+    return entry.size
+
+
+def _restore_symlinks(manifest: Manifest, into: Path) -> tuple[str, ...]:
+    """Create the symlinks that stay inside ``into``; drop any whose chain resolves outside."""
+    skipped = [e.path for e in manifest.symlinks() if escapes(e)]
+    created = [e for e in manifest.symlinks() if not escapes(e)]
+    for entry in created:
+        assert entry.target is not None
+        os.symlink(entry.target, into / entry.path)
+    root = os.path.realpath(into)
+    changed = True
+    while changed:
+        changed = False
+        for entry in list(created):
+            real = os.path.realpath(into / entry.path)
+            if real != root and not real.startswith(root + os.sep):
+                os.unlink(into / entry.path)
+                created.remove(entry)
+                skipped.append(entry.path)
+                changed = True
+    for path in skipped:
+        log.warning("restore skipped symlink %s: its target is outside %s", path, into)
+    return tuple(sorted(skipped))
+
+
+def _apply_modes(manifest: Manifest, into: Path) -> None:
+    for entry in manifest.files():
+        os.chmod(into / entry.path, entry.mode)
+    for entry in sorted(manifest.dirs(), key=lambda e: e.path.count("/"), reverse=True):
+        os.chmod(into / entry.path, entry.mode)
+
+
+def _empty_dir(into: Path) -> None:
+    if not into.is_dir():
+        return
+    for dirpath, dirnames, _files in os.walk(into):
+        for name in dirnames:
+            os.chmod(os.path.join(dirpath, name), 0o700, follow_symlinks=False)
+    for child in into.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
+async def _gather_limited(jobs: Sequence[Callable[[], Awaitable[int]]]) -> list[int]:
+    """Run the jobs at most TRANSFER_CONCURRENCY at a time; the first failure cancels the rest."""
+    gate = asyncio.Semaphore(TRANSFER_CONCURRENCY)
+
+    async def run(job: Callable[[], Awaitable[int]]) -> int:
+        async with gate:
+            return await job()
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(run(job)) for job in jobs]
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [task.result() for task in tasks]
