@@ -1,0 +1,53 @@
+"""Readers for the evaluation sets (BEIR layout, LoCoMo JSON). Data is read in place, never copied."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+def eval_root(arg: str | None) -> Path:
+    if arg:
+        return Path(arg)
+    env = os.environ.get("ONEBOX_EVAL_DATA")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent.parent / "shared" / "eval-data"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = defaultdict(dict)
+    with path.open(encoding="utf-8") as fh:
+        for row in csv.DictReader(fh, delimiter="\t"):
+            qrels[row["query-id"]][row["corpus-id"]] = int(row["score"])
+    return dict(qrels)
+
+
+def scifact_doc_text(doc: dict[str, Any]) -> str:
+    return f"{doc['title']}\n\n{doc['text']}".strip()
+
+
+def cmrc_sentence_text(doc: dict[str, Any]) -> str:
+    """Each sentence carries its article title (a heading), as a chunk would."""
+    return doc["text"].strip()
+
+
+def load_scifact(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, int]]]:
+    corpus = read_jsonl(root / "scifact" / "corpus.jsonl")
+    queries = {q["_id"]: q["text"] for q in read_jsonl(root / "scifact" / "queries.jsonl")}
+    qrels = read_qrels(root / "scifact" / "qrels" / "train.tsv")
+    return corpus, queries, qrels
+
+
+def order_relevant_first(corpus: list[dict[str, Any]], qrels: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    relevant = {d for rels in qrels.values() for d in rels}
+    return [d for d in corpus if d["_id"] in relevant] + [d for d in corpus if d["_id"] not in relevant]
