@@ -1,0 +1,60 @@
+"""Collections: each one is bound to the embedding model (name + dimension) that indexed it.
+
+Searching or adding with another model is refused until ``onebox kb reembed``
+re-computes the collection's vectors with the configured model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onebox.errors import Conflict, NotFound, ValidationError
+from onebox.knowledge.queries import sql
+from onebox.llm.embedding import EmbeddingModel
+from onebox.store.db import Database
+
+DEFAULT_COLLECTION = "default"
+
+
+def check_collection_name(name: str) -> str:
+    if not name or len(name) > 200 or not name.isprintable():
+        raise ValidationError(
+            "collection must be 1-200 printable characters", field="collection")
+    return name
+
+
+async def ensure_collection(db: Database, name: str, model: EmbeddingModel) -> dict[str, Any]:
+    """Create the collection bound to ``model``, or check it is bound to it already."""
+    check_collection_name(name)
+    await db.fetch(sql("kb.create_collection") + " RETURNING name",
+                   {"name": name, "model": model.name, "dim": model.dim})
+    row = await get_collection(db, name)
+    check_model(row, model)
+    return row
+
+
+async def get_collection(db: Database, name: str) -> dict[str, Any]:
+    row = await db.fetchone(sql("kb.get_collection"), {"name": name})
+    if row is None:
+        raise NotFound(f"collection {name!r} does not exist; add documents with `onebox kb add`")
+    return row
+
+
+def check_model(collection: dict[str, Any], model: EmbeddingModel) -> None:
+    if collection["embedding_model"] != model.name or collection["embedding_dim"] != model.dim:
+        raise Conflict(
+            f"collection {collection['name']!r} was indexed with "
+            f"{collection['embedding_model']} ({collection['embedding_dim']}-d) but the "
+            f"configured embedding model is {model.name} ({model.dim}-d). "
+            f"Fix: run `onebox kb reembed --collection {collection['name']}` "
+            "or switch ONEBOX_EMBEDDING__MODEL back.",
+            field="embedding.model",
+        )
+
+
+async def list_collections(db: Database) -> list[dict[str, Any]]:
+    return await db.fetch(sql("kb.list_collections"))
+
+
+def space_of(collection: str) -> str:
+    return f"kb:{collection}"

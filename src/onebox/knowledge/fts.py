@@ -1,0 +1,64 @@
+"""Full-text query building shared by knowledge search and memory recall.
+
+PostgreSQL ranks with ``ts_rank``, which has no inverse document frequency;
+onebox keeps per-space document frequencies (``onebox.fts_terms``) and scores
+BM25 in SQL. A query becomes: its lexemes with their idf (all of them are
+scored) and a ``tsquery`` OR-ing the lexemes rare enough to select candidates
+(a lexeme found in more than ``max_df_ratio`` of the rows selects nearly
+everything and adds little to the score, so it does not widen the scan).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onebox.knowledge.queries import sql
+from onebox.knowledge.text import segment_for_fts
+from onebox.store.db import Database
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+@dataclass(frozen=True)
+class FtsQuery:
+    lexemes: list[str]
+    idfs: list[float]
+    tsquery: str
+    avgdl: float
+
+    def params(self) -> dict[str, object]:
+        return {
+            "lexemes": self.lexemes, "idfs": self.idfs, "tsquery": self.tsquery,
+            "avgdl": self.avgdl, "k1": BM25_K1, "b": BM25_B,
+        }
+
+
+def quote_lexeme(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+async def lexemes_of(db: Database, text: str) -> list[str]:
+    row = await db.fetchone(sql("fts.lexemes"), {"text": segment_for_fts(text)})
+    return list(row["lexemes"]) if row else []
+
+
+async def build_fts_query(
+    db: Database, text: str, spaces: list[str], max_df_ratio: float = 0.25
+) -> FtsQuery | None:
+    """The BM25 query for ``text`` over ``spaces``; None when no lexeme occurs there."""
+    lexemes = await lexemes_of(db, text)
+    if not lexemes:
+        return None
+    rows = await db.fetch(sql("fts.idf"), {"lexemes": lexemes, "spaces": spaces})
+    present = [r for r in rows if r["df"] > 0]
+    if not present:
+        return None
+    selective = [r for r in present if r["df"] <= max_df_ratio * r["n"]] or present
+    tsquery = " | ".join(quote_lexeme(r["lexeme"]) for r in selective)
+    return FtsQuery(
+        lexemes=[r["lexeme"] for r in present],
+        idfs=[float(r["idf"]) for r in present],
+        tsquery=tsquery,
+        avgdl=float(present[0]["avgdl"]),
+    )

@@ -1,0 +1,175 @@
+"""Hybrid search over the knowledge base: BM25 full-text + HNSW cosine, fused, optionally reranked.
+
+    hits = await search(db, embedder, "how are leases renewed?", k=5,
+                        filters=SearchFilters(collections=["docs"], metadata={"lang": "en"}))
+
+A filtered vector search must return k hits whenever k matching chunks exist.
+pgvector 0.6 filters *after* the HNSW scan, so a selective filter would
+silently return fewer rows. The filter's size is counted first (capped): a
+small filtered set is searched exactly (a sequential scan of a few thousand
+vectors is fast); a large one uses HNSW with a widened ``ef_search`` and falls
+back to the exact scan if it still comes back short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from onebox.errors import ValidationError
+from onebox.knowledge.collections import check_model, get_collection, list_collections, space_of
+from onebox.knowledge.embedder import CachedEmbedder, vector_literal
+from onebox.knowledge.fts import build_fts_query
+from onebox.knowledge.fusion import FusionMethod, fuse
+from onebox.knowledge.queries import sql
+from onebox.store.db import Database
+
+EXACT_SCAN_MAX_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    collections: list[str] | None = None  # None: every collection
+    metadata: dict[str, Any] | None = None  # JSON containment on chunk metadata
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    weights: dict[str, float] = field(default_factory=lambda: {"fulltext": 0.3, "vector": 0.7})
+    method: FusionMethod = "rrf"
+    candidates: int = 50  # per retriever, before fusion
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    chunk_id: int
+    content: str
+    heading: str | None
+    ordinal: int
+    document: dict[str, Any]  # id, collection, source, source_type, title, metadata
+    scores: dict[str, float]  # fused, fulltext (bm25), vector (cosine); absent when not found
+    provenance: dict[str, Any]  # execution_id, snapshot_id, created_at
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chunk_id": self.chunk_id, "content": self.content, "heading": self.heading,
+            "ordinal": self.ordinal, "document": self.document, "scores": self.scores,
+            "provenance": self.provenance,
+        }
+
+
+Reranker = Callable[[str, list[SearchHit]], Awaitable[list[SearchHit]]]
+
+
+async def search(
+    db: Database, embedder: CachedEmbedder, query: str, k: int = 10,
+    filters: SearchFilters | None = None, options: SearchOptions | None = None,
+    reranker: Reranker | None = None,
+) -> list[SearchHit]:
+    if not query.strip():
+        raise ValidationError("the search query is empty", field="query")
+    if not 1 <= k <= 1000:
+        raise ValidationError("k must be between 1 and 1000", field="k")
+    filters = filters or SearchFilters()
+    options = options or SearchOptions()
+    collections = await _collections(db, embedder, filters.collections)
+    if not collections:
+        return []
+    params = _filter_params(filters, collections)
+    n = max(options.candidates, k)
+    lists: dict[str, list[tuple[Any, float]]] = {}
+    if options.weights.get("fulltext", 0) > 0:
+        lists["fulltext"] = await fulltext_candidates(db, query, params, n)
+    if options.weights.get("vector", 0) > 0:
+        vector = await embedder.query(query)
+        lists["vector"] = await vector_candidates(db, vector, params, n, filtered=_narrowed(filters))
+    fused = fuse(lists, options.weights, options.method)[:k]
+    hits = await _load_hits(db, fused)
+    return await reranker(query, hits) if reranker else hits
+
+
+async def _collections(
+    db: Database, embedder: CachedEmbedder, names: list[str] | None
+) -> list[str]:
+    rows = [await get_collection(db, n) for n in names] if names else await list_collections(db)
+    for row in rows:
+        check_model(row, embedder.model)
+    return [r["name"] for r in rows]
+
+
+def _narrowed(filters: SearchFilters) -> bool:
+    return bool(filters.metadata or filters.since or filters.until or filters.collections)
+
+
+def _filter_params(filters: SearchFilters, collections: list[str]) -> dict[str, Any]:
+    return {
+        "collections": collections,
+        "meta": Jsonb(filters.metadata) if filters.metadata else None,
+        "since": filters.since, "until": filters.until,
+    }
+
+
+async def fulltext_candidates(
+    db: Database, query: str, params: dict[str, Any], n: int
+) -> list[tuple[Any, float]]:
+    spaces = [space_of(c) for c in params["collections"]]
+    fts = await build_fts_query(db, query, spaces)
+    if fts is None:
+        return []
+    rows = await db.fetch(sql("kb.fulltext"), {**params, **fts.params(), "n": n})
+    return [(r["id"], float(r["score"])) for r in rows]
+
+
+async def vector_candidates(
+    db: Database, vector: list[float], params: dict[str, Any], n: int, filtered: bool
+) -> list[tuple[Any, float]]:
+    args = {**params, "q": vector_literal(vector), "n": n}
+    if filtered:
+        row = await db.fetchone(sql("kb.count_filtered"), {**params, "cap": EXACT_SCAN_MAX_ROWS + 1})
+        if row and row["n"] <= EXACT_SCAN_MAX_ROWS:
+            return await _exact(db, args)
+    async with db.transaction() as conn:
+        await conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(40, 2 * n))}")
+        cur = await conn.execute(sql("kb.vector_ann"), args)
+        rows = await cur.fetchall()
+    if len(rows) < n and filtered:
+        return await _exact(db, args)
+    return [(r["id"], float(r["score"])) for r in rows]
+
+
+async def _exact(db: Database, args: dict[str, Any]) -> list[tuple[Any, float]]:
+    rows = await db.fetch(sql("kb.vector_exact"), args)
+    return [(r["id"], float(r["score"])) for r in rows]
+
+
+async def _load_hits(db: Database, fused: list[Any]) -> list[SearchHit]:
+    if not fused:
+        return []
+    rows = {r["chunk_id"]: r for r in await db.fetch(sql("kb.hits"), {"ids": [f.id for f in fused]})}
+    hits = []
+    for f in fused:
+        row = rows.get(f.id)
+        if row is None:  # deleted between the two queries
+            continue
+        scores = {"fused": round(f.score, 6), **{k: round(v, 6) for k, v in f.raw.items()}}
+        hits.append(SearchHit(
+            chunk_id=row["chunk_id"], content=row["content"], heading=row["heading"],
+            ordinal=row["ordinal"], scores=scores,
+            document={"id": str(row["document_id"]), "collection": row["collection"],
+                      "source": row["source"], "source_type": row["source_type"],
+                      "title": row["title"], "metadata": row["document_metadata"]},
+            provenance={"execution_id": _str(row["execution_id"]),
+                        "snapshot_id": row["snapshot_id"],
+                        "created_at": row["created_at"].isoformat()},
+        ))
+    return hits
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)

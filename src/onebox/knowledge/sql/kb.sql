@@ -1,0 +1,129 @@
+-- Knowledge base: collections, documents, chunks and their search.
+-- Filters shared by the search statements: collection list, metadata containment, date range.
+
+-- name: get_collection
+SELECT name, embedding_model, embedding_dim, created_at, updated_at
+FROM onebox.kb_collections WHERE name = %(name)s
+
+-- name: create_collection
+INSERT INTO onebox.kb_collections (name, embedding_model, embedding_dim)
+VALUES (%(name)s, %(model)s, %(dim)s) ON CONFLICT (name) DO NOTHING
+
+-- name: set_collection_model
+UPDATE onebox.kb_collections SET embedding_model = %(model)s, embedding_dim = %(dim)s,
+    updated_at = now() WHERE name = %(name)s
+
+-- name: list_collections
+SELECT k.name, k.embedding_model, k.embedding_dim, k.created_at,
+       (SELECT count(*) FROM onebox.kb_documents d WHERE d.collection = k.name) AS documents,
+       (SELECT count(*) FROM onebox.kb_chunks c WHERE c.collection = k.name) AS chunks
+FROM onebox.kb_collections k ORDER BY k.name
+
+-- name: get_document
+SELECT id, collection, source, source_type, title, content_hash, metadata, execution_id,
+       snapshot_id, n_chunks, created_at, updated_at
+FROM onebox.kb_documents WHERE collection = %(collection)s AND source = %(source)s
+
+-- name: list_documents
+SELECT id, collection, source, source_type, title, n_chunks, execution_id, snapshot_id,
+       metadata, created_at, updated_at
+FROM onebox.kb_documents
+WHERE (%(collection)s::text IS NULL OR collection = %(collection)s)
+ORDER BY collection, source LIMIT %(limit)s
+
+-- name: upsert_document
+INSERT INTO onebox.kb_documents (id, collection, source, source_type, title, content_hash,
+                                 metadata, execution_id, snapshot_id, n_chunks)
+VALUES (%(id)s, %(collection)s, %(source)s, %(source_type)s, %(title)s, %(content_hash)s,
+        %(metadata)s, %(execution_id)s, %(snapshot_id)s, %(n_chunks)s)
+ON CONFLICT (collection, source) DO UPDATE SET
+    source_type = EXCLUDED.source_type, title = EXCLUDED.title,
+    content_hash = EXCLUDED.content_hash, metadata = EXCLUDED.metadata,
+    execution_id = EXCLUDED.execution_id, snapshot_id = EXCLUDED.snapshot_id,
+    n_chunks = EXCLUDED.n_chunks, updated_at = now()
+RETURNING id
+
+-- name: delete_document
+DELETE FROM onebox.kb_documents WHERE id = %(id)s
+
+-- name: document_chunks
+SELECT id, content_hash FROM onebox.kb_chunks WHERE document_id = %(document_id)s ORDER BY ordinal
+
+-- name: insert_chunks
+INSERT INTO onebox.kb_chunks (document_id, collection, ordinal, content, content_hash, heading,
+                              n_tokens, tsv, fts_len, embedding, metadata)
+SELECT %(document_id)s, %(collection)s, t.ordinal, t.content, t.hash, t.heading, t.n_tokens,
+       to_tsvector('english', t.seg),
+       (SELECT coalesce(sum(cardinality(u.positions)), 0)
+        FROM unnest(to_tsvector('english', t.seg)) AS u),
+       t.embedding::vector, %(metadata)s
+FROM unnest(%(ordinals)s::int[], %(contents)s::text[], %(hashes)s::text[], %(headings)s::text[],
+            %(n_tokens)s::int[], %(segs)s::text[], %(embeddings)s::text[])
+     AS t(ordinal, content, hash, heading, n_tokens, seg, embedding)
+RETURNING id
+
+-- name: update_ordinals
+UPDATE onebox.kb_chunks c SET ordinal = u.ordinal, metadata = %(metadata)s
+FROM unnest(%(ids)s::bigint[], %(ordinals)s::int[]) AS u(id, ordinal) WHERE c.id = u.id
+
+-- name: delete_chunks
+DELETE FROM onebox.kb_chunks WHERE id = ANY(%(ids)s)
+
+-- name: chunks_of_collection
+SELECT id, heading, content FROM onebox.kb_chunks WHERE collection = %(collection)s
+ORDER BY id
+
+-- name: set_embeddings
+UPDATE onebox.kb_chunks c SET embedding = u.e::vector
+FROM unnest(%(ids)s::bigint[], %(embeddings)s::text[]) AS u(id, e) WHERE c.id = u.id
+
+-- name: fulltext
+SELECT c.id, sum(w.idf * x.tf * (%(k1)s + 1)
+                 / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * c.fts_len / %(avgdl)s))) AS score
+FROM onebox.kb_chunks c
+CROSS JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions)::float8 AS tf
+                    FROM unnest(c.tsv) AS u) x
+JOIN unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS w(lexeme, idf) ON w.lexeme = x.lexeme
+WHERE c.tsv @@ %(tsquery)s::tsquery AND c.collection = ANY(%(collections)s)
+  AND (%(meta)s::jsonb IS NULL OR c.metadata @> %(meta)s::jsonb)
+  AND (%(since)s::timestamptz IS NULL OR c.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR c.created_at < %(until)s::timestamptz)
+GROUP BY c.id ORDER BY score DESC LIMIT %(n)s
+
+-- name: count_filtered
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM onebox.kb_chunks c
+    WHERE c.collection = ANY(%(collections)s)
+      AND (%(meta)s::jsonb IS NULL OR c.metadata @> %(meta)s::jsonb)
+      AND (%(since)s::timestamptz IS NULL OR c.created_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR c.created_at < %(until)s::timestamptz)
+    LIMIT %(cap)s) s
+
+-- name: vector_ann
+SELECT c.id, 1 - (c.embedding <=> %(q)s::vector) AS score FROM onebox.kb_chunks c
+WHERE c.collection = ANY(%(collections)s)
+  AND (%(meta)s::jsonb IS NULL OR c.metadata @> %(meta)s::jsonb)
+  AND (%(since)s::timestamptz IS NULL OR c.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR c.created_at < %(until)s::timestamptz)
+ORDER BY c.embedding <=> %(q)s::vector LIMIT %(n)s
+
+-- name: vector_exact
+-- The "+ 0" hides the ordering from the HNSW index: an exact scan over the filtered rows.
+SELECT c.id, 1 - (c.embedding <=> %(q)s::vector) AS score FROM onebox.kb_chunks c
+WHERE c.collection = ANY(%(collections)s)
+  AND (%(meta)s::jsonb IS NULL OR c.metadata @> %(meta)s::jsonb)
+  AND (%(since)s::timestamptz IS NULL OR c.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR c.created_at < %(until)s::timestamptz)
+ORDER BY (c.embedding <=> %(q)s::vector) + 0 LIMIT %(n)s
+
+-- name: hits
+SELECT c.id AS chunk_id, c.ordinal, c.content, c.heading, c.metadata AS chunk_metadata,
+       c.created_at, d.id AS document_id, d.collection, d.source, d.source_type, d.title,
+       d.metadata AS document_metadata, d.execution_id, d.snapshot_id,
+       d.updated_at AS document_updated_at
+FROM onebox.kb_chunks c JOIN onebox.kb_documents d ON d.id = c.document_id
+WHERE c.id = ANY(%(ids)s)
+
+-- name: invalidate_cache
+UPDATE onebox.answer_cache SET invalidated_at = now()
+WHERE source_doc_ids && %(doc_ids)s::uuid[] AND invalidated_at IS NULL
