@@ -1,0 +1,223 @@
+"""Snapshots of step workspaces, recorded in the database: the executor's hooks,
+retention, and the garbage collector.
+
+The executor calls, around each step attempt (the task_execution row must exist)::
+
+    await snapshot_before_step(db, store, workspace, session_id=s, execution_id=e,
+                               policy=settings.snapshot_policy)
+    result = await backend.execute(request)
+    await snapshot_step(db, store, workspace, session_id=s, execution_id=e,
+                        policy=settings.snapshot_policy, failed=not result.ok)
+
+A snapshot whose hash equals a READY snapshot of the same session is not stored
+again: the step is linked to the existing row (``reused=True``).
+
+Concurrency: a capture registers the objects it will reference (under the GC lock,
+shared) before it uploads or relies on any of them; the collector lists and deletes
+under the same lock held exclusively. So an object is deleted only if no snapshot
+row, committed or about to be, references it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from onebox.errors import Conflict
+from onebox.objects.base import BLOB_PREFIX, MANIFEST_PREFIX, ObjectStore, manifest_key
+from onebox.sandbox.snapshots import RestoreReport, SnapshotInfo, capture, restore, scan
+from onebox.store import snapshots as rows
+from onebox.store.db import Database
+
+log = logging.getLogger(__name__)
+
+Policy = Literal["always", "on_failure", "never"]
+DELETE_CONCURRENCY = 8
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """A snapshot row a step now points at. ``info`` is None when an existing row was reused."""
+
+    id: uuid.UUID
+    sha256: str
+    reused: bool
+    info: SnapshotInfo | None = None
+
+
+@dataclass(frozen=True)
+class GcReport:
+    expired_snapshots: int
+    objects_seen: int
+    objects_kept: int
+    objects_deleted: tuple[str, ...]
+    dry_run: bool = False
+
+
+async def record_snapshot(
+    db: Database,
+    store: ObjectStore,
+    workspace_dir: Path,
+    *,
+    session_id: str,
+    execution_id: uuid.UUID | None = None,
+    kind: rows.Kind = "manual",
+    reuse: bool = True,
+) -> SnapshotRecord:
+    """Capture ``workspace_dir``, store it, write its row and link the execution (if any)."""
+    manifest = await asyncio.to_thread(scan, workspace_dir)
+    if reuse:
+        existing = await _link_existing(db, session_id, manifest.sha256, execution_id, kind)
+        if existing is not None:
+            return SnapshotRecord(existing, manifest.sha256, reused=True)
+    snapshot_id = uuid.uuid4()
+    async with db.transaction() as conn:
+        await rows.lock_for_capture(conn)
+        await rows.insert_pending(
+            conn, snapshot_id=snapshot_id, session_id=session_id, execution_id=execution_id,
+            kind=kind, sha256=manifest.sha256, manifest_key=manifest_key(manifest.sha256),
+            total_bytes=manifest.total_bytes,
+            file_count=len(manifest.files()), object_keys=manifest.object_keys(),
+        )
+    try:
+        info = await capture(store, workspace_dir, manifest=manifest)
+    except BaseException:
+        await _forget(db, snapshot_id)
+        raise
+    async with db.transaction() as conn:
+        await rows.mark_ready(conn, snapshot_id, stored_bytes=info.stored_bytes,
+                              duration_ms=info.duration_ms)
+        if execution_id is not None:
+            await rows.link_execution(conn, execution_id, snapshot_id, pre=kind == "pre")
+    return SnapshotRecord(snapshot_id, info.sha256, reused=False, info=info)
+
+
+async def _link_existing(
+    db: Database, session_id: str, sha256: str, execution_id: uuid.UUID | None, kind: rows.Kind
+) -> uuid.UUID | None:
+    async with db.transaction() as conn:
+        existing = await rows.find_reusable(conn, session_id, sha256)
+        if existing is not None and execution_id is not None:
+            await rows.link_execution(conn, execution_id, existing, pre=kind == "pre")
+    return existing
+
+
+async def _forget(db: Database, snapshot_id: uuid.UUID) -> None:
+    """Drop the row of a capture that failed; a leftover PENDING row expires anyway."""
+    try:
+        async with db.transaction() as conn:
+            await rows.delete(conn, snapshot_id)
+    except Exception:  # noqa: BLE001 - the capture's own error is the one to report
+        log.warning("could not delete pending snapshot %s; it will expire", snapshot_id,
+                    exc_info=True)
+
+
+async def snapshot_before_step(
+    db: Database,
+    store: ObjectStore,
+    workspace_dir: Path,
+    *,
+    session_id: str,
+    execution_id: uuid.UUID,
+    policy: Policy,
+) -> uuid.UUID | None:
+    """Snapshot the step's inputs; sets task_execution.pre_snapshot_id. None if policy is never."""
+    if policy == "never":
+        return None
+    record = await record_snapshot(db, store, workspace_dir, session_id=session_id,
+                                   execution_id=execution_id, kind="pre")
+    return record.id
+
+
+async def snapshot_step(
+    db: Database,
+    store: ObjectStore,
+    workspace_dir: Path,
+    *,
+    session_id: str,
+    execution_id: uuid.UUID,
+    policy: Policy,
+    failed: bool,
+) -> uuid.UUID | None:
+    """Snapshot the step's outputs and set task_execution.snapshot_id; return the snapshot id.
+
+    ``always``: every attempt. ``on_failure``: only failed attempts; a succeeded attempt's
+    pre-execution snapshot is dropped too (unless another step uses it). ``never``: nothing.
+    """
+    if policy == "never":
+        return None
+    if policy == "on_failure" and not failed:
+        await _drop_pre(db, execution_id)
+        return None
+    record = await record_snapshot(db, store, workspace_dir, session_id=session_id,
+                                   execution_id=execution_id, kind="post")
+    return record.id
+
+
+async def _drop_pre(db: Database, execution_id: uuid.UUID) -> None:
+    async with db.transaction() as conn:
+        execution = await rows.get_execution(conn, execution_id)
+        if execution["pre_snapshot_id"] is not None:
+            await rows.delete_unshared_pre(conn, execution["pre_snapshot_id"], execution_id)
+
+
+async def restore_snapshot(
+    db: Database, store: ObjectStore, ref: str | uuid.UUID, into_dir: Path
+) -> RestoreReport:
+    """Restore the snapshot with this id (or unique id prefix) into an empty directory."""
+    async with db.connection() as conn:
+        row = await rows.get(conn, ref)
+    if row["status"] != "READY":
+        raise Conflict(f"snapshot {row['id']} is still being written (status {row['status']})")
+    return await restore(store, str(row["sha256"]).strip(), into_dir)
+
+
+async def expire_snapshots(
+    db: Database, *, keep_last: int = 0, ttl_s: float | None = None,
+    pending_grace_s: float = 3600.0,
+) -> list[uuid.UUID]:
+    """Delete snapshot rows past retention: beyond the newest ``keep_last`` per session
+    (0 keeps all), older than ``ttl_s``, or PENDING for longer than ``pending_grace_s``."""
+    async with db.transaction() as conn:
+        return await rows.expire(conn, keep_last=keep_last, ttl_s=ttl_s,
+                                 pending_grace_s=pending_grace_s)
+
+
+async def collect_garbage(db: Database, store: ObjectStore, *, dry_run: bool = False) -> GcReport:
+    """Delete every blob and manifest that no snapshot row references."""
+    async with db.transaction() as conn:
+        await rows.lock_for_gc(conn)
+        keep = await rows.referenced_keys(conn)
+        listed = await store.list(BLOB_PREFIX) + await store.list(MANIFEST_PREFIX)
+        dead = tuple(key for key in listed if key not in keep)
+        if not dry_run:
+            await _delete_all(store, dead)
+    if dead:
+        log.info("snapshot gc %s %d unreferenced objects", "found" if dry_run else "deleted",
+                 len(dead))
+    return GcReport(0, len(listed), len(listed) - len(dead), dead, dry_run)
+
+
+async def _delete_all(store: ObjectStore, keys: tuple[str, ...]) -> None:
+    gate = asyncio.Semaphore(DELETE_CONCURRENCY)
+
+    async def one(key: str) -> None:
+        async with gate:
+            await store.delete(key)
+
+    await asyncio.gather(*(one(key) for key in keys))
+
+
+async def prune(
+    db: Database, store: ObjectStore, *, keep_last: int = 0, ttl_s: float | None = None,
+    dry_run: bool = False,
+) -> GcReport:
+    """Apply retention, then collect the objects nothing references any more."""
+    expired = [] if dry_run else await expire_snapshots(db, keep_last=keep_last, ttl_s=ttl_s)
+    report = await collect_garbage(db, store, dry_run=dry_run)
+    return GcReport(len(expired), report.objects_seen, report.objects_kept,
+                    report.objects_deleted, dry_run)

@@ -1,0 +1,172 @@
+"""Snapshot rows: which workspace snapshots exist, which step they belong to, which objects
+they reference. The bytes themselves live in the object store.
+
+Functions take an open connection so that callers decide the transaction. Writers
+that add object references take the GC lock shared (:func:`lock_for_capture`); the
+garbage collector takes it exclusively (:func:`lock_for_gc`), so it never deletes an
+object a snapshot is about to rely on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import psycopg
+
+from onebox.errors import NotFound, ValidationError
+from onebox.store.queries import load_queries
+
+Q = load_queries("snapshots")
+Conn = psycopg.AsyncConnection[Any]
+Row = dict[str, Any]
+Kind = Literal["pre", "post", "manual"]
+
+GC_LOCK_KEY = 0x0B0B5A01  # pg advisory lock: shared by captures, exclusive for the GC
+
+
+async def lock_for_capture(conn: Conn) -> None:
+    """Hold the GC lock shared until the transaction ends (call before insert_pending)."""
+    await conn.execute(Q["lock_shared"], {"key": GC_LOCK_KEY})
+
+
+async def lock_for_gc(conn: Conn) -> None:
+    """Hold the GC lock exclusively until the transaction ends."""
+    await conn.execute(Q["lock_exclusive"], {"key": GC_LOCK_KEY})
+
+
+async def insert_pending(
+    conn: Conn,
+    *,
+    snapshot_id: uuid.UUID,
+    session_id: str,
+    execution_id: uuid.UUID | None,
+    kind: Kind,
+    sha256: str,
+    manifest_key: str,
+    total_bytes: int,
+    file_count: int,
+    object_keys: Sequence[str],
+) -> None:
+    """Record a snapshot whose objects are being uploaded, with every object it references."""
+    try:
+        await conn.execute(Q["insert_pending"], {
+            "id": snapshot_id, "session_id": session_id, "execution_id": execution_id,
+            "kind": kind, "sha256": sha256, "manifest_key": manifest_key, "bytes": total_bytes,
+            "file_count": file_count, "object_count": len(object_keys),
+        })
+    except psycopg.errors.ForeignKeyViolation as exc:
+        raise NotFound(
+            f"step execution {execution_id} not found; insert it before snapshotting"
+        ) from exc
+    await conn.execute(Q["insert_objects"], {"id": snapshot_id, "keys": list(object_keys)})
+
+
+async def mark_ready(
+    conn: Conn, snapshot_id: uuid.UUID, *, stored_bytes: int, duration_ms: float
+) -> None:
+    await conn.execute(Q["mark_ready"], {
+        "id": snapshot_id, "stored_bytes": stored_bytes, "duration_ms": duration_ms,
+    })
+
+
+async def find_reusable(conn: Conn, session_id: str, sha256: str) -> uuid.UUID | None:
+    """A READY snapshot of this session with this hash, locked against deletion until commit."""
+    cur = await conn.execute(Q["reusable"], {"session_id": session_id, "sha256": sha256})
+    row = await cur.fetchone()
+    return None if row is None else uuid.UUID(str(row["id"]))
+
+
+async def link_execution(
+    conn: Conn, execution_id: uuid.UUID, snapshot_id: uuid.UUID, *, pre: bool
+) -> None:
+    """Point task_execution.snapshot_id (or pre_snapshot_id) at the snapshot."""
+    cur = await conn.execute(
+        Q["link_pre" if pre else "link_post"],
+        {"execution_id": execution_id, "snapshot_id": snapshot_id},
+    )
+    if cur.rowcount == 0:
+        raise NotFound(f"step execution {execution_id} not found; insert it before snapshotting")
+
+
+async def delete_unshared_pre(
+    conn: Conn, snapshot_id: uuid.UUID, execution_id: uuid.UUID
+) -> bool:
+    """Drop the pre-execution snapshot this execution created, unless another step uses it."""
+    cur = await conn.execute(
+        Q["delete_unshared_pre"], {"snapshot_id": snapshot_id, "execution_id": execution_id}
+    )
+    return cur.rowcount > 0
+
+
+async def delete(conn: Conn, snapshot_id: uuid.UUID) -> None:
+    await conn.execute(Q["delete_snapshot"], {"id": snapshot_id})
+
+
+async def get(conn: Conn, ref: str | uuid.UUID) -> Row:
+    """One snapshot by id, or by a unique prefix of its id (as printed by ``snapshot list``)."""
+    text = str(ref).strip().lower()
+    try:
+        cur = await conn.execute(Q["get"], {"id": uuid.UUID(text)})
+        rows = [r for r in [await cur.fetchone()] if r is not None]
+    except ValueError:
+        if len(text) < 4 or any(c not in "0123456789abcdef-" for c in text):
+            raise ValidationError(f"{ref!r} is not a snapshot id", field="snapshot_id") from None
+        cur = await conn.execute(Q["by_prefix"], {"prefix": text})
+        rows = list(await cur.fetchall())
+    if not rows:
+        raise NotFound(f"snapshot {ref} not found; list them with `onebox snapshot list`")
+    if len(rows) > 1:
+        raise ValidationError(f"snapshot id prefix {ref!r} is ambiguous; give more characters",
+                              field="snapshot_id")
+    return dict(rows[0])
+
+
+async def list_snapshots(
+    conn: Conn,
+    *,
+    session_id: str | None = None,
+    execution_id: uuid.UUID | None = None,
+    limit: int = 50,
+) -> list[Row]:
+    """Newest first; filtered by session and/or by the step execution they belong to."""
+    cur = await conn.execute(Q["list"], {
+        "session_id": session_id, "execution_id": execution_id, "limit": limit,
+    })
+    return list(await cur.fetchall())
+
+
+async def get_execution(conn: Conn, execution_id: uuid.UUID) -> Row:
+    cur = await conn.execute(Q["execution"], {"id": execution_id})
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"step execution {execution_id} not found")
+    return dict(row)
+
+
+async def latest_before(conn: Conn, session_id: str, before: datetime) -> Row | None:
+    """The session's newest READY snapshot taken before ``before``."""
+    cur = await conn.execute(Q["latest_before"], {"session_id": session_id, "before": before})
+    row = await cur.fetchone()
+    return None if row is None else dict(row)
+
+
+async def referenced_keys(conn: Conn) -> set[str]:
+    cur = await conn.execute(Q["referenced_keys"], {})
+    return {str(r["key"]) for r in await cur.fetchall()}
+
+
+async def expire(
+    conn: Conn,
+    *,
+    keep_last: int = 0,
+    ttl_s: float | None = None,
+    pending_grace_s: float = 3600.0,
+) -> list[uuid.UUID]:
+    """Delete snapshots past retention (and abandoned PENDING ones); return their ids."""
+    cur = await conn.execute(Q["expire"], {
+        "keep_last": keep_last, "ttl_s": ttl_s, "pending_grace_s": pending_grace_s,
+    })
+    return [uuid.UUID(str(r["id"])) for r in await cur.fetchall()]

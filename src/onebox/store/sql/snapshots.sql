@@ -1,0 +1,94 @@
+-- Workspace snapshots and the objects they reference (see onebox.store.snapshots).
+-- Captures take the GC lock shared while registering their objects; the garbage
+-- collector takes it exclusively while it decides what to delete.
+
+-- name: lock_shared
+SELECT pg_advisory_xact_lock_shared(%(key)s);
+
+-- name: lock_exclusive
+SELECT pg_advisory_xact_lock(%(key)s);
+
+-- name: insert_pending
+INSERT INTO onebox.snapshots
+    (id, session_id, execution_id, kind, status, sha256, manifest_key, bytes, file_count,
+     object_count)
+VALUES (%(id)s, %(session_id)s, %(execution_id)s, %(kind)s, 'PENDING', %(sha256)s,
+        %(manifest_key)s, %(bytes)s, %(file_count)s, %(object_count)s);
+
+-- name: insert_objects
+INSERT INTO onebox.snapshot_objects (snapshot_id, key)
+SELECT %(id)s, unnest(%(keys)s::text[]);
+
+-- name: mark_ready
+UPDATE onebox.snapshots
+SET status = 'READY', stored_bytes = %(stored_bytes)s, duration_ms = %(duration_ms)s,
+    ready_at = now()
+WHERE id = %(id)s;
+
+-- name: reusable
+SELECT id FROM onebox.snapshots
+WHERE session_id = %(session_id)s AND sha256 = %(sha256)s AND status = 'READY'
+ORDER BY created_at DESC
+LIMIT 1
+FOR SHARE;
+
+-- name: link_post
+UPDATE onebox.task_execution SET snapshot_id = %(snapshot_id)s WHERE id = %(execution_id)s;
+
+-- name: link_pre
+UPDATE onebox.task_execution SET pre_snapshot_id = %(snapshot_id)s WHERE id = %(execution_id)s;
+
+-- name: delete_unshared_pre
+DELETE FROM onebox.snapshots s
+WHERE s.id = %(snapshot_id)s AND s.kind = 'pre' AND s.execution_id = %(execution_id)s
+  AND NOT EXISTS (
+      SELECT 1 FROM onebox.task_execution t
+      WHERE t.id <> %(execution_id)s
+        AND (t.pre_snapshot_id = s.id OR t.snapshot_id = s.id));
+
+-- name: delete_snapshot
+DELETE FROM onebox.snapshots WHERE id = %(id)s;
+
+-- name: get
+SELECT * FROM onebox.snapshots WHERE id = %(id)s;
+
+-- name: by_prefix
+SELECT * FROM onebox.snapshots WHERE id::text LIKE %(prefix)s || '%%' ORDER BY created_at LIMIT 2;
+
+-- name: list
+SELECT s.* FROM onebox.snapshots s
+WHERE (%(session_id)s::text IS NULL OR s.session_id = %(session_id)s)
+  AND (%(execution_id)s::uuid IS NULL OR s.execution_id = %(execution_id)s
+       OR s.id IN (SELECT t.snapshot_id FROM onebox.task_execution t
+                   WHERE t.id = %(execution_id)s
+                   UNION SELECT t.pre_snapshot_id FROM onebox.task_execution t
+                   WHERE t.id = %(execution_id)s))
+ORDER BY s.created_at DESC, s.id
+LIMIT %(limit)s;
+
+-- name: execution
+SELECT id, run_id, session_id, step_id, attempt, status, exit_code, output_hash, stdout,
+       stderr, details, snapshot_id, pre_snapshot_id, created_at
+FROM onebox.task_execution WHERE id = %(id)s;
+
+-- name: latest_before
+SELECT * FROM onebox.snapshots
+WHERE session_id = %(session_id)s AND status = 'READY' AND created_at < %(before)s
+ORDER BY created_at DESC
+LIMIT 1;
+
+-- name: referenced_keys
+SELECT DISTINCT key FROM onebox.snapshot_objects;
+
+-- name: expire
+DELETE FROM onebox.snapshots s
+WHERE (s.status = 'PENDING' AND s.created_at < now() - make_interval(secs => %(pending_grace_s)s))
+   OR (s.status = 'READY' AND %(ttl_s)s::float8 IS NOT NULL
+       AND s.created_at < now() - make_interval(secs => %(ttl_s)s::float8))
+   OR (s.status = 'READY' AND %(keep_last)s::int > 0 AND s.id IN (
+        SELECT id FROM (
+            SELECT id, row_number() OVER (PARTITION BY session_id
+                                          ORDER BY created_at DESC, id DESC) AS n
+            FROM onebox.snapshots WHERE status = 'READY') ranked
+        WHERE n > %(keep_last)s::int))
+RETURNING s.id;

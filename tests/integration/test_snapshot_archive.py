@@ -1,0 +1,286 @@
+"""Snapshots recorded in PostgreSQL: the executor hooks and policies, links from
+task_execution, reuse of identical snapshots, retention, and a garbage collector
+that never deletes an object a snapshot references, even while snapshots are taken."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg.types.json import Jsonb
+
+from onebox.errors import NotFound
+from onebox.objects import FsObjectStore, ObjectStore
+from onebox.sandbox import snapshot_archive as archive
+from onebox.sandbox.snapshots import scan
+from onebox.store.db import Database
+
+
+async def insert_execution(
+    db: Database, session_id: str, details: dict[str, Any] | None = None, **cols: Any
+) -> uuid.UUID:
+    """A run, its plan and one task_execution row, as the runtime would have written them."""
+    run_id, plan_id, exec_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    trace = uuid.uuid4().hex
+    values = {"status": "RUNNING", "exit_code": None, "stdout": None, "stderr": None,
+              "output_hash": None, **cols}
+    async with db.transaction() as conn:
+        await conn.execute(
+            "INSERT INTO onebox.runs (id, trace_id, source, request) VALUES (%s, %s, 'plan', %s)",
+            (run_id, trace, Jsonb({})))
+        await conn.execute(
+            "INSERT INTO onebox.plans (id, run_id, version, spec, spec_hash) "
+            "VALUES (%s, %s, 1, %s, %s)", (plan_id, run_id, Jsonb({}), "0" * 64))
+        await conn.execute(
+            "INSERT INTO onebox.task_execution (id, run_id, plan_id, session_id, trace_id, "
+            "step_id, step_number, tool_name, input_hash, status, exit_code, stdout, stderr, "
+            "output_hash, details) VALUES (%s, %s, %s, %s, %s, 's1', 1, 'python', %s, %s, %s, "
+            "%s, %s, %s, %s)",
+            (exec_id, run_id, plan_id, session_id, trace, "0" * 64, values["status"],
+             values["exit_code"], values["stdout"], values["stderr"], values["output_hash"],
+             Jsonb(details or {})))
+    return exec_id
+
+
+async def execution_links(db: Database, exec_id: uuid.UUID) -> tuple[Any, Any]:
+    row = await db.fetchone(
+        "SELECT pre_snapshot_id, snapshot_id FROM onebox.task_execution WHERE id = %s", (exec_id,))
+    assert row is not None
+    return row["pre_snapshot_id"], row["snapshot_id"]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> FsObjectStore:
+    return FsObjectStore(tmp_path / "objects", fsync=False)
+
+
+async def test_always_links_pre_and_post_snapshots(
+    db: Database, store: FsObjectStore, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "input.txt").write_text("in")
+    exec_id = await insert_execution(db, "sess-a")
+    pre = await archive.snapshot_before_step(db, store, ws, session_id="sess-a",
+                                             execution_id=exec_id, policy="always")
+    (ws / "output.txt").write_text("out")
+    post = await archive.snapshot_step(db, store, ws, session_id="sess-a", execution_id=exec_id,
+                                       policy="always", failed=False)
+    assert pre is not None and post is not None and pre != post
+    assert await execution_links(db, exec_id) == (pre, post)
+    rows = await db.fetch("SELECT * FROM onebox.snapshots ORDER BY created_at")
+    assert [(r["kind"], r["status"], r["file_count"]) for r in rows] == [
+        ("pre", "READY", 1), ("post", "READY", 2)]
+    assert rows[1]["sha256"] == scan(ws).sha256 and rows[1]["execution_id"] == exec_id
+    keys = await db.fetch("SELECT key FROM onebox.snapshot_objects WHERE snapshot_id = %s", (post,))
+    assert sorted(k["key"] for k in keys) == sorted(scan(ws).object_keys())
+    out = tmp_path / "restored"
+    await archive.restore_snapshot(db, store, str(pre)[:8], out)
+    assert [p.name for p in out.iterdir()] == ["input.txt"]
+
+
+async def test_an_unchanged_workspace_reuses_the_snapshot_row(
+    db: Database, store: FsObjectStore, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "f").write_text("x")
+    first = await insert_execution(db, "sess-b")
+    second = await insert_execution(db, "sess-b")
+    pre1 = await archive.snapshot_before_step(db, store, ws, session_id="sess-b",
+                                              execution_id=first, policy="always")
+    post1 = await archive.snapshot_step(db, store, ws, session_id="sess-b", execution_id=first,
+                                        policy="always", failed=False)
+    pre2 = await archive.snapshot_before_step(db, store, ws, session_id="sess-b",
+                                              execution_id=second, policy="always")
+    assert pre1 == post1 == pre2
+    other = await insert_execution(db, "sess-c")  # another session never shares rows
+    pre3 = await archive.snapshot_before_step(db, store, ws, session_id="sess-c",
+                                              execution_id=other, policy="always")
+    assert pre3 != pre1
+    assert (await db.fetchone("SELECT count(*) AS n FROM onebox.snapshots"))["n"] == 2  # type: ignore[index]
+
+
+async def test_on_failure_keeps_only_failed_steps(
+    db: Database, store: FsObjectStore, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    ok, bad = await insert_execution(db, "s"), await insert_execution(db, "s")
+    await archive.snapshot_before_step(db, store, ws, session_id="s", execution_id=ok,
+                                       policy="on_failure")
+    (ws / "a").write_text("1")
+    assert await archive.snapshot_step(db, store, ws, session_id="s", execution_id=ok,
+                                       policy="on_failure", failed=False) is None
+    assert await execution_links(db, ok) == (None, None)
+    pre = await archive.snapshot_before_step(db, store, ws, session_id="s", execution_id=bad,
+                                             policy="on_failure")
+    (ws / "a").write_text("2")
+    post = await archive.snapshot_step(db, store, ws, session_id="s", execution_id=bad,
+                                       policy="on_failure", failed=True)
+    assert await execution_links(db, bad) == (pre, post)
+    assert {r["kind"] for r in await db.fetch("SELECT kind FROM onebox.snapshots")} == {"pre", "post"}
+
+
+async def test_never_records_nothing(db: Database, store: FsObjectStore, tmp_path: Path) -> None:
+    exec_id = await insert_execution(db, "s")
+    for failed in (True, False):
+        assert await archive.snapshot_before_step(db, store, tmp_path, session_id="s",
+                                                  execution_id=exec_id, policy="never") is None
+        assert await archive.snapshot_step(db, store, tmp_path, session_id="s",
+                                           execution_id=exec_id, policy="never",
+                                           failed=failed) is None
+    assert await db.fetch("SELECT id FROM onebox.snapshots") == []
+    assert await store.list() == []
+
+
+async def test_unknown_execution_is_not_found_and_leaves_no_row(
+    db: Database, store: FsObjectStore, tmp_path: Path
+) -> None:
+    with pytest.raises(NotFound, match="execution"):
+        await archive.snapshot_step(db, store, tmp_path, session_id="s",
+                                    execution_id=uuid.uuid4(), policy="always", failed=True)
+    assert await db.fetch("SELECT id FROM onebox.snapshots") == []
+
+
+async def test_retention_then_gc_frees_only_unreferenced_objects(
+    db: Database, store: FsObjectStore, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "shared.txt").write_text("kept by every snapshot")
+    ids = []
+    for i in range(4):
+        (ws / "changing.txt").write_text(f"version {i}")
+        ids.append((await archive.record_snapshot(db, store, ws, session_id="s")).id)
+    report = await archive.prune(db, store, keep_last=2)
+    assert report.expired_snapshots == 2
+    assert len(report.objects_deleted) == 4  # two old blobs, two old manifests
+    left = {r["id"] for r in await db.fetch("SELECT id FROM onebox.snapshots")}
+    assert left == set(ids[2:])
+    for n, snapshot_id in enumerate(ids[2:]):
+        out = tmp_path / f"out{n}"
+        await archive.restore_snapshot(db, store, snapshot_id, out)
+        assert (out / "changing.txt").read_text() == f"version {n + 2}"
+    with pytest.raises(NotFound):
+        await archive.restore_snapshot(db, store, ids[0], tmp_path / "gone")
+    again = await archive.prune(db, store, keep_last=2)
+    assert again.objects_deleted == () and again.expired_snapshots == 0
+
+
+async def test_ttl_expires_old_snapshots(db: Database, store: FsObjectStore, tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    old = await archive.record_snapshot(db, store, tmp_path, session_id="s1")
+    new = await archive.record_snapshot(db, store, tmp_path, session_id="s2")
+    await db.fetch("UPDATE onebox.snapshots SET created_at = now() - interval '3 days' "
+                   "WHERE id = %s RETURNING id", (old.id,))
+    assert await archive.expire_snapshots(db, ttl_s=86400) == [old.id]
+    assert [r["id"] for r in await db.fetch("SELECT id FROM onebox.snapshots")] == [new.id]
+
+
+class SlowStore(ObjectStore):
+    """Delegates to a real store with small random delays, to widen race windows."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+
+    async def _nap(self) -> None:
+        await asyncio.sleep(random.uniform(0, 0.004))
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self._nap()
+        await self.inner.put(key, data)
+
+    async def get(self, key: str) -> bytes:
+        return await self.inner.get(key)
+
+    async def exists(self, key: str) -> bool:
+        found = await self.inner.exists(key)
+        await self._nap()
+        return found
+
+    async def delete(self, key: str) -> None:
+        await self._nap()
+        await self.inner.delete(key)
+
+    async def list(self, prefix: str = "") -> list[str]:
+        return await self.inner.list(prefix)
+
+
+async def test_gc_running_concurrently_never_deletes_a_referenced_object(
+    db: Database, tmp_path: Path
+) -> None:
+    store = SlowStore(FsObjectStore(tmp_path / "objects", fsync=False))
+    pool = [os.urandom(2000) for _ in range(6)]  # few contents: heavy dedup across snapshots
+    done = asyncio.Event()
+    deleted: list[str] = []
+
+    async def session(name: str) -> None:
+        rng = random.Random(name)
+        ws = tmp_path / name
+        ws.mkdir()
+        for round_no in range(8):
+            for i in range(3):
+                (ws / f"f{i}").write_bytes(rng.choice(pool))
+            record = await archive.record_snapshot(db, store, ws, session_id=name)
+            await archive.restore_snapshot(db, store, record.id, tmp_path / f"{name}-{round_no}")
+
+    async def collector() -> None:
+        while not done.is_set():
+            report = await archive.prune(db, store, keep_last=1)
+            deleted.extend(report.objects_deleted)
+            await asyncio.sleep(0)
+
+    gc_task = asyncio.create_task(collector())
+    try:
+        await asyncio.gather(*(session(f"s{i}") for i in range(3)))
+    finally:
+        done.set()
+        await gc_task
+    assert deleted, "the collector should have had unreferenced objects to delete"
+    for row in await db.fetch("SELECT id FROM onebox.snapshots"):
+        out = tmp_path / f"final-{row['id']}"
+        await archive.restore_snapshot(db, store, row["id"], out)
+
+
+class GatedStore(SlowStore):
+    """Pauses the first delete until released, to stop a GC between deciding and deleting."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.paused = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def _nap(self) -> None:
+        return None
+
+    async def delete(self, key: str) -> None:
+        self.paused.set()
+        await self.release.wait()
+        await self.inner.delete(key)
+
+
+async def test_a_capture_reusing_a_blob_the_gc_is_deleting_still_gets_it_stored(
+    db: Database, tmp_path: Path
+) -> None:
+    store = GatedStore(FsObjectStore(tmp_path / "objects", fsync=False))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "data.bin").write_bytes(b"content that outlives its first snapshot")
+    old = await archive.record_snapshot(db, store, ws, session_id="old")
+    await db.fetch("DELETE FROM onebox.snapshots WHERE id = %s RETURNING id", (old.id,))
+    gc = asyncio.create_task(archive.collect_garbage(db, store))
+    await store.paused.wait()  # the GC decided the blob is garbage and is about to delete it
+    capture = asyncio.create_task(archive.record_snapshot(db, store, ws, session_id="new"))
+    await asyncio.wait({capture}, timeout=0.5)  # without the GC lock it would finish here
+    store.release.set()
+    report = await gc
+    record = await capture
+    assert len(report.objects_deleted) == 2  # the blob and the old manifest
+    await archive.restore_snapshot(db, store, record.id, tmp_path / "out")
+    assert (tmp_path / "out/data.bin").read_bytes() == (ws / "data.bin").read_bytes()
