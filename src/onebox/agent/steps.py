@@ -1,0 +1,51 @@
+"""Turn one step instance into the action that performs it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from onebox.agent.actions import (
+    Action,
+    AskApproval,
+    ExecuteStep,
+    Recall,
+    Remember,
+    SearchKnowledge,
+)
+from onebox.agent.expressions import render
+from onebox.agent.plan import Step
+from onebox.agent.state import Instance
+
+_KINDS: dict[str, type[Action]] = {
+    "code": ExecuteStep, "http": ExecuteStep, "knowledge_search": SearchKnowledge,
+    "memory_remember": Remember, "memory_recall": Recall, "approval": AskApproval,
+}
+
+
+def render_input(step: Step, names: Mapping[str, Any]) -> dict[str, Any]:
+    """``step.input`` with every ``{{ expr }}`` in its strings replaced by the value."""
+    return {k: render(v, names) if isinstance(v, str) else v for k, v in step.input.items()}
+
+
+def step_action(step: Step, inst: Instance, names: Mapping[str, Any], attempt: int,
+                version: int) -> tuple[type[Action], dict[str, Any]]:
+    """The action class and its fields for this attempt; ExpressionError if a template fails."""
+    fields: dict[str, Any] = {"step_id": step.id, "instance": inst.key, "attempt": attempt,
+                              "plan_version": version}
+    data = render_input(step, names)
+    if step.kind in ("code", "http"):
+        update: dict[str, Any] = {"input": data}
+        if step.kind == "code":
+            update["code"] = inst.code
+        inputs = {"deps": {d: names.get(d) for d in step.depends_on}, **inst.loop_names()}
+        fields.update(step=step.model_copy(update=update), inputs=inputs)
+    elif step.kind in ("knowledge_search", "memory_recall"):
+        fields.update(query=data["query"], top_k=int(data.get("top_k", 5)))
+        if step.kind == "memory_recall":
+            fields["scope"] = data.get("scope")
+    elif step.kind == "memory_remember":
+        fields.update(text=data["text"], scope=data.get("scope"))
+    elif step.kind == "approval":
+        fields.update(prompt=data["prompt"])
+    return _KINDS[step.kind], fields
