@@ -126,6 +126,7 @@ class ServerReply:
     status: int = 200
     body: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0  # wait this long before answering (to exercise client timeouts)
 
     @classmethod
     def text(cls, content: str, *, prompt_tokens: int = 12, completion_tokens: int = 7,
@@ -178,6 +179,7 @@ class ScriptedOpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
+        self._stop = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -194,12 +196,14 @@ class ScriptedOpenAIServer:
     def __enter__(self) -> ScriptedOpenAIServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
+                                        daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        self._stop.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -229,6 +233,8 @@ class ScriptedOpenAIServer:
                 self._send(server._next(body, {k.lower(): v for k, v in self.headers.items()}))
 
             def _send(self, reply: ServerReply) -> None:
+                if reply.delay_s:
+                    server._stop.wait(reply.delay_s)
                 data = json.dumps(reply.body).encode()
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
