@@ -9,6 +9,8 @@ import click
 # Modules that add commands to `main`; each defines `register(main: click.Group) -> None`.
 COMMAND_MODULES = (
     "onebox.cli.runs",
+    "onebox.cli.kb",
+    "onebox.cli.memory",
 )
 
 

@@ -58,3 +58,25 @@ async def list_collections(db: Database) -> list[dict[str, Any]]:
 
 def space_of(collection: str) -> str:
     return f"kb:{collection}"
+
+
+async def reembed_collection(
+    db: Database, embedder: Any, name: str, progress: Any = None
+) -> int:
+    """Re-compute every vector of ``name`` with ``embedder``'s model and rebind the collection.
+
+    ``embedder`` is a :class:`onebox.knowledge.embedder.CachedEmbedder`; ``progress``
+    an optional ``(done, total)`` callback. Returns the number of chunks re-embedded.
+    """
+    from onebox.knowledge.embedder import vector_literal
+
+    await get_collection(db, name)
+    rows = await db.fetch(sql("kb.chunks_of_collection"), {"collection": name})
+    texts = [f"{r['heading']}\n{r['content']}" if r["heading"] else r["content"] for r in rows]
+    vectors = await embedder.passages(texts, progress)
+    async with db.transaction() as conn:
+        await conn.execute(sql("kb.set_embeddings"), {
+            "ids": [r["id"] for r in rows], "embeddings": [vector_literal(v) for v in vectors]})
+        await conn.execute(sql("kb.set_collection_model"),
+                           {"name": name, "model": embedder.model.name, "dim": embedder.model.dim})
+    return len(rows)

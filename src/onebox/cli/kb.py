@@ -1,0 +1,179 @@
+"""`onebox kb add|search|list|remove|reembed`: the knowledge base from the shell."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from onebox.cli import common
+from onebox.knowledge.collections import DEFAULT_COLLECTION, list_collections, reembed_collection
+from onebox.knowledge.ingest import IngestProgress
+from onebox.knowledge.search import SearchFilters
+from onebox.knowledge.service import open_knowledge
+
+
+def register(main: click.Group) -> None:
+    main.add_command(kb)
+
+
+@click.group("kb")
+def kb() -> None:
+    """Knowledge base: add files, search them, list and remove documents."""
+
+
+def _meta(pairs: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            common.fail(f"--meta expects KEY=VALUE, got {pair!r}", code=2)
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+@kb.command("add")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--collection", "-c", default=DEFAULT_COLLECTION, show_default=True)
+@click.option("--meta", multiple=True, help="KEY=VALUE metadata on every document (repeatable)")
+@click.option("--execution-id", help="the task execution that produced these files")
+@click.option("--snapshot-id", help="the workspace snapshot these files come from")
+@common.json_option
+def add_cmd(paths: tuple[Path, ...], collection: str, meta: tuple[str, ...],
+            execution_id: str | None, snapshot_id: str | None, as_json: bool) -> None:
+    """Add files and folders (text, Markdown, HTML, PDF, DOCX, code); unchanged ones are skipped."""
+    results = common.run(_add(list(paths), collection, _meta(meta), execution_id, snapshot_id,
+                              show_progress=not as_json))
+    rows = [r.__dict__ for r in results]
+    if as_json:
+        common.print_json({"collection": collection, "documents": rows})
+        return
+    counts = {s: sum(1 for r in results if r.status == s) for s in ("added", "updated", "unchanged")}
+    common.out.print(f"{len(results)} documents in {collection!r}: " +
+                     ", ".join(f"{n} {s}" for s, n in counts.items()) +
+                     f"; {sum(r.chunks_added for r in results)} chunks indexed")
+
+
+async def _add(paths: list[Path], collection: str, meta: dict[str, Any],
+               execution_id: str | None, snapshot_id: str | None, show_progress: bool) -> Any:
+    async with open_knowledge(common.settings()) as knowledge:
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[file]}"), TimeRemainingColumn())
+        with Progress(*columns, console=common.err, disable=not show_progress) as bar:
+            files = bar.add_task("files", total=None, file="")
+            chunks = bar.add_task("chunks embedded", total=None, file="")
+
+            def report(state: IngestProgress) -> None:
+                bar.update(files, total=state.files_total, completed=state.files_done,
+                           file=Path(state.current).name)
+                bar.update(chunks, total=state.chunks_total or None,
+                           completed=state.chunks_embedded)
+
+            return await knowledge.kb.add_paths(
+                paths, collection, meta, execution_id, snapshot_id, progress=report)
+
+
+@kb.command("search")
+@click.argument("query")
+@click.option("--collection", "-c", "collections", multiple=True, help="limit to (repeatable)")
+@click.option("-k", "k", default=5, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--meta", multiple=True, help="KEY=VALUE the chunk metadata must contain")
+@click.option("--since", type=click.DateTime(), help="only chunks indexed at or after")
+@click.option("--until", type=click.DateTime(), help="only chunks indexed before")
+@common.json_option
+def search_cmd(query: str, collections: tuple[str, ...], k: int, meta: tuple[str, ...],
+               since: datetime | None, until: datetime | None, as_json: bool) -> None:
+    """Hybrid (full-text + vector) search; prints each hit with its document and scores."""
+    filters = SearchFilters(list(collections) or None, _meta(meta) or None, since, until)
+
+    async def go() -> list[dict[str, Any]]:
+        async with open_knowledge(common.settings()) as knowledge:
+            return [h.to_dict() for h in await knowledge.search(query, k, filters)]
+
+    hits = common.run(go())
+    if as_json:
+        common.print_json({"query": query, "hits": hits})
+        return
+    if not hits:
+        common.out.print("no hits")
+    for rank, hit in enumerate(hits, start=1):
+        doc, scores = hit["document"], hit["scores"]
+        score_text = " ".join(f"{name}={value:.3f}" for name, value in scores.items())
+        common.out.print(f"[bold]{rank}. {doc['title'] or doc['source']}[/] "
+                         f"({doc['collection']}, chunk {hit['ordinal']}) {score_text}")
+        common.out.print(f"   {hit['content'][:300]}", markup=False)
+
+
+@kb.command("list")
+@click.option("--collection", "-c", help="list the documents of one collection")
+@common.json_option
+def list_cmd(collection: str | None, as_json: bool) -> None:
+    """List collections and their documents."""
+
+    async def go() -> dict[str, Any]:
+        async with open_knowledge(common.settings()) as knowledge:
+            return {"collections": await list_collections(knowledge.db),
+                    "documents": await knowledge.kb.list_documents(collection)}
+
+    data = common.run(go())
+    if as_json:
+        common.print_json(data)
+        return
+    table = Table("collection", "source", "type", "chunks", "updated")
+    for doc in data["documents"]:
+        table.add_row(doc["collection"], doc["source"], doc["source_type"],
+                      str(doc["n_chunks"]), f"{doc['updated_at']:%Y-%m-%d %H:%M}")
+    common.out.print(table)
+
+
+@kb.command("remove")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--collection", "-c", default=DEFAULT_COLLECTION, show_default=True)
+@common.json_option
+def remove_cmd(sources: tuple[str, ...], collection: str, as_json: bool) -> None:
+    """Remove documents (by path or source name) and their chunks."""
+
+    async def go() -> dict[str, bool]:
+        async with open_knowledge(common.settings()) as knowledge:
+            out = {}
+            for source in sources:
+                path = Path(source)
+                key = str(path.resolve()) if path.exists() else source
+                out[source] = await knowledge.kb.remove(key, collection)
+            return out
+
+    removed = common.run(go())
+    if as_json:
+        common.print_json({"removed": removed})
+    else:
+        for source, done in removed.items():
+            common.out.print(f"{'removed' if done else 'not found'}: {source}", markup=False)
+    if not all(removed.values()):
+        raise click.exceptions.Exit(1)
+
+
+@kb.command("reembed")
+@click.option("--collection", "-c", "collections", multiple=True, help="default: all")
+@common.json_option
+def reembed_cmd(collections: tuple[str, ...], as_json: bool) -> None:
+    """Re-compute vectors with the configured embedding model and rebind the collections."""
+
+    async def go() -> dict[str, int]:
+        async with open_knowledge(common.settings()) as knowledge:
+            names = list(collections) or [c["name"] for c in await list_collections(knowledge.db)]
+            return {n: await reembed_collection(knowledge.db, knowledge.embedder, n) for n in names}
+
+    done = common.run(go())
+    if as_json:
+        common.print_json({"reembedded": done})
+    else:
+        for name, n in done.items():
+            common.out.print(f"{name}: {n} chunks re-embedded")

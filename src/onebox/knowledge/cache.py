@@ -1,0 +1,119 @@
+"""Semantic answer cache: reuse an answer for the same question asked in other words.
+
+    cache = AnswerCache(db, embedder, min_similarity=0.92)
+    await cache.put("What port does the server use?", "8080", source_doc_ids=[doc_id])
+    hit = await cache.lookup("Which port is the server on?")   # CacheHit or None
+
+A lookup hits only when the raw cosine similarity of the two questions is at
+least ``min_similarity`` AND the contradiction guard finds no cue that they
+ask opposite things (numbers, negation, antonyms): e5 scores "X lacks Y" vs
+"X shows Y" above 0.95, so similarity alone would serve wrong answers.
+Entries expire after their TTL and are invalidated when a knowledge document
+they were answered from changes or is removed (``source_doc_ids``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from onebox.errors import ValidationError
+from onebox.knowledge.embedder import CachedEmbedder, content_hash, vector_literal
+from onebox.knowledge.guard import contradiction
+from onebox.knowledge.queries import sql
+from onebox.store.db import Database
+
+
+@dataclass(frozen=True)
+class CacheHit:
+    id: str
+    question: str
+    answer: str
+    similarity: float
+    hit_count: int
+    source_doc_ids: list[str]
+
+
+@dataclass(frozen=True)
+class CacheMiss:
+    """Why the best candidate was refused (for diagnostics and the benchmark)."""
+
+    best_similarity: float | None
+    refused_by_guard: str | None
+
+
+def normalise_question(question: str) -> str:
+    return " ".join(question.split())
+
+
+class AnswerCache:
+    def __init__(
+        self, db: Database, embedder: CachedEmbedder, min_similarity: float = 0.92,
+        ttl_s: float = 7 * 24 * 3600.0, candidates: int = 5,
+    ) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.min_similarity = min_similarity
+        self.ttl_s = ttl_s
+        self.candidates = candidates
+
+    async def put(
+        self, question: str, answer: str, scope: str = "default",
+        source_doc_ids: list[str] | None = None, ttl_s: float | None = None,
+    ) -> str:
+        text = normalise_question(question)
+        if not text or not answer.strip():
+            raise ValidationError("question and answer must not be empty", field="question")
+        vector = await self.embedder.query(text)
+        entry_id = str(uuid.uuid4())
+        async with self.db.transaction() as conn:
+            params = {"scope": scope, "hash": content_hash(text)}
+            await conn.execute(sql("cache.retire_same_question"), params)
+            await conn.execute(sql("cache.put"), {
+                **params, "id": entry_id, "question": text, "answer": answer,
+                "embedding": vector_literal(vector), "sources": list(source_doc_ids or []),
+                "ttl_s": ttl_s if ttl_s is not None else self.ttl_s})
+        return entry_id
+
+    async def lookup(self, question: str, scope: str = "default") -> CacheHit | None:
+        result = await self.explain(question, scope)
+        return result if isinstance(result, CacheHit) else None
+
+    async def explain(self, question: str, scope: str = "default") -> CacheHit | CacheMiss:
+        """Like :meth:`lookup`, but a miss says how close it came and what refused it."""
+        text = normalise_question(question)
+        vector = await self.embedder.query(text)
+        rows = await self.db.fetch(sql("cache.candidates"), {
+            "q": vector_literal(vector), "scope": scope, "n": self.candidates})
+        refused: str | None = None
+        for row in rows:
+            if row["similarity"] < self.min_similarity:
+                break
+            reason = contradiction(text, row["question"])
+            if reason is None:
+                return await self._hit(row)
+            refused = refused or reason
+        best = float(rows[0]["similarity"]) if rows else None
+        return CacheMiss(best, refused)
+
+    async def _hit(self, row: dict[str, Any]) -> CacheHit:
+        updated = await self.db.fetchone(sql("cache.hit"), {"id": row["id"]})
+        return CacheHit(str(row["id"]), row["question"], row["answer"],
+                        float(row["similarity"]),
+                        updated["hit_count"] if updated else row["hit_count"] + 1,
+                        [str(d) for d in row["source_doc_ids"]])
+
+    async def invalidate_sources(self, doc_ids: list[str]) -> int:
+        rows = await self.db.fetch(sql("cache.invalidate_sources") + " RETURNING id",
+                                   {"doc_ids": doc_ids})
+        return len(rows)
+
+    async def invalidate(self, entry_id: str) -> bool:
+        rows = await self.db.fetch(sql("cache.invalidate_entry") + " RETURNING id",
+                                   {"id": entry_id})
+        return bool(rows)
+
+    async def stats(self, scope: str = "default") -> dict[str, int]:
+        row = await self.db.fetchone(sql("cache.stats"), {"scope": scope})
+        return {k: int(v) for k, v in (row or {}).items()}

@@ -1,0 +1,204 @@
+"""Agent memory: remember, recall, supersede, forget (compaction lives in ``archive.py``).
+
+    store = MemoryStore(db, embedder)
+    await store.remember("proj", "Ana's office is room 12.", user_id="ana")
+    # {"id": "...", "deduplicated": False, "superseded": []}
+    hits = await store.recall("proj", "where is Ana's office?", k=5, user_id="ana")
+
+A duplicate (same content hash, or raw cosine >= ``dedup_similarity`` with no
+contradiction cue between the two texts) returns the existing id with
+``deduplicated: True``. A near-identical memory that contradicts an older one
+(different numbers, negation, antonyms; cosine >= ``supersede_similarity``)
+supersedes it: the old row gets ``invalid_at`` and ``superseded_by``, and stops
+being recalled. Nothing is deleted except by :meth:`MemoryStore.forget`.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from psycopg.types.json import Jsonb
+
+from onebox.errors import ValidationError
+from onebox.knowledge.embedder import CachedEmbedder, content_hash, vector_literal
+from onebox.knowledge.fts import build_fts_query
+from onebox.knowledge.fusion import FusionMethod, fuse
+from onebox.knowledge.guard import contradiction
+from onebox.knowledge.queries import sql
+from onebox.knowledge.text import first_sentence, segment_for_fts
+from onebox.store.db import Database
+
+MemoryKind = Literal["short", "long", "summary"]
+EXACT_SCAN_MAX_ROWS = 20_000
+_ENTITY = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*|\b\d[\d.,:/-]*\b")
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    id: str
+    content: str
+    summary: str
+    kind: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    valid_from: datetime
+    scores: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "content": self.content, "summary": self.summary,
+                "kind": self.kind, "metadata": self.metadata,
+                "created_at": self.created_at.isoformat(),
+                "valid_from": self.valid_from.isoformat(), "scores": self.scores}
+
+
+def space_of(scope: str) -> str:
+    return f"mem:{scope}"
+
+
+def normalise(content: str) -> str:
+    return " ".join(content.split())
+
+
+def entities_of(text: str) -> list[str]:
+    found = dict.fromkeys(m.group(0).strip(" .,") for m in _ENTITY.finditer(text))
+    return [e for e in found if e][:20]
+
+
+class MemoryStore:
+    def __init__(
+        self, db: Database, embedder: CachedEmbedder, dedup_similarity: float = 0.97,
+        supersede_similarity: float = 0.92,
+        weights: dict[str, float] | None = None, method: FusionMethod = "rrf",
+    ) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.dedup_similarity = dedup_similarity
+        self.supersede_similarity = supersede_similarity
+        self.weights = weights or {"fulltext": 0.5, "vector": 0.5}
+        self.method: FusionMethod = method
+
+    async def remember(
+        self, scope: str, content: str, user_id: str = "", metadata: dict[str, Any] | None = None,
+        kind: MemoryKind = "short", supersedes: str | None = None,
+        execution_id: str | None = None, valid_from: datetime | None = None,
+        auto_supersede: bool = True,
+    ) -> dict[str, Any]:
+        """Store a memory, or return the existing duplicate's id with ``deduplicated: True``."""
+        text = _check(scope, content)
+        digest = content_hash(text)
+        same = await self.db.fetchone(sql("memory.find_hash"),
+                                      {"scope": scope, "user_id": user_id, "hash": digest})
+        if same:
+            return {"id": str(same["id"]), "deduplicated": True, "reason": "same content"}
+        vector = (await self.embedder.passages([text]))[0]
+        near = await self.db.fetch(sql("memory.nearest"), {
+            "q": vector_literal(vector), "scope": scope, "user_id": user_id, "n": 5})
+        replaced = [supersedes] if supersedes else []
+        for row in near:
+            clash = contradiction(text, row["content"])
+            if clash is None and row["similarity"] >= self.dedup_similarity:
+                return {"id": str(row["id"]), "deduplicated": True,
+                        "reason": f"cosine {row['similarity']:.3f}"}
+            if clash and auto_supersede and row["similarity"] >= self.supersede_similarity:
+                replaced.append(str(row["id"]))
+        new_id = str(uuid.uuid4())
+        async with self.db.transaction() as conn:
+            await conn.execute(sql("memory.insert"), {
+                "id": new_id, "scope": scope, "user_id": user_id, "kind": kind,
+                "content": text, "hash": digest, "summary": first_sentence(text),
+                "entities": entities_of(text), "metadata": Jsonb(metadata or {}),
+                "embedding": vector_literal(vector), "seg": segment_for_fts(text),
+                "execution_id": execution_id, "valid_from": valid_from})
+            await conn.execute(sql("fts.add_memory_terms"),
+                               {"ids": [new_id], "space": space_of(scope)})
+            superseded = []
+            for old in dict.fromkeys(replaced):
+                cur = await conn.execute(sql("memory.supersede"), {
+                    "old_id": old, "new_id": new_id, "scope": scope, "user_id": user_id})
+                superseded += [str(r["id"]) for r in await cur.fetchall()]
+        return {"id": new_id, "deduplicated": False, "superseded": superseded}
+
+    async def recall(
+        self, scope: str, query: str, k: int = 10, user_id: str = "",
+        include_superseded: bool = False,
+    ) -> list[MemoryHit]:
+        """Hybrid recall within one scope and user; bumps the access count of what it returns."""
+        if not query.strip():
+            raise ValidationError("the recall query is empty", field="query")
+        params = {"scope": scope, "user_id": user_id, "current": not include_superseded,
+                  "n": max(50, k)}
+        lists = {"fulltext": await self._fulltext(query, params),
+                 "vector": await self._vector(query, params)}
+        fused = fuse(lists, self.weights, self.method)[:k]
+        if not fused:
+            return []
+        ids = [f.id for f in fused]
+        async with self.db.transaction() as conn:
+            await conn.execute(sql("memory.touch"), {"ids": ids})
+            cur = await conn.execute(sql("memory.by_ids"), {"ids": ids})
+            rows = {r["id"]: r for r in await cur.fetchall()}
+        return [_hit(rows[f.id], f) for f in fused if f.id in rows]
+
+    async def _fulltext(self, query: str, params: dict[str, Any]) -> list[tuple[Any, float]]:
+        fts = await build_fts_query(self.db, query, [space_of(params["scope"])])
+        if fts is None:
+            return []
+        rows = await self.db.fetch(sql("memory.fulltext"), {**params, **fts.params()})
+        return [(r["id"], float(r["score"])) for r in rows]
+
+    async def _vector(self, query: str, params: dict[str, Any]) -> list[tuple[Any, float]]:
+        args = {**params, "q": vector_literal(await self.embedder.query(query))}
+        count = await self.db.fetchone(sql("memory.count_scope"),
+                                       {**params, "cap": EXACT_SCAN_MAX_ROWS + 1})
+        if count and count["n"] > EXACT_SCAN_MAX_ROWS:
+            async with self.db.transaction() as conn:
+                await conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, 4 * params['n'])}")
+                cur = await conn.execute(sql("memory.vector_ann"), args)
+                rows = await cur.fetchall()
+            if len(rows) >= params["n"]:
+                return [(r["id"], float(r["score"])) for r in rows]
+        rows = await self.db.fetch(sql("memory.vector_exact"), args)
+        return [(r["id"], float(r["score"])) for r in rows]
+
+    async def get(self, memory_id: str) -> dict[str, Any] | None:
+        return await self.db.fetchone(sql("memory.get"), {"id": memory_id})
+
+    async def forget(self, memory_id: str, user_id: str | None = None) -> bool:
+        """Hard-delete one memory (live or archived). False when no such memory (for that user)."""
+        args = {"id": check_id(memory_id), "user_id": user_id}
+        async with self.db.transaction() as conn:
+            cur = await conn.execute(sql("memory.scope_of"), args)
+            row = await cur.fetchone()
+            if row:
+                await conn.execute(sql("fts.remove_memory_terms"),
+                                   {"ids": [args["id"]], "space": space_of(row["scope"])})
+                await conn.execute(sql("memory.delete"), args)
+                return True
+            cur = await conn.execute(sql("memory.delete_archived"), args)
+            return await cur.fetchone() is not None
+
+
+def check_id(value: str, field: str = "id") -> str:
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError as exc:
+        raise ValidationError(f"{value!r} is not a memory id (a UUID)", field=field) from exc
+
+
+def _check(scope: str, content: str) -> str:
+    if not scope or not scope.strip():
+        raise ValidationError("scope must not be empty", field="scope")
+    text = normalise(content)
+    if not text:
+        raise ValidationError("content must not be empty", field="content")
+    return text
+
+
+def _hit(row: dict[str, Any], fused: Any) -> MemoryHit:
+    scores = {"fused": round(fused.score, 6), **{k: round(v, 6) for k, v in fused.raw.items()}}
+    return MemoryHit(str(row["id"]), row["content"], row["summary"], row["kind"],
+                     row["metadata"], row["created_at"], row["valid_from"], scores)

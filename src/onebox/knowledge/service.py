@@ -1,0 +1,63 @@
+"""One handle on knowledge and memory for the CLI, the API and the runtime.
+
+    async with open_knowledge(settings) as knowledge:
+        await knowledge.kb.add_paths([Path("docs")], collection="docs")
+        hits = await knowledge.search("how are leases renewed?", k=5)
+        await knowledge.memory.remember("proj", "The deploy key rotates monthly.", user_id="ana")
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from onebox.config import Settings
+from onebox.knowledge.cache import AnswerCache
+from onebox.knowledge.chunking import ChunkingConfig
+from onebox.knowledge.embedder import CachedEmbedder
+from onebox.knowledge.ingest import KnowledgeBase
+from onebox.knowledge.memory import MemoryStore
+from onebox.knowledge.search import Reranker, SearchFilters, SearchHit, SearchOptions, search
+from onebox.llm.embedding import EmbeddingModel, embedding_model_from_settings
+from onebox.store.db import Database
+
+
+@dataclass
+class Knowledge:
+    db: Database
+    embedder: CachedEmbedder
+    kb: KnowledgeBase
+    memory: MemoryStore
+    cache: AnswerCache
+
+    @classmethod
+    def build(
+        cls, db: Database, model: EmbeddingModel, settings: Settings | None = None
+    ) -> Knowledge:
+        embedder = CachedEmbedder(db, model)
+        ks = settings.knowledge if settings else None
+        chunking = (ChunkingConfig(ks.chunk_tokens, ks.max_chunk_tokens, ks.overlap_tokens)
+                    if ks else ChunkingConfig())
+        return cls(
+            db=db, embedder=embedder, kb=KnowledgeBase(db, embedder, chunking),
+            memory=MemoryStore(db, embedder, dedup_similarity=ks.dedup_similarity if ks else 0.97),
+            cache=AnswerCache(db, embedder, min_similarity=ks.cache_similarity if ks else 0.92),
+        )
+
+    async def search(
+        self, query: str, k: int = 10, filters: SearchFilters | None = None,
+        options: SearchOptions | None = None, reranker: Reranker | None = None,
+    ) -> list[SearchHit]:
+        return await search(self.db, self.embedder, query, k, filters, options, reranker)
+
+
+@asynccontextmanager
+async def open_knowledge(settings: Settings) -> AsyncIterator[Knowledge]:
+    db = await Database.open(settings)
+    model = embedding_model_from_settings(settings)
+    try:
+        yield Knowledge.build(db, model, settings)
+    finally:
+        await model.close()
+        await db.close()

@@ -1,0 +1,104 @@
+-- Memories: one row per remembered fact, per scope and user; archive for compaction.
+
+-- name: find_hash
+SELECT id FROM onebox.memories
+WHERE scope = %(scope)s AND user_id = %(user_id)s AND content_hash = %(hash)s
+  AND invalid_at IS NULL
+ORDER BY created_at LIMIT 1
+
+-- name: nearest
+SELECT id, content, 1 - (embedding <=> %(q)s::vector) AS similarity FROM onebox.memories
+WHERE scope = %(scope)s AND user_id = %(user_id)s AND invalid_at IS NULL
+ORDER BY (embedding <=> %(q)s::vector) + 0 LIMIT %(n)s
+
+-- name: insert
+INSERT INTO onebox.memories (id, scope, user_id, kind, content, content_hash, summary, entities,
+                             metadata, embedding, tsv, fts_len, execution_id, valid_from)
+SELECT %(id)s, %(scope)s, %(user_id)s, %(kind)s, %(content)s, %(hash)s, %(summary)s,
+       %(entities)s, %(metadata)s, %(embedding)s::vector, tsv,
+       (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(tsv) AS u),
+       %(execution_id)s, coalesce(%(valid_from)s::timestamptz, now())
+FROM (SELECT to_tsvector('english', %(seg)s) AS tsv) t
+
+-- name: supersede
+UPDATE onebox.memories SET invalid_at = now(), superseded_by = %(new_id)s
+WHERE id = %(old_id)s AND invalid_at IS NULL AND scope = %(scope)s AND user_id = %(user_id)s
+RETURNING id
+
+-- name: get
+SELECT id, scope, user_id, kind, content, summary, entities, metadata, valid_from, invalid_at,
+       superseded_by, access_count, last_accessed_at, created_at, execution_id
+FROM onebox.memories WHERE id = %(id)s
+
+-- name: fulltext
+SELECT m.id, sum(w.idf * x.tf * (%(k1)s + 1)
+                 / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * m.fts_len / %(avgdl)s))) AS score
+FROM onebox.memories m
+CROSS JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions)::float8 AS tf
+                    FROM unnest(m.tsv) AS u) x
+JOIN unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS w(lexeme, idf) ON w.lexeme = x.lexeme
+WHERE m.tsv @@ %(tsquery)s::tsquery AND m.scope = %(scope)s AND m.user_id = %(user_id)s
+  AND (%(current)s = false OR m.invalid_at IS NULL)
+GROUP BY m.id ORDER BY score DESC LIMIT %(n)s
+
+-- name: count_scope
+SELECT count(*) AS n FROM (SELECT 1 FROM onebox.memories
+    WHERE scope = %(scope)s AND user_id = %(user_id)s LIMIT %(cap)s) s
+
+-- name: vector_exact
+SELECT id, 1 - (embedding <=> %(q)s::vector) AS score FROM onebox.memories
+WHERE scope = %(scope)s AND user_id = %(user_id)s AND (%(current)s = false OR invalid_at IS NULL)
+ORDER BY (embedding <=> %(q)s::vector) + 0 LIMIT %(n)s
+
+-- name: vector_ann
+SELECT id, 1 - (embedding <=> %(q)s::vector) AS score FROM onebox.memories
+WHERE scope = %(scope)s AND user_id = %(user_id)s AND (%(current)s = false OR invalid_at IS NULL)
+ORDER BY embedding <=> %(q)s::vector LIMIT %(n)s
+
+-- name: touch
+UPDATE onebox.memories SET access_count = access_count + 1, last_accessed_at = now()
+WHERE id = ANY(%(ids)s)
+
+-- name: delete
+DELETE FROM onebox.memories WHERE id = %(id)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
+RETURNING scope
+
+-- name: delete_archived
+DELETE FROM onebox.memories_archive
+WHERE id = %(id)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
+RETURNING id
+
+-- name: compactable
+SELECT id, scope, user_id, content, summary, created_at FROM onebox.memories
+WHERE (%(scope)s::text IS NULL OR scope = %(scope)s) AND kind <> 'summary'
+  AND invalid_at IS NULL AND created_at < %(before)s AND access_count <= %(max_access)s
+ORDER BY scope, user_id, created_at
+
+-- name: archive
+INSERT INTO onebox.memories_archive SELECT m.*, now(), %(summary_id)s
+FROM onebox.memories m WHERE m.id = ANY(%(ids)s)
+
+-- name: archived_of
+SELECT id, scope FROM onebox.memories_archive WHERE summary_id = %(summary_id)s
+
+-- name: unarchive
+INSERT INTO onebox.memories
+SELECT id, scope, user_id, kind, content, content_hash, summary, entities, metadata, embedding,
+       tsv, fts_len, execution_id, valid_from, invalid_at, superseded_by, access_count,
+       last_accessed_at, created_at
+FROM onebox.memories_archive WHERE summary_id = %(summary_id)s
+RETURNING id, scope
+
+-- name: drop_archive
+DELETE FROM onebox.memories_archive WHERE summary_id = %(summary_id)s
+
+-- name: delete_many
+DELETE FROM onebox.memories WHERE id = ANY(%(ids)s)
+
+-- name: by_ids
+SELECT id, content, summary, kind, metadata, created_at, valid_from
+FROM onebox.memories WHERE id = ANY(%(ids)s)
+
+-- name: scope_of
+SELECT scope FROM onebox.memories
+WHERE id = %(id)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
