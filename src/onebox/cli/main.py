@@ -11,6 +11,7 @@ COMMAND_MODULES = (
     "onebox.cli.runs",
     "onebox.cli.kb",
     "onebox.cli.memory",
+    "onebox.cli.snapshot",
 )
 
 

@@ -11,7 +11,7 @@ storage grows with the bytes that changed.
     report = await restore(store, info.sha256, into_dir)    # verifies every hash
 
 This module touches only the file system and the object store; the database
-side lives in :mod:`onebox.store.snapshots`, orchestration in
+side lives in :mod:`onebox.store.snapshots`, the two are tied together in
 :mod:`onebox.sandbox.snapshot_archive`.
 """
 
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 INLINE_MAX_BYTES = 16 << 20  # files up to this size are uploaded from memory, hash-checked
 TRANSFER_CONCURRENCY = 8
+LOST_FOUND = "lost+found"
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ def scan(workspace_dir: Path) -> Manifest:
         return Manifest(())
     entries: list[Entry] = []
     _scan_dir(root, "", entries)
+    if os.path.ismount(root):  # a workspace on its own file system: fsck's dir is not data
+        entries = [e for e in entries if e.path.split("/")[0] != LOST_FOUND]
     return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
 
 
@@ -95,19 +98,16 @@ async def capture(
     workspace_dir: Path,
     *,
     manifest: Manifest | None = None,
-    before_upload: Callable[[Manifest], Awaitable[None]] | None = None,
 ) -> SnapshotInfo:
     """Snapshot ``workspace_dir`` into ``store``: upload missing blobs, then the manifest.
 
-    ``before_upload`` runs after hashing and before any object is written; the
-    database layer uses it to record which objects the snapshot will reference,
-    so a concurrent garbage collection keeps them.
+    Pass the ``manifest`` from an earlier :func:`scan` to skip hashing again (the
+    database layer scans first, records which objects the snapshot will reference
+    so a concurrent garbage collection keeps them, then uploads).
     """
     started = time.perf_counter()
     if manifest is None:
         manifest = await asyncio.to_thread(scan, workspace_dir)
-    if before_upload is not None:
-        await before_upload(manifest)
     files = {e.sha256: e for e in manifest.files()}
     root = Path(workspace_dir)
     stored = await _gather_limited(
@@ -163,11 +163,19 @@ async def load_manifest(store: ObjectStore, sha256: str) -> Manifest:
     return Manifest.from_bytes(await store.get_verified(key, sha256), source=key)
 
 
-async def restore(store: ObjectStore, snapshot: str | Manifest, into_dir: Path) -> RestoreReport:
+async def restore(
+    store: ObjectStore,
+    snapshot: str | Manifest,
+    into_dir: Path,
+    *,
+    owner: tuple[int, int] | None = None,
+) -> RestoreReport:
     """Recreate a snapshot in ``into_dir`` (absent or empty), checking every object's hash.
 
     Symlinks whose target would resolve outside ``into_dir`` are not created; they
-    are listed in ``skipped_symlinks``. On any error the partial tree is removed.
+    are listed in ``skipped_symlinks``. ``owner`` (uid, gid) is given to every restored
+    entry, e.g. the unprivileged user a sandbox runs as. On any error the partial
+    tree is removed.
     """
     started = time.perf_counter()
     manifest = snapshot if isinstance(snapshot, Manifest) else await load_manifest(store, snapshot)
@@ -176,6 +184,8 @@ async def restore(store: ObjectStore, snapshot: str | Manifest, into_dir: Path) 
     try:
         await _restore_tree(store, manifest, into)
         skipped = _restore_symlinks(manifest, into)
+        if owner is not None:
+            _apply_owner(manifest, into, owner, skipped)
         _apply_modes(manifest, into)
     except BaseException:
         _empty_dir(into)
@@ -193,7 +203,8 @@ async def restore(store: ObjectStore, snapshot: str | Manifest, into_dir: Path) 
 def _prepare_target(into: Path) -> None:
     if into.is_symlink() or (into.exists() and not into.is_dir()):
         raise Conflict(f"cannot restore into {into}: it is not a directory")
-    if into.is_dir() and any(into.iterdir()):
+    if into.is_dir() and any(c.name != LOST_FOUND or not os.path.ismount(into)
+                             for c in into.iterdir()):
         raise Conflict(f"cannot restore into {into}: the directory is not empty")
     into.mkdir(parents=True, exist_ok=True)
 
@@ -234,6 +245,14 @@ def _restore_symlinks(manifest: Manifest, into: Path) -> tuple[str, ...]:
     for path in skipped:
         log.warning("restore skipped symlink %s: its target is outside %s", path, into)
     return tuple(sorted(skipped))
+
+
+def _apply_owner(
+    manifest: Manifest, into: Path, owner: tuple[int, int], skipped: tuple[str, ...]
+) -> None:
+    for entry in manifest.entries:
+        if entry.path not in skipped:
+            os.chown(into / entry.path, *owner, follow_symlinks=False)
 
 
 def _apply_modes(manifest: Manifest, into: Path) -> None:

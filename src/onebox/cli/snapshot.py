@@ -1,0 +1,237 @@
+"""`onebox snapshot list|show|restore|gc` and `onebox replay EXECUTION_ID`."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from onebox.cli.common import json_option, out, print_json, run, settings
+from onebox.config import Settings
+from onebox.errors import ValidationError
+from onebox.objects import ObjectStore, get_object_store
+from onebox.sandbox import snapshot_archive as archive
+from onebox.sandbox.replay import ReplayReport
+from onebox.sandbox.snapshots import load_manifest
+from onebox.store import snapshots as rows
+from onebox.store.db import Database
+
+ROW_FIELDS = ("id", "session_id", "execution_id", "kind", "status", "sha256", "bytes",
+              "stored_bytes", "file_count", "object_count", "duration_ms", "created_at")
+
+
+@asynccontextmanager
+async def opened(cfg: Settings) -> AsyncIterator[tuple[Database, ObjectStore]]:
+    store = get_object_store(cfg)
+    db = await Database.open(cfg)
+    try:
+        yield db, store
+    finally:
+        await db.close()
+        await store.close()
+
+
+def public(row: dict[str, Any]) -> dict[str, Any]:
+    return {name: row.get(name) for name in ROW_FIELDS}
+
+
+def _uuid(value: str | None, field: str) -> uuid.UUID | None:
+    if value is None:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ValidationError(f"{value!r} is not an id", field=field) from None
+
+
+@click.group("snapshot")
+def snapshot() -> None:
+    """Workspace snapshots taken around each step."""
+
+
+@snapshot.command("list")
+@click.option("--session", "session_id", help="only this sandbox session")
+@click.option("--execution", "execution_id", help="only the snapshots of this step execution")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@json_option
+def list_cmd(session_id: str | None, execution_id: str | None, limit: int, as_json: bool) -> None:
+    """List snapshots, newest first."""
+    async def go() -> list[dict[str, Any]]:
+        async with opened(settings()) as (db, _store), db.connection() as conn:
+            found = await rows.list_snapshots(conn, session_id=session_id, limit=limit,
+                                              execution_id=_uuid(execution_id, "execution"))
+            return [public(r) for r in found]
+
+    found = run(go())
+    if as_json:
+        print_json({"snapshots": found})
+        return
+    table = Table(expand=False)
+    for col in ("id", "session", "kind", "status", "files", "bytes", "stored", "created"):
+        table.add_column(col)
+    for r in found:
+        table.add_row(str(r["id"]), r["session_id"], r["kind"], r["status"], str(r["file_count"]),
+                      _size(r["bytes"]), _size(r["stored_bytes"]),
+                      r["created_at"].strftime("%Y-%m-%d %H:%M:%S"))
+    out.print(table)
+
+
+@snapshot.command("show")
+@click.argument("snapshot_id")
+@json_option
+def show_cmd(snapshot_id: str, as_json: bool) -> None:
+    """A snapshot's metadata and its files (SNAPSHOT_ID may be a unique prefix)."""
+    async def go() -> dict[str, Any]:
+        async with opened(settings()) as (db, store):
+            async with db.connection() as conn:
+                row = await rows.get(conn, snapshot_id)
+            manifest = await load_manifest(store, str(row["sha256"]).strip())
+            return {**public(row), "manifest_key": row["manifest_key"],
+                    "entries": [e.to_json() for e in manifest.entries]}
+
+    data = run(go())
+    if as_json:
+        print_json(data)
+        return
+    out.print(f"[bold]snapshot {data['id']}[/]  {data['kind']}  {data['status']}  "
+              f"session {data['session_id']}  execution {data['execution_id'] or '-'}")
+    out.print(f"sha256 {data['sha256']}  {data['file_count']} files, {_size(data['bytes'])}")
+    for entry in data["entries"]:
+        detail = entry.get("target") or _size(entry.get("size", 0))
+        out.print(f"  {entry['type']:<7} {entry['mode']:04o}  {entry['path']}  {detail}",
+                  markup=False)
+
+
+@snapshot.command("restore")
+@click.argument("snapshot_id")
+@click.option("--into", "into", required=True, type=click.Path(path_type=Path),
+              help="an empty or new directory")
+@json_option
+def restore_cmd(snapshot_id: str, into: Path, as_json: bool) -> None:
+    """Recreate a snapshot in a directory, verifying every object's sha256."""
+    async def go() -> dict[str, Any]:
+        async with opened(settings()) as (db, store):
+            report = await archive.restore_snapshot(db, store, snapshot_id, into)
+        return {"sha256": report.sha256, "into": str(report.into.resolve()),
+                "file_count": report.file_count, "bytes": report.bytes,
+                "skipped_symlinks": list(report.skipped_symlinks),
+                "duration_ms": report.duration_ms}
+
+    data = run(go())
+    if as_json:
+        print_json(data)
+        return
+    out.print(f"restored {data['file_count']} files ({_size(data['bytes'])}) into {data['into']}")
+    for path in data["skipped_symlinks"]:
+        out.print(f"[yellow]skipped symlink pointing outside the directory:[/] {path}")
+
+
+@snapshot.command("gc")
+@click.option("--keep-last", type=click.IntRange(0), default=None,
+              help="keep this many per session (default: snapshot_keep_last; 0 keeps all)")
+@click.option("--ttl-days", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="drop snapshots older than this (default: snapshot_ttl_days)")
+@click.option("--dry-run", is_flag=True, help="only report what would be deleted")
+@json_option
+def gc_cmd(keep_last: int | None, ttl_days: float | None, dry_run: bool, as_json: bool) -> None:
+    """Apply retention, then delete objects no snapshot references."""
+    cfg = settings()
+    keep = cfg.snapshot_keep_last if keep_last is None else keep_last
+    ttl = ttl_days if ttl_days is not None else cfg.snapshot_ttl_days
+
+    async def go() -> archive.GcReport:
+        async with opened(cfg) as (db, store):
+            return await archive.prune(db, store, keep_last=keep,
+                                       ttl_s=ttl * 86400 if ttl else None, dry_run=dry_run)
+
+    report = run(go())
+    data = {"expired_snapshots": report.expired_snapshots, "objects_seen": report.objects_seen,
+            "objects_kept": report.objects_kept, "objects_deleted": len(report.objects_deleted),
+            "dry_run": report.dry_run}
+    if as_json:
+        print_json(data)
+        return
+    verb = "would delete" if dry_run else "deleted"
+    out.print(f"expired {data['expired_snapshots']} snapshots; {verb} "
+              f"{data['objects_deleted']} of {data['objects_seen']} objects")
+
+
+@click.command("replay")
+@click.argument("execution_id")
+@click.option("--keep-session", is_flag=True, help="keep the replay's sandbox session")
+@json_option
+def replay_cmd(execution_id: str, keep_session: bool, as_json: bool) -> None:
+    """Re-run a recorded step from its inputs in a fresh session and compare outputs.
+
+    Exit code 0 when everything matches, 1 when something differs.
+    """
+    from onebox.runtime.archive import output_hash
+    from onebox.sandbox.registry import get_backend
+    from onebox.sandbox.replay import replay
+
+    cfg = settings()
+    exec_id = _uuid(execution_id, "execution_id")
+    assert exec_id is not None
+
+    async def go() -> ReplayReport:
+        backend = get_backend(cfg)
+        try:
+            async with opened(cfg) as (db, store):
+                return await replay(db, backend, store, exec_id, hash_output=output_hash,
+                                    keep_session=keep_session)
+        finally:
+            await backend.close()
+
+    report = run(go())
+    if as_json:
+        print_json(report.to_json())
+    else:
+        _print_replay(report)
+    if not report.match:
+        raise SystemExit(1)
+
+
+def _print_replay(report: ReplayReport) -> None:
+    source = {"recorded": "its pre-execution snapshot", "empty": "an empty workspace",
+              "derived": "the session's previous snapshot (no pre-execution snapshot recorded)"}
+    out.print(f"replayed {report.execution_id} in session {report.session_id} "
+              f"from {source[report.pre_source]}")
+    if report.match:
+        out.print(f"[green]match[/]  output hash {report.replayed_output_hash or '-'}")
+        return
+    out.print("[red]mismatch[/]")
+    if report.recorded_exit_code != report.replayed_exit_code:
+        out.print(f"exit code: recorded {report.recorded_exit_code}, "
+                  f"replayed {report.replayed_exit_code}")
+    for text in (report.stdout_diff, report.stderr_diff):
+        if text:
+            out.print(text, markup=False, highlight=False, end="")
+    for label, paths in (("added", report.files.added), ("removed", report.files.removed),
+                         ("changed", report.files.changed)):
+        for path in paths:
+            out.print(f"file {label}: {path}", markup=False)
+    recorded, replayed = report.recorded_output_hash, report.replayed_output_hash
+    if recorded and replayed and recorded != replayed:
+        out.print(f"output hash: recorded {recorded}, replayed {replayed}")
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def register(main: click.Group) -> None:
+    main.add_command(snapshot)
+    main.add_command(replay_cmd)
+

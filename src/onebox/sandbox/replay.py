@@ -1,0 +1,214 @@
+"""Replay a recorded step: same code, language, limits and inputs, in a fresh session.
+
+    report = await replay(db, backend, store, execution_id, hash_output=output_hash)
+    report.match          # exit code, stdout, stderr, files and output hash all equal
+    report.stdout_diff    # a unified diff when they are not
+
+The inputs are the step's pre-execution snapshot (``task_execution.pre_snapshot_id``).
+Without one, the session's newest snapshot taken before the step is used and the
+report says ``pre_source="derived"``; without any, the step replays in an empty
+workspace (``"empty"``). Files are compared with the step's post-execution snapshot
+when there is one, else with the ``files_written`` the step recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from onebox.errors import SandboxError, ValidationError
+from onebox.objects.base import ObjectStore
+from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
+from onebox.sandbox.snapshot_manifest import Manifest, TreeDiff, diff
+from onebox.sandbox.snapshots import RestoreReport, load_manifest, restore, scan
+from onebox.store import snapshots as rows
+from onebox.store.db import Database
+
+STDIO_TAIL_CHARS = 64_000  # the runtime keeps only this much of long outputs
+PreSource = Literal["recorded", "derived", "empty"]
+
+
+@dataclass(frozen=True)
+class SessionRestore:
+    session_id: str
+    workspace: Path
+    report: RestoreReport | None
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    execution_id: uuid.UUID
+    session_id: str
+    pre_snapshot_id: uuid.UUID | None
+    pre_source: PreSource
+    match: bool
+    recorded_exit_code: int | None
+    replayed_exit_code: int | None
+    recorded_output_hash: str | None
+    replayed_output_hash: str | None
+    stdout_diff: str
+    stderr_diff: str
+    files: TreeDiff
+    files_compared_with: Literal["snapshot", "files_written"]
+    result: ExecResult = field(repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "execution_id": str(self.execution_id), "session_id": self.session_id,
+            "pre_snapshot_id": str(self.pre_snapshot_id) if self.pre_snapshot_id else None,
+            "pre_source": self.pre_source, "match": self.match,
+            "exit_code": {"recorded": self.recorded_exit_code,
+                          "replayed": self.replayed_exit_code},
+            "output_hash": {"recorded": self.recorded_output_hash,
+                            "replayed": self.replayed_output_hash},
+            "stdout_diff": self.stdout_diff, "stderr_diff": self.stderr_diff,
+            "files": self.files.to_json(), "files_compared_with": self.files_compared_with,
+        }
+
+
+def new_session_id(prefix: str = "restore") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+async def restore_into_session(
+    db: Database,
+    store: ObjectStore,
+    backend: SandboxBackend,
+    snapshot_ref: str | uuid.UUID | None,
+    *,
+    session_id: str | None = None,
+) -> SessionRestore:
+    """Open a new sandbox session whose workspace holds the snapshot (None: empty)."""
+    session_id = session_id or new_session_id()
+    await _open_session(backend, session_id)
+    workspace = backend.workspace(session_id)
+    if snapshot_ref is None:
+        return SessionRestore(session_id, workspace, None)
+    async with db.connection() as conn:
+        row = await rows.get(conn, snapshot_ref)
+    st = await asyncio.to_thread(os.stat, workspace)
+    owner = (st.st_uid, st.st_gid) if os.geteuid() in (0, st.st_uid) else None
+    report = await restore(store, str(row["sha256"]).strip(), workspace, owner=owner)
+    return SessionRestore(session_id, workspace, report)
+
+
+async def _open_session(backend: SandboxBackend, session_id: str) -> None:
+    """Let the backend create the workspace its own way (owner, disk quota), empty."""
+    result = await backend.execute(ExecRequest(session_id=session_id, code=":", language="bash"))
+    if not result.ok:
+        raise SandboxError(
+            f"could not open sandbox session {session_id}: {result.error or result.stderr}"
+        )
+
+
+async def replay(
+    db: Database,
+    backend: SandboxBackend,
+    store: ObjectStore,
+    execution_id: uuid.UUID,
+    *,
+    hash_output: Callable[[ExecResult], str] | None = None,
+    keep_session: bool = False,
+) -> ReplayReport:
+    """Re-run a recorded step from its inputs in a fresh session and compare what it produced."""
+    async with db.connection() as conn:
+        execution = await rows.get_execution(conn, execution_id)
+        pre_id, pre_source = await _resolve_inputs(conn, execution)
+        post = await rows.get(conn, execution["snapshot_id"]) if execution["snapshot_id"] else None
+    request_fields = _request_fields(execution)
+    opened = await restore_into_session(db, store, backend, pre_id,
+                                        session_id=new_session_id("replay"))
+    try:
+        result = await backend.execute(ExecRequest(session_id=opened.session_id, **request_fields))
+        after = await asyncio.to_thread(scan, opened.workspace)
+        files, compared_with = await _compare_files(store, post, execution, after, result)
+    finally:
+        if not keep_session:
+            await backend.cleanup(opened.session_id)
+    return _report(execution, opened.session_id, pre_id, pre_source, result, files,
+                   compared_with, hash_output)
+
+
+async def _resolve_inputs(
+    conn: rows.Conn, execution: rows.Row
+) -> tuple[uuid.UUID | None, PreSource]:
+    if execution["pre_snapshot_id"] is not None:
+        return execution["pre_snapshot_id"], "recorded"
+    if execution["session_id"]:
+        earlier = await rows.latest_before(conn, execution["session_id"], execution["created_at"])
+        if earlier is not None:
+            return earlier["id"], "derived"
+    return None, "empty"
+
+
+def _request_fields(execution: rows.Row) -> dict[str, Any]:
+    details = execution["details"] or {}
+    code, language = details.get("code"), details.get("language")
+    if not isinstance(code, str) or language not in ("python", "bash", "node"):
+        raise ValidationError(
+            f"step execution {execution['id']} did not record its code and language "
+            "(task_execution.details.code/.language), so it cannot be replayed",
+            field="details.code",
+        )
+    known = {f.name for f in fields(Limits)}
+    limits = Limits(**{k: v for k, v in (details.get("limits") or {}).items() if k in known})
+    network = NetworkPolicy(allow_domains=tuple(details.get("allow_domains") or ()))
+    return {"code": code, "language": language, "limits": limits, "network": network}
+
+
+async def _compare_files(
+    store: ObjectStore, post: rows.Row | None, execution: rows.Row, after: Manifest,
+    result: ExecResult,
+) -> tuple[TreeDiff, Literal["snapshot", "files_written"]]:
+    """Replayed workspace vs the recorded post-execution snapshot, else vs files_written."""
+    if post is not None:
+        expected = await load_manifest(store, str(post["sha256"]).strip())
+        return diff(expected, after), "snapshot"
+    recorded = {f["path"]: (f["change"], f.get("sha256"))
+                for f in (execution["details"] or {}).get("files_written") or ()}
+    replayed = {f.path: (f.change, f.sha256) for f in result.files_written}
+    return TreeDiff(
+        added=tuple(sorted(replayed.keys() - recorded.keys())),
+        removed=tuple(sorted(recorded.keys() - replayed.keys())),
+        changed=tuple(sorted(p for p in recorded.keys() & replayed.keys()
+                             if recorded[p] != replayed[p])),
+    ), "files_written"
+
+
+def _report(
+    execution: rows.Row, session_id: str, pre_id: uuid.UUID | None, pre_source: PreSource,
+    result: ExecResult, files: TreeDiff, compared_with: Literal["snapshot", "files_written"],
+    hash_output: Callable[[ExecResult], str] | None,
+) -> ReplayReport:
+    stdout_diff = _text_diff(execution["stdout"], result.stdout, "stdout")
+    stderr_diff = _text_diff(execution["stderr"], result.stderr, "stderr")
+    recorded_hash = execution["output_hash"]
+    replayed_hash = hash_output(result) if hash_output is not None else None
+    hashes_agree = recorded_hash is None or replayed_hash is None or recorded_hash == replayed_hash
+    match = (execution["exit_code"] == result.exit_code and not stdout_diff and not stderr_diff
+             and files.empty and hashes_agree)
+    return ReplayReport(
+        execution_id=execution["id"], session_id=session_id, pre_snapshot_id=pre_id,
+        pre_source=pre_source, match=match, recorded_exit_code=execution["exit_code"],
+        replayed_exit_code=result.exit_code, recorded_output_hash=recorded_hash,
+        replayed_output_hash=replayed_hash, stdout_diff=stdout_diff, stderr_diff=stderr_diff,
+        files=files, files_compared_with=compared_with, result=result,
+    )
+
+
+def _text_diff(recorded: str | None, replayed: str, name: str) -> str:
+    """A unified diff, or "" when equal (a recorded tail matches the end of a longer output)."""
+    recorded = recorded or ""
+    if recorded == replayed or (len(recorded) >= STDIO_TAIL_CHARS and replayed.endswith(recorded)):
+        return ""
+    lines = difflib.unified_diff(
+        recorded.splitlines(keepends=True), replayed.splitlines(keepends=True),
+        fromfile=f"recorded/{name}", tofile=f"replayed/{name}",
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
