@@ -170,3 +170,24 @@ def test_registry_picks_backend_from_settings(tmp_path: Path, s3_endpoint: str) 
     for bad in ("gcs://x", "s3://", "fs:relative"):
         with pytest.raises(ConfigError):
             get_object_store(load_settings(home=tmp_path, objects=bad))
+
+
+async def test_snapshot_capture_and_restore_through_the_store(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    from onebox.sandbox.snapshots import capture, restore, scan
+
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "sub/a.txt").write_text("alpha")
+    (ws / "b.bin").write_bytes(bytes(range(256)))
+    info = await capture(store, ws)
+    (ws / "b.bin").write_bytes(b"changed")
+    again = await capture(store, ws)
+    assert again.stored_bytes < info.stored_bytes
+    await restore(store, info.sha256, tmp_path / "out")
+    assert scan(tmp_path / "out").sha256 == info.sha256
+    assert (tmp_path / "out/b.bin").read_bytes() == bytes(range(256))
+    await store.put(blob_key(hashlib.sha256(b"alpha").hexdigest()), b"alphX")
+    with pytest.raises(IntegrityError, match=blob_key(hashlib.sha256(b"alpha").hexdigest())):
+        await restore(store, again.sha256, tmp_path / "out2")
