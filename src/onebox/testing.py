@@ -341,18 +341,22 @@ async def run_agent_offline(
     memory: InMemoryMemory | None = None,
     approve: Callable[[AskApproval], bool] | None = None,
     check: Callable[[CheckCode], Awaitable[CheckResult]] = syntax_check,
+    call: Callable[[CallModel], Awaitable[ModelReply]] | None = None,
     max_actions: int = 10_000,
 ) -> OfflineRun:
     """Drive ``agent`` to its Finish in memory: a batch of actions at a time, performed
     concurrently, their observations fed back in action order (so runs are deterministic).
 
     ``executor`` runs ExecuteStep actions (return :func:`step_ok`/:func:`step_failed`);
-    ``knowledge`` returns the hits for a search; ``approve`` answers approvals (default yes).
+    ``knowledge`` returns the hits for a search; ``approve`` answers approvals (default yes);
+    ``call`` performs model calls instead of ``model`` (e.g. to record them in the database).
     """
     run = OfflineRun(agent)
     memory = memory or InMemoryMemory()
 
     async def perform(action: Action) -> Observation | None:
+        if isinstance(action, CallModel) and call is not None:
+            return await call(action)
         if isinstance(action, CallModel):
             if model is None:
                 raise AssertionError(f"{action.id} calls the model but no model was given")

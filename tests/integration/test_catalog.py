@@ -1,0 +1,154 @@
+"""The tool catalog on a real PostgreSQL: registration from YAML and the recursive ranking."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from psycopg.types.json import Jsonb
+
+from onebox.errors import Conflict, NotFound, ValidationError
+from onebox.store.catalog import (
+    get_tool,
+    list_tools,
+    load_tool_file,
+    parse_tool,
+    rank_tools,
+    register_tool,
+    remove_tool,
+)
+from onebox.store.db import Database
+
+BUILTINS = {"python", "bash", "node", "http", "knowledge_search", "memory_remember",
+            "memory_recall", "approval", "final_answer"}
+
+
+async def record_executions(db: Database, outcomes: dict[str, list[str]]) -> None:
+    """Insert finished task_execution rows: tool name -> statuses of its attempts."""
+    async with db.transaction() as conn:
+        run_id, plan_id = uuid.uuid4(), uuid.uuid4()
+        await conn.execute(
+            "INSERT INTO onebox.runs (id, trace_id, source, request) VALUES (%s, %s, 'task', %s)",
+            (run_id, "0" * 32, Jsonb({"task": "t"})))
+        await conn.execute(
+            "INSERT INTO onebox.plans (id, run_id, version, spec, spec_hash) "
+            "VALUES (%s, %s, 1, '{}', %s)", (plan_id, run_id, "0" * 64))
+        n = 0
+        for tool, statuses in outcomes.items():
+            for status in statuses:
+                n += 1
+                await conn.execute(
+                    "INSERT INTO onebox.task_execution (id, run_id, plan_id, trace_id, step_id,"
+                    " step_number, attempt, tool_name, input_hash, status)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, 1, %s, %s, %s)",
+                    (uuid.uuid4(), run_id, plan_id, "0" * 32, f"s{n}", n, tool, "0" * 64,
+                     status))
+
+
+def pdf_tool(name: str, cost: str = "MEDIUM", requires: tuple[str, ...] = ("python",)) -> dict:
+    return {"name": name, "description": f"{name} reads PDFs", "language": "python",
+            "code_template": "print({{ path }})", "cost_class": cost, "formats": ["PDF"],
+            "requires": list(requires),
+            "input_schema": {"type": "object", "required": ["path"]}}
+
+
+async def test_builtin_tools_are_installed(db: Database) -> None:
+    async with db.connection() as conn:
+        tools = {t.name: t for t in await list_tools(conn)}
+    assert set(tools) >= BUILTINS and all(tools[n].builtin for n in BUILTINS)
+    assert tools["http"].cost_class == "MEDIUM" and "json" in tools["http"].formats
+
+
+async def test_register_from_yaml_and_read_back(db: Database, tmp_path: Path) -> None:
+    path = tmp_path / "pdf_tables.yaml"
+    path.write_text(
+        "name: pdf_tables\ndescription: Extract tables from a PDF\nlanguage: python\n"
+        "input_schema: {type: object, required: [path], properties: {path: {type: string}}}\n"
+        "code_template: |\n  print('{{ path }}')\npermissions: {network: []}\n"
+        "cost_class: MEDIUM\nformats: [pdf, PDF]\nrequires: [python]\n"
+        "alternatives: [knowledge_search]\n")
+    tool = load_tool_file(path)
+    async with db.transaction() as conn:
+        await register_tool(conn, tool)
+    async with db.connection() as conn:
+        stored = await get_tool(conn, "pdf_tables")
+    assert stored.formats == ("pdf",) and stored.requires == ("python",)
+    assert stored.cost_class == "MEDIUM" and stored.input_schema["required"] == ["path"]
+    assert stored.alternatives == ("knowledge_search",) and not stored.builtin
+
+
+async def test_bad_definitions_are_refused_with_the_field(db: Database) -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_tool({**pdf_tool("x"), "cost_class": "CHEAP"})
+    assert info.value.field == "cost_class"
+    with pytest.raises(ValidationError, match="unknown field"):
+        parse_tool({**pdf_tool("x"), "colour": "red"})
+    with pytest.raises(ValidationError, match="needs a language"):
+        parse_tool({"name": "t", "description": "d", "code_template": "x"})
+    async with db.transaction() as conn:
+        with pytest.raises(Conflict, match="built-in"):
+            await register_tool(conn, parse_tool({"name": "python", "description": "mine"}))
+    async with db.transaction() as conn:
+        with pytest.raises(NotFound, match="ghost"):
+            await register_tool(conn, parse_tool(pdf_tool("y", requires=("ghost",))))
+    async with db.transaction() as conn:
+        with pytest.raises(NotFound):
+            await remove_tool(conn, "bash")
+
+
+async def test_ranking_by_format_cost_and_success_rate(db: Database) -> None:
+    async with db.transaction() as conn:
+        await register_tool(conn, parse_tool({"name": "ocr", "description": "OCR engine",
+                                              "cost_class": "HIGH"}))
+        await register_tool(conn, parse_tool(pdf_tool("pdf_fast", "LOW")))
+        await register_tool(conn, parse_tool(pdf_tool("pdf_good", "MEDIUM")))
+        await register_tool(conn, parse_tool(pdf_tool("pdf_new", "LOW")))
+        # cheap itself, but needs the HIGH-cost ocr two levels down
+        await register_tool(conn, parse_tool({"name": "scan_helper", "description": "h",
+                                              "cost_class": "LOW", "requires": ["ocr"]}))
+        await register_tool(conn, parse_tool(pdf_tool("pdf_scan", "LOW",
+                                                      requires=("python", "scan_helper"))))
+    await record_executions(db, {
+        "pdf_fast": ["SUCCESS", "FAILED", "FAILED", "TIMEOUT"],
+        "pdf_good": ["SUCCESS"] * 9 + ["FAILED"],
+        "pdf_scan": ["SUCCESS"] * 5,
+        "python": ["SUCCESS"] * 3,
+    })
+    async with db.connection() as conn:
+        medium = await rank_tools(conn, format="pdf", max_cost="MEDIUM")
+        high = await rank_tools(conn, format="PDF", max_cost="HIGH")
+        low = await rank_tools(conn, format="pdf", max_cost="LOW")
+    # no history scores 1/2; ties go to the cheaper tool, then by name
+    assert [t.name for t in medium] == ["pdf_good", "knowledge_search", "pdf_new", "pdf_fast"]
+    good = medium[0]
+    assert (good.successes, good.runs, good.success_rate) == (9, 10, pytest.approx(0.9))
+    assert medium[2].success_rate is None and medium[2].score == pytest.approx(0.5)
+    assert medium[3].success_rate == pytest.approx(0.25)
+    assert [t.name for t in high][0] == "pdf_scan"
+    scan = high[0]
+    assert scan.cost_class == "HIGH" and set(scan.requires) == {"python", "scan_helper", "ocr"}
+    assert "pdf_scan" not in {t.name for t in low} and "pdf_good" not in {t.name for t in low}
+    assert good.to_hint().success_rate == pytest.approx(0.9)
+
+
+async def test_requirement_cycles_and_removed_requirements(db: Database) -> None:
+    async with db.transaction() as conn:
+        await register_tool(conn, parse_tool({"name": "a", "description": "a",
+                                              "formats": ["xyz"]}))
+        await register_tool(conn, parse_tool({"name": "b", "description": "b",
+                                              "formats": ["xyz"], "requires": ["a"]}))
+        await register_tool(conn, parse_tool({"name": "a", "description": "a",
+                                              "formats": ["xyz"], "requires": ["b"]}))
+    async with db.connection() as conn:
+        assert {t.name for t in await rank_tools(conn, format="xyz")} == {"a", "b"}
+    async with db.transaction() as conn:
+        await register_tool(conn, parse_tool({"name": "c", "description": "c",
+                                              "formats": ["xyz"], "requires": ["b"]}))
+        await remove_tool(conn, "a")  # b now needs a tool that no longer exists
+    async with db.connection() as conn:
+        ranked = {t.name for t in await rank_tools(conn, format="xyz")}
+    assert ranked == set()  # b needs a (gone); c needs b, which needs a
+    with pytest.raises(ValidationError):
+        async with db.connection() as conn:
+            await rank_tools(conn, format="xyz", max_cost="CHEAP")
