@@ -72,6 +72,8 @@ class Agent:
         self.result: Finish | None = None
         self._given_plan = plan
         self._order: list[str] = []
+        self._steps_by_id: dict[str, Step] = {}
+        self._waiting_ids: list[str] = []
         self._count = 0
         self._out: list[Action] = []
         self._waiting: dict[str, tuple[Action, Handler]] = {}
@@ -133,6 +135,9 @@ class Agent:
             self._waiting[action.id] = (action, handler)
         return action
 
+    def _step(self, step_id: str) -> Step:
+        return self._steps_by_id[step_id]
+
     def _drain(self) -> list[Action]:
         out, self._out = self._out, []
         return out
@@ -187,8 +192,10 @@ class Agent:
         self.version += 1
         self.plan = plan
         self._order = topological_order(plan)
+        self._steps_by_id = {s.id: s for s in plan.steps}
         self.steps = {s.id: (self.steps[s.id] if s.id in finished else StepState())
                       for s in plan.steps}
+        self._waiting_ids = [sid for sid in self._order if sid not in finished]
         self._queue.clear()
         self._replanning = False
         why = Decision("plan" if self.version == 1 else "replan",
@@ -218,16 +225,17 @@ class Agent:
             self._complete()
 
     def _schedule(self) -> None:
-        assert self.plan is not None
-        for sid in self._order:
-            state = self.steps[sid]
-            step = self.plan.step(sid)
-            if state.status == "waiting" and all(
-                self.steps[d].status in FINISHED for d in step.depends_on
-            ):
-                self._start_step(step, state)
+        still_waiting = []
+        for i, sid in enumerate(self._waiting_ids):
+            step = self._step(sid)
+            if all(self.steps[d].status in FINISHED for d in step.depends_on):
+                self._start_step(step, self.steps[sid])
                 if self._blocked:
-                    return
+                    still_waiting.extend(self._waiting_ids[i + 1:])
+                    break
+            else:
+                still_waiting.append(sid)
+        self._waiting_ids = still_waiting
 
     def _start_step(self, step: Step, state: StepState) -> None:
         names = self._names(step)
@@ -270,8 +278,7 @@ class Agent:
 
     # ------------------------------------------------------------------ one instance
     def _begin(self, inst: Instance) -> None:
-        assert self.plan is not None
-        step = self.plan.step(inst.step_id)
+        step = self._step(inst.step_id)
         if step.kind == "final":
             self._final(step, inst)
         elif step.kind != "code":
@@ -305,8 +312,7 @@ class Agent:
             except ValueError as exc:
                 self._code_rejected(inst, str(exc))
                 return
-            assert self.plan is not None
-            self._precheck(self.plan.step(inst.step_id), inst, code)
+            self._precheck(self._step(inst.step_id), inst, code)
 
         self._issue(CallModel, why, on_reply, purpose=purpose, request=request, step_id=inst.key)
 
@@ -337,8 +343,7 @@ class Agent:
         self._fix(inst, error, "before running")
 
     def _fix(self, inst: Instance, error: str, when: str) -> None:
-        assert self.plan is not None
-        step = self.plan.step(inst.step_id)
+        step = self._step(inst.step_id)
         attempt = self._executions.get(inst.key, 0)
         request = p.fix_request(step, inst.code or "", error, attempt)
         why = Decision("fix", f"{when}: {error.splitlines()[0] if error else 'error'}; "
@@ -346,8 +351,7 @@ class Agent:
         self._ask_code(inst, "fix_code", request, why)
 
     def _execute(self, inst: Instance) -> None:
-        assert self.plan is not None
-        step = self.plan.step(inst.step_id)
+        step = self._step(inst.step_id)
         n = self._executions[inst.key] = self._executions.get(inst.key, 0) + 1
         why = inst.next_decision or Decision("run", self._why_run(step, inst), inst.key)
         inst.next_decision = None
@@ -370,8 +374,7 @@ class Agent:
         return why
 
     def _on_result(self, inst: Instance, obs: StepResult) -> None:
-        assert self.plan is not None
-        step = self.plan.step(inst.step_id)
+        step = self._step(inst.step_id)
         if obs.ok:
             self._on_success(step, inst, obs.output())
             return
@@ -419,13 +422,12 @@ class Agent:
             self._block("replan", f"step {inst.key!r} asked for a new plan: {result['replan']}")
 
     def _instance_done(self, inst: Instance, output: dict[str, Any]) -> None:
-        assert self.plan is not None
         inst.state, inst.output = "done", output
         self._active -= 1
         state = self.steps[inst.step_id]
         if all(i.state == "done" for i in state.instances):
             state.status = "succeeded"
-            state.output = aggregate(self.plan.step(inst.step_id), state.instances)
+            state.output = aggregate(self._step(inst.step_id), state.instances)
 
     def _instance_failed(self, inst: Instance, reason: str, replan: bool = True) -> None:
         inst.state = "failed"
