@@ -304,3 +304,15 @@ async def test_resume_replays_observations_without_calling_the_model_again() -> 
     assert [a.id for a in first.outstanding()] == [todo.id]
     done = second.observe(StepResult(todo.id, ok=True, stdout="2\n"))
     assert isinstance(done[-1], Finish) and done[-1].ok and done[-1].answer == "2"
+
+
+async def test_explain_lines_show_why_each_step_ran_or_was_skipped() -> None:
+    from onebox.agent.explain import explain_lines
+
+    p = plan(py("count", "print(3)"), py("big", "print(1)", "count", when="count.ok == False"))
+    run = await run_agent_offline(Agent(plan=parse_plan(p)), ScriptedModel(), by_step)
+    lines = explain_lines(json.loads(json.dumps([a.to_dict() for a in run.actions])))
+    assert lines[0].startswith("-      plan    plan v1")
+    assert lines[1] == "count  run     no dependencies"
+    assert lines[2] == "big    skip    condition 'count.ok == False' is false"
+    assert lines[-1].startswith("-      finish  all 2 steps")
