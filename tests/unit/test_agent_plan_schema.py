@@ -65,3 +65,17 @@ def test_loop_rules() -> None:
     assert err.field == "steps[a].max_iterations"
     err = refused({"id": "a", "tool": "python", "code": "1", "when": "item > 1"})
     assert "not bound here" in err.message
+
+
+def test_the_documented_example_plan_is_valid() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
+    example = re.search(r"### Example\n\n```yaml\n(.*?)```", doc, re.DOTALL)
+    assert example is not None
+    plan = parse_plan(yaml.safe_load(example.group(1)))
+    assert plan.step("per_file").foreach == "files.result"
+    assert plan.step("answer").kind == "final"
