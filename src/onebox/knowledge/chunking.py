@@ -20,7 +20,7 @@ from onebox.errors import ValidationError
 from onebox.knowledge.text import CJK, split_sentences
 
 TokenCounter = Callable[[str], int]
-_CJK_CHAR = re.compile(f"[{CJK}]")
+_CJK_CHAR = re.compile(f"[{CJK}\u3000-\u303f\uff00-\uffef]")
 _PIECE = re.compile(f"[{CJK}]|\\S+\\s*")
 
 

