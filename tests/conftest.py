@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -19,10 +21,20 @@ from onebox.store.embedded import start_embedded
 TEMPLATE_DB = "onebox_template"
 
 
+def _world_traversable_tmpdir(prefix: str) -> Path:
+    """A temp dir outside pytest's 0700 basetemp: the embedded server runs as the system user
+    'pgserver' when we are root, and pytest may reset its basetemp's mode at any time."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
+
+
 @pytest.fixture(scope="session")
-def onebox_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def onebox_home() -> Iterator[Path]:
     """One ONEBOX_HOME for the whole test session (the embedded server lives here)."""
-    return tmp_path_factory.mktemp("onebox-home")
+    path = _world_traversable_tmpdir("onebox-test-home-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -60,9 +72,11 @@ def template_url(pg_server_url: str) -> str:
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def settings() -> Iterator[Settings]:
     """Settings for one test: its own ONEBOX_HOME; no database URL (tests pass one in)."""
-    return load_settings(home=tmp_path / "home")
+    home = _world_traversable_tmpdir("onebox-test-")
+    yield load_settings(home=home / "home")
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture

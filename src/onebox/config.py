@@ -100,6 +100,11 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("ONEBOX_DATABASE_URL", "DATABASE_URL", "database_url")
     )
     db_pool_max: int = Field(10, ge=1)
+    db_keep_running: bool = Field(
+        True,
+        description="leave the embedded PostgreSQL running when the process exits, so the next "
+        "command attaches at once; `onebox db stop` stops it",
+    )
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)

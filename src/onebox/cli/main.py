@@ -11,6 +11,8 @@ COMMAND_MODULES = (
     "onebox.cli.runs",
     "onebox.cli.kb",
     "onebox.cli.memory",
+    "onebox.cli.doctor",
+    "onebox.cli.db",
     "onebox.cli.snapshot",
 )
 

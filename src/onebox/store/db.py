@@ -112,7 +112,8 @@ class Database:
         if settings.database_url is not None:
             url = settings.database_url.get_secret_value()
         else:
-            server, url = await asyncio.to_thread(start_embedded, settings.pg_dir)
+            server, url = await asyncio.to_thread(
+                start_embedded, settings.pg_dir, keep_running=settings.db_keep_running)
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                 if run_migrations:
@@ -161,4 +162,4 @@ def _redact(url: str) -> str:
     except psycopg.ProgrammingError:
         return "<unparseable DATABASE_URL>"
     info.pop("password", None)
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+    return psycopg.conninfo.make_conninfo("", **{k: v for k, v in info.items() if v is not None})

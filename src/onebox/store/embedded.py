@@ -14,12 +14,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 from onebox.errors import StorageError
 
 log = logging.getLogger(__name__)
+# pgserver asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR it warns on every import.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 _HANDLE_LIST = ".handle_pids.json"
 
@@ -48,9 +51,6 @@ def _prune_dead_handles(pgdata: Path) -> None:
 
 def start_embedded(pgdata: Path, *, keep_running: bool = False) -> tuple[Any, str]:
     """Start (or re-attach to) the server in ``pgdata``; return (server, uri)."""
-    import warnings
-
-    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     try:
         import pgserver
         from pgserver.postgres_server import PostgresServer
@@ -80,7 +80,7 @@ def start_embedded(pgdata: Path, *, keep_running: bool = False) -> tuple[Any, st
 
 def stop_embedded(pgdata: Path) -> bool:
     """Stop the embedded server if it runs; return whether it was running."""
-    from pgserver._commands import pg_ctl
+    from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
     from pgserver.utils import PostmasterInfo
 
     pgdata = pgdata.expanduser().resolve()
@@ -90,3 +90,19 @@ def stop_embedded(pgdata: Path) -> bool:
     user = "pgserver" if os.geteuid() == 0 else None
     pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
     return True
+
+
+def embedded_status(pgdata: Path) -> dict[str, Any]:
+    """Whether the embedded server in ``pgdata`` runs, with its pid and URL."""
+    from pgserver.utils import PostmasterInfo
+
+    pgdata = pgdata.expanduser().resolve()
+    info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
+    running = info is not None and info.is_running()
+    return {
+        "data_dir": str(pgdata),
+        "initialized": (pgdata / "PG_VERSION").exists(),
+        "running": running,
+        "pid": info.pid if running and info else None,
+        "url": info.get_uri() if running and info else None,
+    }

@@ -18,8 +18,7 @@ CREATE TABLE onebox.runs (
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
     started_at       timestamptz,
-    finished_at      timestamptz,
-    last_event_at    timestamptz NOT NULL DEFAULT now()
+    finished_at      timestamptz
 );
 CREATE INDEX runs_created_idx ON onebox.runs (created_at DESC);
 CREATE INDEX runs_claimable_idx ON onebox.runs (status, lease_expires_at)

@@ -1,0 +1,40 @@
+# The two commands of the README: `make demo` and `make test`. Both set everything up first.
+VENV   ?= .venv
+PYTHON ?= python3
+BIN    := $(VENV)/bin
+
+.PHONY: demo test setup setup-dev system-deps lint bench clean
+
+demo: setup
+	$(BIN)/onebox doctor --brief
+	$(BIN)/onebox run examples/quickstart.yaml
+
+test: setup-dev
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest -q
+
+setup: system-deps $(VENV)/.installed
+
+setup-dev: system-deps $(VENV)/.installed-dev
+
+system-deps:
+	@scripts/system-deps.sh
+
+$(VENV)/bin/pip:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/pip
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(VENV)/bin/pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+bench: setup-dev
+	$(BIN)/python bench/cli.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

@@ -1,0 +1,80 @@
+"""What every command shares: settings built once, the async edge, errors, JSON output."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import decimal
+import json
+import logging
+import sys
+import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from onebox.config import Settings, load_settings
+from onebox.errors import OneboxError, ValidationError
+
+T = TypeVar("T")
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def settings() -> Settings:
+    try:
+        s = load_settings()
+    except Exception as exc:  # pydantic errors name the variable; show them as config errors
+        fail(f"invalid configuration: {exc}", code=2)
+    logging.basicConfig(level=s.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    return s
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run one coroutine at the CLI edge; onebox errors become a message and an exit code."""
+    try:
+        return asyncio.run(coro)
+    except OneboxError as exc:
+        fail(exc.message, code=2 if isinstance(exc, ValidationError) else 1)
+    except KeyboardInterrupt:
+        fail("interrupted", code=130)
+
+
+def run_sync(fn: Callable[[], T]) -> T:
+    """Call a blocking function at the CLI edge with the same error handling as `run`."""
+    try:
+        return fn()
+    except OneboxError as exc:
+        fail(exc.message, code=2 if isinstance(exc, ValidationError) else 1)
+
+
+def fail(message: str, *, code: int = 1) -> NoReturn:
+    err.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
+    sys.exit(code)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, (uuid.UUID, Path)):
+        return str(value)
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, default=_default, indent=2, ensure_ascii=False)
+
+
+def print_json(data: Any) -> None:
+    click.echo(dumps(data))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON document")

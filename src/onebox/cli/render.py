@@ -1,0 +1,84 @@
+"""Rich renderings of runs and steps, shared by `onebox run`, `show` and `runs`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+STATUS_STYLE = {
+    "SUCCESS": "green", "SUCCEEDED": "green", "RUNNING": "yellow", "PENDING": "dim",
+    "FAILED": "red", "TIMEOUT": "red", "DEAD": "bold red", "CANCELLED": "magenta",
+    "WAITING": "cyan",
+}
+
+
+def status_text(status: str) -> Text:
+    return Text(status, style=STATUS_STYLE.get(status, ""))
+
+
+def _num(value: Any, unit: str, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def steps_table(steps: list[dict[str, Any]], *, title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left", expand=False)
+    for col, justify in (("#", "right"), ("step", "left"), ("try", "right"), ("tool", "left"),
+                         ("status", "left"), ("exit", "right"), ("time", "right"),
+                         ("peak mem", "right"), ("cpu", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for s in steps:
+        table.add_row(
+            str(s["step_number"]), s["step_id"], str(s["attempt"]), s["tool_name"],
+            status_text(s["status"]), "-" if s["exit_code"] is None else str(s["exit_code"]),
+            _num(s["duration_ms"], " ms", 0), _num(s["memory_used_mb"], " MB"),
+            _num(s["cpu_usage_percent"], "%", 0),
+        )
+    return table
+
+
+def run_header(run: dict[str, Any]) -> Text:
+    text = Text.assemble(
+        ("run ", "bold"), (str(run["id"]), "bold cyan"), "  ", status_text(run["status"]),
+        f"  {run['name'] or ''}  trace {run['trace_id']}",
+    )
+    if run.get("error"):
+        text.append(f"\n{run['error']}", style="red")
+    return text
+
+
+def timeline(run: dict[str, Any], steps: list[dict[str, Any]], *, tail_lines: int = 6) -> RenderableType:
+    parts: list[RenderableType] = [run_header(run), steps_table(steps)]
+    for s in steps:
+        body = _tail(s.get("stdout") or "", tail_lines)
+        errtail = _tail(s.get("stderr") or "", tail_lines)
+        if s.get("error") and s["status"] != "SUCCESS":
+            errtail = (errtail + "\n" if errtail else "") + f"[{s['error']}]"
+        if not body and not errtail:
+            continue
+        content = Text(body)
+        if errtail:
+            content.append(("\n" if body else "") + errtail, style="red")
+        parts.append(Panel(content, title=f"{s['step_id']} (try {s['attempt']})",
+                           title_align="left", border_style="dim", expand=False))
+    return Group(*parts)
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+def runs_table(runs: list[dict[str, Any]]) -> Table:
+    table = Table(expand=False)
+    for col in ("run", "status", "name", "steps ok", "created", "error"):
+        table.add_column(col)
+    for r in runs:
+        table.add_row(
+            str(r["id"]), status_text(r["status"]), r["name"] or "",
+            f"{r['steps_succeeded']}", r["created_at"].strftime("%Y-%m-%d %H:%M:%S"),
+            (r["error"] or "")[:60],
+        )
+    return table

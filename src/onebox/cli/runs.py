@@ -1,0 +1,187 @@
+"""`onebox run`, `show`, `runs`, `cancel`: submit plans and read the record back."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.live import Live
+
+from onebox.agent.plan import Plan, load_plan
+from onebox.cli import common
+from onebox.cli.render import runs_table, steps_table, timeline
+from onebox.config import Settings
+from onebox.errors import PlanError
+from onebox.runtime import runs as runs_api
+from onebox.runtime.service import Runtime
+from onebox.store.db import Database
+
+SQL_HINT = (
+    "SELECT step_number, step_id, attempt, status, duration_ms, memory_used_mb, "
+    "cpu_usage_percent, output_hash FROM onebox.task_execution WHERE run_id = '{run_id}' "
+    "ORDER BY step_number, attempt;"
+)
+
+
+def register(main: click.Group) -> None:
+    for command in (run_cmd, show_cmd, runs_cmd, cancel_cmd):
+        main.add_command(command)
+
+
+@click.command("run")
+@click.argument("target")
+@click.option("--detach", is_flag=True, help="only submit the run and print its id")
+@click.option("--name", help="a name for the run (default: the plan's name)")
+@click.option("--idempotency-key", help="submitting the same key again returns the same run")
+@common.json_option
+def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | None,
+            as_json: bool) -> None:
+    """Run a plan file (YAML or JSON), or ask the agent to do TARGET in words."""
+    settings = common.settings()
+    if not Path(target).exists():
+        _ask_agent(target)
+    plan = load_plan_or_fail(Path(target))
+    status = common.run(_run_plan(settings, plan, detach=detach, name=name,
+                                  idempotency_key=idempotency_key, as_json=as_json))
+    raise click.exceptions.Exit(0 if status in ("SUCCEEDED", "PENDING") else 1)
+
+
+def load_plan_or_fail(path: Path) -> Plan:
+    try:
+        return load_plan(path)
+    except PlanError as exc:
+        common.fail(f"plan {path} refused, nothing was run: {exc.message}", code=2)
+
+
+def _ask_agent(task: str) -> None:
+    common.fail(
+        f"'{task}' is not a plan file. Running a task in words needs the agent and an "
+        "OpenAI-compatible model, which this version of onebox does not include yet; "
+        "write the steps as a plan file (see examples/quickstart.yaml) and run that.",
+        code=2,
+    )
+
+
+async def _run_plan(settings: Settings, plan: Any, *, detach: bool, name: str | None,
+                    idempotency_key: str | None, as_json: bool) -> str:
+    async with await Runtime.open(settings) as rt:
+        submitted = await rt.submit(plan, name=name, idempotency_key=idempotency_key)
+        if detach:
+            _print_submitted(submitted, as_json)
+            return "PENDING"
+        if as_json:
+            final = await rt.drive(submitted.run_id)
+        else:
+            common.out.print(f"run [bold cyan]{submitted.run_id}[/] started "
+                             f"({len(plan.steps)} steps, backend {rt.backend.name})")
+            final = await _drive_live(rt, submitted.run_id)
+        tl = await runs_api.run_timeline(rt.db, submitted.run_id)
+        if as_json:
+            common.print_json(tl)
+        else:
+            common.out.print(timeline(tl["run"], tl["steps"]))
+            _print_sql_hint(rt.db, submitted.run_id)
+        return str(final["status"])
+
+
+def _print_submitted(submitted: Any, as_json: bool) -> None:
+    if as_json:
+        common.print_json({"run_id": submitted.run_id, "trace_id": submitted.trace_id,
+                           "existing": submitted.existing})
+    else:
+        click.echo(str(submitted.run_id))
+
+
+async def _drive_live(rt: Runtime, run_id: uuid.UUID) -> Any:
+    with Live(console=common.out, refresh_per_second=8, transient=True) as live:
+        async def progress(rid: uuid.UUID) -> None:
+            steps = await runs_api.run_steps(rt.db, rid)
+            live.update(steps_table(steps, title="running..."))
+        return await rt.drive(run_id, progress=progress)
+
+
+def _print_sql_hint(db: Database, run_id: uuid.UUID) -> None:
+    psql = "psql"
+    if db.embedded:
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+        psql = str(POSTGRES_BIN_PATH / "psql")
+    common.out.print("\nThe same rows in SQL:", style="bold")
+    common.out.print(f"{psql} '{db.url}' -c \"{SQL_HINT.format(run_id=run_id)}\"",
+                     soft_wrap=True, markup=False)
+
+
+@click.command("show")
+@click.argument("run_id")
+@common.json_option
+def show_cmd(run_id: str, as_json: bool) -> None:
+    """Print a run's timeline: steps, status, durations, resources, output tails."""
+    settings = common.settings()
+    rid = _run_id(run_id)
+
+    async def show() -> None:
+        db = await Database.open(settings)
+        try:
+            tl = await runs_api.run_timeline(db, rid)
+        finally:
+            await db.close()
+        if as_json:
+            common.print_json(tl)
+        else:
+            common.out.print(timeline(tl["run"], tl["steps"]))
+
+    common.run(show())
+
+
+def _run_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        common.fail(f"'{text}' is not a run id (a UUID as printed by `onebox runs`)", code=2)
+
+
+@click.command("runs")
+@click.option("--status", type=click.Choice(
+    ["PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "DEAD"],
+    case_sensitive=False))
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+@common.json_option
+def runs_cmd(status: str | None, limit: int, as_json: bool) -> None:
+    """List recent runs."""
+    settings = common.settings()
+
+    async def runs() -> None:
+        db = await Database.open(settings)
+        try:
+            rows = await runs_api.list_runs(db, status=status.upper() if status else None, limit=limit)
+        finally:
+            await db.close()
+        if as_json:
+            common.print_json({"runs": rows})
+        elif not rows:
+            common.out.print("no runs yet: try `onebox run examples/quickstart.yaml`")
+        else:
+            common.out.print(runs_table(rows))
+
+    common.run(runs())
+
+
+@click.command("cancel")
+@click.argument("run_id")
+def cancel_cmd(run_id: str) -> None:
+    """Cancel a run: queued steps are dropped and running steps are stopped."""
+    settings = common.settings()
+    rid = _run_id(run_id)
+
+    async def cancel() -> None:
+        db = await Database.open(settings)
+        try:
+            await runs_api.cancel_run(db, rid)
+        finally:
+            await db.close()
+        click.echo(f"run {run_id} cancelled")
+
+    common.run(cancel())
+

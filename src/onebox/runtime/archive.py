@@ -1,0 +1,193 @@
+"""Archiving a step attempt: its row, its events and what follows, in one transaction.
+
+The transaction locks the run row first (so two parallel steps finishing at once
+cannot both miss the step that depends on both), then writes the attempt with
+its fencing token: a worker whose lease was taken over gets ``LeaseLost`` and
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from onebox.agent.hashing import canonical_hash
+from onebox.agent.plan import Plan, parse_plan
+from onebox.config import Settings
+from onebox.errors import LeaseLost
+from onebox.runtime.schedule import StepState, backoff_s, run_succeeded
+from onebox.runtime.submit import queue_attempt, queue_ready_steps
+from onebox.sandbox.base import ExecResult
+from onebox.store import runs as store
+from onebox.store.db import Database
+
+log = logging.getLogger(__name__)
+
+STDIO_TAIL_CHARS = 64_000
+_plans: dict[uuid.UUID, Plan] = {}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt produced, ready to be archived."""
+
+    status: str  # SUCCESS | FAILED | TIMEOUT
+    exit_code: int | None = None
+    output_hash: str | None = None
+    duration_ms: float | None = None
+    memory_used_mb: float | None = None
+    cpu_usage_percent: float | None = None
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    blocked_network: tuple[dict[str, Any], ...] = ()
+
+
+def output_hash(result: ExecResult) -> str:
+    """sha256 of what a step produced: exit code, stdout, stderr and the files it changed."""
+    files = sorted([f.path, f.change, f.sha256] for f in result.files_written)
+    return canonical_hash({
+        "exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
+        "files": files,
+    })
+
+
+def outcome_from_result(result: ExecResult, request_details: dict[str, Any]) -> Outcome:
+    status = "TIMEOUT" if result.timed_out else "SUCCESS" if result.ok else "FAILED"
+    error = result.error
+    if status == "TIMEOUT" and not error:
+        error = "the step ran past its timeout and was killed"
+    elif status == "FAILED" and not error:
+        error = f"exited with status {result.exit_code}"
+    return Outcome(
+        status=status,
+        exit_code=result.exit_code,
+        output_hash=output_hash(result) if status == "SUCCESS" else None,
+        duration_ms=round(result.duration_ms, 3),
+        memory_used_mb=result.memory_peak_mb,
+        cpu_usage_percent=result.cpu_percent,
+        stdout=_tail(result.stdout),
+        stderr=_tail(result.stderr),
+        error=error,
+        details={
+            **request_details,
+            "backend": result.backend, "isolation": result.isolation,
+            "enforcement": dict(result.enforcement), "truncated": result.truncated,
+            "session_reset": result.session_reset, "cpu_time_ms": result.cpu_time_ms,
+            "files_written": [asdict(f) for f in result.files_written],
+        },
+        blocked_network=tuple(asdict(b) for b in result.blocked_network),
+    )
+
+
+def _tail(text: str) -> str:
+    return text if len(text) <= STDIO_TAIL_CHARS else text[-STDIO_TAIL_CHARS:]
+
+
+async def load_plan_version(conn: store.Conn, plan_id: uuid.UUID) -> Plan:
+    """Plans never change once stored, so each worker parses a version once."""
+    plan = _plans.get(plan_id)
+    if plan is None:
+        row = await store.fetch_one(conn, "plan_by_id", {"plan_id": plan_id})
+        assert row is not None, f"plan {plan_id} vanished"
+        plan = _plans[plan_id] = parse_plan(row["spec"])
+    return plan
+
+
+async def archive_step(
+    db: Database, settings: Settings, claimed: store.Row, outcome: Outcome
+) -> str | None:
+    """Write the attempt's result and advance the run. Returns the run's new terminal state, if any."""
+    async with db.transaction() as conn:
+        run = await store.fetch_one(conn, "lock_run", {"run_id": claimed["run_id"]})
+        assert run is not None
+        row = await store.fetch_one(conn, "finish_step", {
+            "id": claimed["id"], "fencing_token": claimed["fencing_token"],
+            "status": outcome.status, "exit_code": outcome.exit_code,
+            "output_hash": outcome.output_hash, "duration_ms": outcome.duration_ms,
+            "memory_used_mb": outcome.memory_used_mb,
+            "cpu_usage_percent": outcome.cpu_usage_percent, "stdout": outcome.stdout,
+            "stderr": outcome.stderr, "error": outcome.error, "details": Jsonb(outcome.details),
+        })
+        if row is None:
+            raise LeaseLost(
+                f"step {claimed['step_id']} attempt {claimed['attempt']} of run {claimed['run_id']}: "
+                f"lease token {claimed['fencing_token']} is stale; another worker owns it now"
+            )
+        await _step_events(conn, row, outcome)
+        if run["status"] in store.TERMINAL_RUN_STATES:
+            return None
+        return await advance(conn, settings, run, row)
+
+
+async def _step_events(conn: store.Conn, row: store.Row, outcome: Outcome) -> None:
+    ids = {"trace_id": row["trace_id"], "session_id": row["session_id"], "execution_id": row["id"]}
+    for blocked in outcome.blocked_network:
+        await store.append_event(conn, row["run_id"], "BLOCKED_EXTERNAL_ACCESS", {
+            "step_id": row["step_id"], **blocked}, **ids)
+    kind = {"SUCCESS": "step_succeeded", "FAILED": "step_failed", "TIMEOUT": "step_timed_out"}
+    await store.append_event(conn, row["run_id"], kind[row["status"]], step_payload(row), **ids)
+
+
+def step_payload(row: store.Row) -> dict[str, Any]:
+    """The finished attempt as event data: enough to rebuild the row from the log."""
+    return {
+        "execution_id": str(row["id"]), "step_id": row["step_id"], "attempt": row["attempt"],
+        "status": row["status"], "exit_code": row["exit_code"], "output_hash": row["output_hash"],
+        "duration_ms": row["duration_ms"], "memory_used_mb": row["memory_used_mb"],
+        "cpu_usage_percent": row["cpu_usage_percent"], "error": row["error"],
+    }
+
+
+async def advance(
+    conn: store.Conn, settings: Settings, run: store.Row, row: store.Row, *, backoff: bool = True
+) -> str | None:
+    """After an attempt: queue what became ready, retry, or finish the run.
+
+    ``backoff=False`` retries at once: used when the worker was lost, not the code.
+    """
+    plan = await load_plan_version(conn, row["plan_id"])
+    latest = await store.fetch_all(conn, "latest_attempts", {"run_id": run["id"]})
+    states = {r["step_id"]: StepState(r["status"], r["attempt"], r["output_hash"]) for r in latest}
+    trace_id = run["trace_id"]
+    if row["status"] == "SUCCESS":
+        await queue_ready_steps(conn, settings, run["id"], trace_id, row["plan_id"], plan, states)
+        if run_succeeded(plan, states):
+            await finish_run(conn, run, "SUCCEEDED", None)
+            return "SUCCEEDED"
+        return None
+    if row["attempt"] < row["max_attempts"]:
+        await queue_attempt(conn, _retry_base(row, trace_id), attempt=row["attempt"] + 1,
+                            delay_s=backoff_s(row["attempt"]) if backoff else 0.0)
+        return None
+    reason = (f"step {row['step_id']} failed after {row['attempt']} attempt(s): "
+              f"{row['error'] or row['status']}")
+    await finish_run(conn, run, "DEAD", reason)
+    return "DEAD"
+
+
+def _retry_base(row: store.Row, trace_id: str) -> dict[str, Any]:
+    return {k: row[k] for k in ("run_id", "plan_id", "step_id", "step_number", "tool_name",
+                                "input_hash", "max_attempts")} | {"trace_id": trace_id}
+
+
+async def finish_run(conn: store.Conn, run: store.Row, status: str, error: str | None) -> bool:
+    """Move the run to a terminal state (once) and drop its queued attempts."""
+    done = await store.fetch_one(conn, "finish_run", {
+        "run_id": run["id"], "status": status, "error": error})
+    if done is None:
+        return False
+    for pending in await store.fetch_all(conn, "cancel_pending_steps", {
+            "run_id": run["id"], "error": f"run is {status}"}):
+        await store.append_event(conn, run["id"], "step_failed", {
+            "execution_id": str(pending["id"]), "step_id": pending["step_id"],
+            "attempt": pending["attempt"], "status": "FAILED", "error": f"run is {status}",
+        }, trace_id=run["trace_id"], execution_id=pending["id"])
+    await store.append_event(conn, run["id"], f"run_{status.lower()}", {
+        "status": status, "error": error}, trace_id=run["trace_id"])
+    return True

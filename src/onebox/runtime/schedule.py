@@ -1,0 +1,57 @@
+"""Pure scheduling decisions: which steps are ready, when to retry, whether a run is done."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from onebox.agent.hashing import canonical_hash
+from onebox.agent.plan import Plan, Step
+
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
+
+
+@dataclass(frozen=True)
+class StepState:
+    """The latest attempt of one step, as the queue sees it."""
+
+    status: str
+    attempt: int
+    output_hash: str | None
+
+
+def ready_steps(plan: Plan, states: Mapping[str, StepState]) -> list[Step]:
+    """Steps with no attempt yet whose dependencies all succeeded, in plan order."""
+    return [
+        s for s in plan.steps
+        if s.id not in states
+        and all(d in states and states[d].status == "SUCCESS" for d in s.depends_on)
+    ]
+
+
+def run_succeeded(plan: Plan, states: Mapping[str, StepState]) -> bool:
+    return all(s.id in states and states[s.id].status == "SUCCESS" for s in plan.steps)
+
+
+def backoff_s(attempt: int, rng: random.Random | None = None) -> float:
+    """Delay before attempt ``attempt + 1``: exponential, capped, with jitter in [50%, 100%]."""
+    ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * (2 ** max(0, attempt - 1)))
+    return round(ceiling * (rng or random).uniform(0.5, 1.0), 3)
+
+
+def step_input(step: Step, states: Mapping[str, StepState]) -> dict[str, Any]:
+    """The canonical input of a step: what it runs and the outputs it depends on."""
+    return {
+        "tool": step.tool,
+        "code": step.code,
+        "limits": step.limits.model_dump(exclude_none=True),
+        "allow_domains": list(step.allow_domains),
+        "inputs": {d: states[d].output_hash for d in sorted(step.depends_on) if d in states},
+    }
+
+
+def step_input_hash(step: Step, states: Mapping[str, StepState]) -> str:
+    return canonical_hash(step_input(step, states))

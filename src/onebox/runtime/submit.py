@@ -1,0 +1,139 @@
+"""Accepting work: a run row, its first plan version, its first ready steps, and their events."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from onebox.agent.hashing import canonical_hash
+from onebox.agent.plan import Plan
+from onebox.config import Settings
+from onebox.errors import PlanError
+from onebox.runtime.schedule import StepState, ready_steps, step_input_hash
+from onebox.store import runs as store
+from onebox.store.db import Database
+
+
+@dataclass(frozen=True)
+class Submitted:
+    run_id: uuid.UUID
+    trace_id: str
+    existing: bool = False
+
+
+def new_trace_id() -> str:
+    return secrets.token_hex(16)
+
+
+def session_id_for(run_id: uuid.UUID) -> str:
+    """All steps of a run share one sandbox session (one workspace)."""
+    return f"run-{run_id}"
+
+
+async def submit_plan(
+    db: Database,
+    settings: Settings,
+    plan: Plan,
+    *,
+    name: str | None = None,
+    idempotency_key: str | None = None,
+) -> Submitted:
+    """Store a run for ``plan`` and queue its first steps. Same idempotency key: same run."""
+    check_runnable(plan)
+    run_id, trace_id = uuid.uuid4(), new_trace_id()
+    async with db.transaction() as conn:
+        inserted = await store.fetch_one(conn, "insert_run", {
+            "id": run_id, "trace_id": trace_id, "source": "plan",
+            "request": Jsonb({"plan": plan.to_data()}), "name": name or plan.name,
+            "idempotency_key": idempotency_key,
+        })
+        if inserted is None:
+            existing = await store.fetch_one(conn, "run_by_idempotency_key", {"key": idempotency_key})
+            assert existing is not None
+            return Submitted(existing["id"], existing["trace_id"].strip(), existing=True)
+        await store.append_event(conn, run_id, "run_submitted", {
+            "source": "plan", "name": name or plan.name, "idempotency_key": idempotency_key,
+        }, trace_id=trace_id)
+        plan_id = await create_plan_version(conn, run_id, trace_id, plan, version=1, reason="submitted")
+        await queue_ready_steps(conn, settings, run_id, trace_id, plan_id, plan, {})
+    return Submitted(run_id, trace_id)
+
+
+def check_runnable(plan: Plan) -> None:
+    """Refuse, before anything is stored, steps this runtime cannot execute by itself."""
+    for step in plan.steps:
+        if step.kind != "code":
+            raise PlanError(f"steps of kind '{step.kind}' need the agent runtime; a plan file "
+                            "runs code steps (tool + code)", step=step.id, field="kind")
+        if step.code is None or step.tool is None:
+            raise PlanError("a code step in a plan file needs both 'tool' and 'code' (a 'goal' "
+                            "alone needs the agent to write the code)", step=step.id,
+                            field="code" if step.code is None else "tool")
+        for name in ("when", "foreach", "until"):
+            if getattr(step, name) is not None:
+                raise PlanError(f"'{name}' needs the agent runtime; remove it to run this plan "
+                                "file directly", step=step.id, field=name)
+
+
+async def create_plan_version(
+    conn: store.Conn, run_id: uuid.UUID, trace_id: str, plan: Plan, *, version: int, reason: str
+) -> uuid.UUID:
+    plan_id = uuid.uuid4()
+    spec = plan.to_data()
+    await store.execute(conn, "insert_plan", {
+        "id": plan_id, "run_id": run_id, "version": version, "spec": Jsonb(spec),
+        "spec_hash": canonical_hash(spec), "reason": reason,
+    })
+    await store.execute(conn, "set_current_plan", {"run_id": run_id, "plan_id": plan_id})
+    await store.append_event(conn, run_id, "plan_created", {
+        "plan_id": str(plan_id), "version": version, "reason": reason,
+        "steps": [s.id for s in plan.steps],
+    }, trace_id=trace_id)
+    return plan_id
+
+
+async def queue_ready_steps(
+    conn: store.Conn,
+    settings: Settings,
+    run_id: uuid.UUID,
+    trace_id: str,
+    plan_id: uuid.UUID,
+    plan: Plan,
+    states: dict[str, StepState],
+) -> list[str]:
+    """Insert a PENDING first attempt for every step that became ready; return their ids."""
+    numbers = plan.step_numbers()
+    queued = []
+    for step in ready_steps(plan, states):
+        await queue_attempt(conn, {
+            "run_id": run_id, "plan_id": plan_id, "trace_id": trace_id, "step_id": step.id,
+            "step_number": numbers[step.id], "tool_name": step.tool,
+            "input_hash": step_input_hash(step, states),
+            "max_attempts": step.max_attempts or settings.runtime.max_attempts,
+        }, attempt=1, delay_s=0.0)
+        queued.append(step.id)
+    return queued
+
+
+async def queue_attempt(
+    conn: store.Conn, base: dict[str, Any], *, attempt: int, delay_s: float
+) -> uuid.UUID:
+    """Insert one PENDING attempt (and its event), and wake the workers."""
+    execution_id = uuid.uuid4()
+    session_id = session_id_for(base["run_id"])
+    await store.execute(conn, "insert_step", {
+        **base, "id": execution_id, "session_id": session_id, "attempt": attempt,
+        "delay_s": delay_s, "details": Jsonb({}),
+    })
+    await store.append_event(conn, base["run_id"], "step_queued", {
+        "execution_id": str(execution_id), "step_id": base["step_id"],
+        "step_number": base["step_number"], "attempt": attempt, "tool": base["tool_name"],
+        "input_hash": base["input_hash"], "delay_s": delay_s, "plan_id": str(base["plan_id"]),
+        "max_attempts": base["max_attempts"],
+    }, trace_id=base["trace_id"], session_id=session_id, execution_id=execution_id)
+    await store.notify_work(conn)
+    return execution_id

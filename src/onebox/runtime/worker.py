@@ -1,0 +1,171 @@
+"""A worker: claims ready attempts, runs them in the sandbox, archives them, keeps its leases alive.
+
+Workers coordinate only through PostgreSQL, so any number of them on any number
+of machines can share the queue. ``Worker.serve(stop)`` runs until ``stop`` is
+set, then drains: no new claims, running steps get ``drain_s`` to finish, then
+their leases are released for another worker to take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+
+import psycopg
+
+from onebox.config import Settings
+from onebox.errors import LeaseLost, OneboxError
+from onebox.runtime.archive import Outcome, archive_step, load_plan_version
+from onebox.runtime.executor import build_request, execute_step, request_details
+from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
+from onebox.runtime.sessions import release_finished_sessions, touch_session
+from onebox.sandbox.base import SandboxBackend
+from onebox.store import runs as store
+from onebox.store.db import Database
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    def __init__(
+        self,
+        db: Database,
+        backend: SandboxBackend,
+        settings: Settings,
+        *,
+        concurrency: int | None = None,
+        run_id: uuid.UUID | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.db, self.backend, self.settings = db, backend, settings
+        self.concurrency = concurrency or settings.runtime.concurrency
+        self.run_id = run_id
+        self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self._rows: dict[uuid.UUID, store.Row] = {}
+        self._exec_tasks: dict[uuid.UUID, asyncio.Task[Outcome]] = {}
+        self._stop_reasons: dict[uuid.UUID, str] = {}
+        self._wake = asyncio.Event()
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    async def serve(self, stop: asyncio.Event, *, drain_s: float = 30.0) -> None:
+        """Claim and run steps until ``stop`` is set (or, with run_id, until that run ends)."""
+        helpers = [asyncio.create_task(self._heartbeat(stop)), asyncio.create_task(self._listen())]
+        await sweep_expired(self.db, self.settings)
+        try:
+            while not stop.is_set():
+                await self._fill()
+                if self.run_id is not None and not self._running and await self._run_done():
+                    break
+                await self._idle(stop)
+        finally:
+            for task in helpers:
+                task.cancel()
+            await self._drain(drain_s)
+
+    async def _fill(self) -> None:
+        free = self.concurrency - len(self._running)
+        for row in await claim_steps(self.db, self.settings, self.owner, free, run_id=self.run_id):
+            self._rows[row["id"]] = row
+            self._running[row["id"]] = asyncio.create_task(self._attempt(row))
+
+    async def _idle(self, stop: asyncio.Event) -> None:
+        self._wake.clear()
+        waiters = {asyncio.create_task(self._wake.wait()), asyncio.create_task(stop.wait())}
+        await asyncio.wait(waiters, timeout=self.settings.runtime.poll_s,
+                           return_when=asyncio.FIRST_COMPLETED)
+        for w in waiters:
+            w.cancel()
+
+    async def _run_done(self) -> bool:
+        row = await self.db.fetchone("SELECT status FROM onebox.runs WHERE id = %s", (self.run_id,))
+        return row is None or row["status"] in store.TERMINAL_RUN_STATES
+
+    async def _attempt(self, row: store.Row) -> None:
+        try:
+            outcome = await self._run_in_sandbox(row)
+            terminal = await archive_step(self.db, self.settings, row, outcome)
+            if terminal is not None or outcome.error == "the run was cancelled":
+                await release_finished_sessions(self.db, self.backend, run_id=row["run_id"])
+        except LeaseLost as exc:
+            log.warning("%s", exc)
+        except (OneboxError, psycopg.Error) as exc:
+            log.error("step %s of run %s could not be archived: %s (its lease will expire and "
+                      "the step will be retried)", row["step_id"], row["run_id"], exc)
+        finally:
+            self._running.pop(row["id"], None)
+            self._rows.pop(row["id"], None)
+            self._stop_reasons.pop(row["id"], None)
+            self._wake.set()
+
+    async def _run_in_sandbox(self, row: store.Row) -> Outcome:
+        async with self.db.connection() as conn:
+            plan = await load_plan_version(conn, row["plan_id"])
+            await touch_session(conn, row["session_id"], row["run_id"], self.backend.name)
+        step = plan.step(row["step_id"])
+        task = asyncio.create_task(execute_step(self.backend, self.settings, step, row))
+        self._exec_tasks[row["id"]] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if row["id"] not in self._stop_reasons:
+                raise
+            details = request_details(step, build_request(step, row, self.settings), self.settings)
+            return Outcome("FAILED", error=self._stop_reasons[row["id"]], details=details)
+        finally:
+            self._exec_tasks.pop(row["id"], None)
+
+    def _stop_step(self, execution_id: uuid.UUID, reason: str) -> None:
+        task = self._exec_tasks.get(execution_id)
+        if task is not None and not task.done():
+            self._stop_reasons[execution_id] = reason
+            task.cancel()
+
+    async def _heartbeat(self, stop: asyncio.Event) -> None:
+        """Renew leases; stop steps whose run was cancelled or whose lease was lost."""
+        interval = self.settings.runtime.heartbeat_s
+        while True:
+            await asyncio.sleep(interval)
+            with contextlib.suppress(psycopg.Error):
+                ids = list(self._rows)
+                held = await renew_leases(self.db, self.settings, self.owner, ids)
+                for execution_id in ids:
+                    status = held.get(execution_id)
+                    if status is None:
+                        self._stop_step(execution_id, "lease lost to another worker")
+                    elif status == "CANCELLED":
+                        self._stop_step(execution_id, "the run was cancelled")
+                await sweep_expired(self.db, self.settings)
+                await release_finished_sessions(self.db, self.backend)
+
+    async def _listen(self) -> None:
+        """LISTEN for newly queued steps so idle workers wake at once instead of polling."""
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.db.url, autocommit=True) as conn:
+                    await conn.execute("LISTEN onebox_steps")
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except psycopg.Error as exc:
+                log.info("LISTEN connection lost (%s); polling until it is back", exc)
+                await asyncio.sleep(self.settings.runtime.poll_s)
+
+    async def _drain(self, drain_s: float) -> None:
+        if not self._running:
+            return
+        log.info("draining: waiting up to %.0f s for %d running step(s)", drain_s, len(self._running))
+        _, pending = await asyncio.wait(list(self._running.values()), timeout=drain_s)
+        if pending:
+            ids = list(self._rows)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            await release_leases(self.db, self.owner, ids)
+            log.warning("released %d lease(s) of steps that did not finish in time", len(ids))

@@ -1,0 +1,146 @@
+-- Runs, plans, step attempts and their events. Every state change goes with an event
+-- in the same transaction (see onebox.store.runs).
+
+-- name: insert_run
+INSERT INTO onebox.runs (id, trace_id, status, source, request, name, idempotency_key)
+VALUES (%(id)s, %(trace_id)s, 'PENDING', %(source)s, %(request)s, %(name)s, %(idempotency_key)s)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: run_by_idempotency_key
+SELECT * FROM onebox.runs WHERE idempotency_key = %(key)s;
+
+-- name: insert_plan
+INSERT INTO onebox.plans (id, run_id, version, spec, spec_hash, reason)
+VALUES (%(id)s, %(run_id)s, %(version)s, %(spec)s, %(spec_hash)s, %(reason)s);
+
+-- name: set_current_plan
+UPDATE onebox.runs SET current_plan_id = %(plan_id)s, updated_at = now() WHERE id = %(run_id)s;
+
+-- name: insert_event
+INSERT INTO onebox.agent_events (run_id, session_id, trace_id, execution_id, type, payload)
+VALUES (%(run_id)s, %(session_id)s, %(trace_id)s, %(execution_id)s, %(type)s, %(payload)s)
+RETURNING seq;
+
+-- name: insert_step
+INSERT INTO onebox.task_execution
+    (id, run_id, plan_id, session_id, trace_id, step_id, step_number, attempt, tool_name,
+     input_hash, status, max_attempts, available_at, details)
+VALUES (%(id)s, %(run_id)s, %(plan_id)s, %(session_id)s, %(trace_id)s, %(step_id)s,
+        %(step_number)s, %(attempt)s, %(tool_name)s, %(input_hash)s, 'PENDING',
+        %(max_attempts)s, now() + make_interval(secs => %(delay_s)s), %(details)s);
+
+-- name: claim_steps
+WITH picked AS (
+    SELECT t.id FROM onebox.task_execution t
+    WHERE t.status = 'PENDING' AND t.available_at <= now()
+      AND (%(run_id)s::uuid IS NULL OR t.run_id = %(run_id)s::uuid)
+    ORDER BY t.available_at, t.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE onebox.task_execution t
+SET status = 'RUNNING', lease_owner = %(owner)s,
+    lease_expires_at = now() + make_interval(secs => %(lease_s)s),
+    fencing_token = t.fencing_token + 1, started_at = now(), updated_at = now()
+FROM picked WHERE t.id = picked.id
+RETURNING t.*;
+
+-- name: mark_runs_running
+UPDATE onebox.runs SET status = 'RUNNING', started_at = coalesce(started_at, now()), updated_at = now()
+WHERE id = ANY(%(run_ids)s) AND status = 'PENDING'
+RETURNING id, trace_id;
+
+-- name: renew_leases
+UPDATE onebox.task_execution t
+SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
+FROM onebox.runs r
+WHERE t.id = ANY(%(ids)s) AND t.lease_owner = %(owner)s AND t.status = 'RUNNING'
+  AND r.id = t.run_id
+RETURNING t.id, t.fencing_token, r.status AS run_status;
+
+-- name: lock_run
+SELECT * FROM onebox.runs WHERE id = %(run_id)s FOR UPDATE;
+
+-- name: finish_step
+UPDATE onebox.task_execution
+SET status = %(status)s, exit_code = %(exit_code)s, output_hash = %(output_hash)s,
+    duration_ms = %(duration_ms)s, memory_used_mb = %(memory_used_mb)s,
+    cpu_usage_percent = %(cpu_usage_percent)s, stdout = %(stdout)s, stderr = %(stderr)s,
+    error = %(error)s, details = details || %(details)s, finished_at = now(), updated_at = now(),
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE id = %(id)s AND fencing_token = %(fencing_token)s AND status = 'RUNNING'
+RETURNING *;
+
+-- name: latest_attempts
+SELECT DISTINCT ON (step_id) step_id, status, attempt, output_hash, id
+FROM onebox.task_execution WHERE run_id = %(run_id)s
+ORDER BY step_id, attempt DESC;
+
+-- name: plan_by_id
+SELECT * FROM onebox.plans WHERE id = %(plan_id)s;
+
+-- name: expired_leases
+SELECT id, run_id FROM onebox.task_execution
+WHERE status = 'RUNNING' AND lease_expires_at < now()
+ORDER BY lease_expires_at
+LIMIT %(limit)s;
+
+-- name: expire_step
+UPDATE onebox.task_execution
+SET status = 'FAILED', error = %(error)s, finished_at = now(), updated_at = now(),
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE id = %(id)s AND status = 'RUNNING' AND lease_expires_at < now()
+RETURNING *;
+
+-- name: release_leases
+UPDATE onebox.task_execution SET lease_expires_at = now() - interval '1 second'
+WHERE id = ANY(%(ids)s) AND lease_owner = %(owner)s AND status = 'RUNNING';
+
+-- name: cancel_pending_steps
+UPDATE onebox.task_execution
+SET status = 'FAILED', error = %(error)s, finished_at = now(), updated_at = now()
+WHERE run_id = %(run_id)s AND status = 'PENDING'
+RETURNING id, step_id, attempt;
+
+-- name: finish_run
+UPDATE onebox.runs SET status = %(status)s, error = %(error)s, finished_at = now(), updated_at = now()
+WHERE id = %(run_id)s AND status NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'DEAD')
+RETURNING *;
+
+-- name: get_run
+SELECT * FROM onebox.runs WHERE id = %(run_id)s;
+
+-- name: list_runs
+SELECT r.*,
+       (SELECT count(DISTINCT step_id) FROM onebox.task_execution t WHERE t.run_id = r.id) AS steps_started,
+       (SELECT count(*) FROM onebox.task_execution t
+         WHERE t.run_id = r.id AND t.status = 'SUCCESS') AS steps_succeeded
+FROM onebox.runs r
+WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
+ORDER BY r.created_at DESC
+LIMIT %(limit)s;
+
+-- name: run_steps
+SELECT * FROM onebox.task_execution WHERE run_id = %(run_id)s ORDER BY step_number, attempt;
+
+-- name: run_events
+SELECT * FROM onebox.agent_events WHERE run_id = %(run_id)s AND seq > %(after_seq)s ORDER BY seq;
+
+-- name: upsert_session
+INSERT INTO onebox.sessions (id, run_id, backend) VALUES (%(id)s, %(run_id)s, %(backend)s)
+ON CONFLICT (id) DO UPDATE SET last_used_at = now(), status = 'ACTIVE', released_at = NULL;
+
+-- name: release_session
+UPDATE onebox.sessions SET status = 'RELEASED', released_at = now()
+WHERE id = %(id)s AND status = 'ACTIVE'
+RETURNING id;
+
+-- name: finished_sessions
+SELECT s.id, s.run_id, r.trace_id FROM onebox.sessions s
+JOIN onebox.runs r ON r.id = s.run_id
+WHERE s.status = 'ACTIVE'
+  AND r.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'DEAD')
+  AND (%(run_id)s::uuid IS NULL OR s.run_id = %(run_id)s::uuid)
+  AND NOT EXISTS (SELECT 1 FROM onebox.task_execution t
+                  WHERE t.session_id = s.id AND t.status = 'RUNNING');

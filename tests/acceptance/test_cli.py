@@ -1,0 +1,112 @@
+"""The CLI as a user runs it: subprocesses, a fresh ONEBOX_HOME, the embedded database."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ONEBOX = str(Path(sys.executable).with_name("onebox"))
+
+
+@pytest.fixture(scope="module")
+def home() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="onebox-cli-"))
+    path.chmod(0o755)
+    yield path
+    subprocess.run([ONEBOX, "db", "stop"], env=_env(path), capture_output=True, timeout=60)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "ONEBOX_DATABASE_URL")}
+    return {**env, "ONEBOX_HOME": str(home), "COLUMNS": "160"}
+
+
+def onebox(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ONEBOX, *args], env=_env(home), capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def test_quickstart_then_show_and_runs(home: Path) -> None:
+    run = onebox(home, "run", "examples/quickstart.yaml")
+    assert run.returncode == 0, run.stderr
+    assert "SUCCEEDED" in run.stdout
+    assert "Best region" in run.stdout
+    assert "SELECT step_number" in run.stdout  # the SQL a user can paste into psql
+
+    listed = onebox(home, "runs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    runs = json.loads(listed.stdout)["runs"]
+    assert runs[0]["status"] == "SUCCEEDED" and runs[0]["name"] == "quickstart"
+
+    shown = onebox(home, "show", runs[0]["id"], "--json")
+    assert shown.returncode == 0, shown.stderr
+    timeline = json.loads(shown.stdout)
+    assert timeline["run"]["id"] == runs[0]["id"]
+    assert [s["step_id"] for s in timeline["steps"]] == [
+        "make_csv", "revenue_by_region", "units_stats", "report"]
+    assert all(s["status"] == "SUCCESS" and s["memory_used_mb"] for s in timeline["steps"])
+
+    text = onebox(home, "show", runs[0]["id"])
+    assert text.returncode == 0 and "units_stats" in text.stdout
+
+
+def test_failing_plan_exits_non_zero(home: Path, tmp_path: Path) -> None:
+    plan = tmp_path / "fail.yaml"
+    plan.write_text("steps:\n  - id: boom\n    tool: bash\n    code: exit 7\n    max_attempts: 1\n")
+    run = onebox(home, "run", str(plan), "--json")
+    assert run.returncode == 1
+    result = json.loads(run.stdout)
+    assert result["run"]["status"] == "DEAD"
+    assert result["steps"][0]["exit_code"] == 7
+
+
+def test_bad_plan_is_refused_before_anything_runs(home: Path, tmp_path: Path) -> None:
+    before = json.loads(onebox(home, "runs", "--json").stdout)["runs"]
+    plan = tmp_path / "bad.yaml"
+    plan.write_text("steps:\n  - id: a\n    tool: bash\n    code: 'true'\n"
+                    "  - id: b\n    tool: bash\n    code: 'true'\n    depends_on: [missing]\n")
+    run = onebox(home, "run", str(plan))
+    assert run.returncode == 2
+    assert "steps[b].depends_on" in run.stderr and "'missing'" in run.stderr
+    assert "Traceback" not in run.stderr
+    after = json.loads(onebox(home, "runs", "--json").stdout)["runs"]
+    assert len(after) == len(before)
+
+
+def test_detach_submits_only(home: Path) -> None:
+    run = onebox(home, "run", "examples/quickstart.yaml", "--detach", "--json")
+    assert run.returncode == 0, run.stderr
+    run_id = json.loads(run.stdout)["run_id"]
+    shown = json.loads(onebox(home, "show", run_id, "--json").stdout)
+    assert shown["run"]["status"] == "PENDING"
+    cancel = onebox(home, "cancel", run_id)
+    assert cancel.returncode == 0
+    assert json.loads(onebox(home, "show", run_id, "--json").stdout)["run"]["status"] == "CANCELLED"
+
+
+def test_unknown_run_and_bad_id(home: Path) -> None:
+    missing = onebox(home, "show", "00000000-0000-0000-0000-000000000000")
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    bad = onebox(home, "show", "not-a-uuid")
+    assert bad.returncode == 2 and "not a run id" in bad.stderr
+
+
+def test_doctor_reports_every_check(home: Path) -> None:
+    doctor = onebox(home, "doctor", "--json")
+    report = json.loads(doctor.stdout)
+    names = {c["name"] for c in report["checks"]}
+    assert {"database", "bubblewrap", "user namespaces", "cgroups", "seccomp", "/dev/kvm",
+            "embedding model", "LLM", "sandbox"} <= names
+    db = next(c for c in report["checks"] if c["name"] == "database")
+    assert db["ok"] and "pgvector" in db["detail"]
+    assert all(c["ok"] or c["fix"] for c in report["checks"])

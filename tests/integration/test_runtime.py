@@ -1,0 +1,171 @@
+"""The runtime on the real database and the real sandbox: rows, events, retries, leases."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+from onebox.agent.plan import Plan, load_plan, parse_plan
+from onebox.config import Settings
+from onebox.errors import Conflict, LeaseLost
+from onebox.runtime import runs as runs_api
+from onebox.runtime.archive import Outcome, archive_step
+from onebox.runtime.queue import claim_steps, sweep_expired
+from onebox.runtime.service import Runtime
+from onebox.store.db import Database
+
+QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"
+
+
+@pytest.fixture
+async def rt(db: Database, settings: Settings) -> Runtime:
+    from onebox.sandbox.registry import get_backend
+
+    settings.runtime.poll_s = 0.1
+    backend = get_backend(settings)
+    yield Runtime(settings, db, backend)
+    await backend.close()
+
+
+def plan_of(*steps: dict) -> Plan:
+    return parse_plan({"steps": list(steps)})
+
+
+async def events_of(db: Database, run_id: uuid.UUID) -> list[dict]:
+    return await runs_api.run_events(db, run_id)
+
+
+async def test_quickstart_produces_rows_and_events_in_order(rt: Runtime) -> None:
+    final = await rt.run_plan(load_plan(QUICKSTART))
+    assert final["status"] == "SUCCEEDED", final["error"]
+    steps = await runs_api.run_steps(rt.db, final["id"])
+    assert [(s["step_id"], s["status"], s["attempt"]) for s in steps] == [
+        ("make_csv", "SUCCESS", 1), ("revenue_by_region", "SUCCESS", 1),
+        ("units_stats", "SUCCESS", 1), ("report", "SUCCESS", 1),
+    ]
+    for s in steps:
+        assert len(s["input_hash"]) == 64 and len(s["output_hash"]) == 64
+        assert s["duration_ms"] > 0
+        assert s["memory_used_mb"] is not None and s["memory_used_mb"] > 0
+        assert s["cpu_usage_percent"] is not None
+        assert s["session_id"] == f"run-{final['id']}"
+    assert "Best region" in steps[-1]["stdout"]
+    assert len({s["input_hash"] for s in steps}) == 4
+
+    events = await events_of(rt.db, final["id"])
+    types = [e["type"] for e in events]
+    assert types[:3] == ["run_submitted", "plan_created", "step_queued"]
+    assert types[-2:] == ["run_succeeded", "session_released"]
+    assert all(e["trace_id"] == final["trace_id"] for e in events)
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(seqs)
+
+    def seq(kind: str, step: str) -> int:
+        return next(e["seq"] for e in events
+                    if e["type"] == kind and e["payload"].get("step_id") == step)
+
+    for s in ("make_csv", "revenue_by_region", "units_stats", "report"):
+        assert seq("step_queued", s) < seq("step_started", s) < seq("step_succeeded", s)
+    assert seq("step_succeeded", "make_csv") < seq("step_queued", "units_stats")
+    assert max(seq("step_succeeded", "revenue_by_region"),
+               seq("step_succeeded", "units_stats")) < seq("step_queued", "report")
+
+
+async def test_steps_share_the_workspace_and_run_in_parallel(rt: Runtime) -> None:
+    plan = plan_of(
+        {"id": "a", "tool": "bash", "code": "sleep 0.6; echo a > a.txt"},
+        {"id": "b", "tool": "bash", "code": "sleep 0.6; echo b > b.txt"},
+        {"id": "c", "tool": "bash", "code": "cat a.txt b.txt", "depends_on": ["a", "b"]},
+    )
+    final = await rt.run_plan(plan)
+    assert final["status"] == "SUCCEEDED"
+    steps = {s["step_id"]: s for s in await runs_api.run_steps(rt.db, final["id"])}
+    assert steps["c"]["stdout"] == "a\nb\n"
+    a, b = steps["a"], steps["b"]
+    assert a["started_at"] < b["finished_at"] and b["started_at"] < a["finished_at"]
+
+
+async def test_failing_step_is_retried_then_the_run_is_dead(rt: Runtime) -> None:
+    plan = plan_of(
+        {"id": "ok", "tool": "bash", "code": "echo fine"},
+        {"id": "boom", "tool": "python", "code": "import sys; print('bad'); sys.exit(3)",
+         "depends_on": ["ok"], "max_attempts": 2},
+        {"id": "never", "tool": "bash", "code": "echo never", "depends_on": ["boom"]},
+    )
+    final = await rt.run_plan(plan)
+    assert final["status"] == "DEAD"
+    assert "boom" in final["error"] and "2 attempt" in final["error"]
+    steps = await runs_api.run_steps(rt.db, final["id"])
+    assert [(s["step_id"], s["attempt"], s["status"], s["exit_code"]) for s in steps] == [
+        ("ok", 1, "SUCCESS", 0), ("boom", 1, "FAILED", 3), ("boom", 2, "FAILED", 3)]
+    assert all(s["output_hash"] is None for s in steps if s["status"] != "SUCCESS")
+    types = [e["type"] for e in await events_of(rt.db, final["id"])]
+    assert types.count("step_failed") == 2 and "run_dead" in types
+
+
+async def test_timeout_is_recorded_as_timeout(rt: Runtime) -> None:
+    plan = plan_of({"id": "slow", "tool": "bash", "code": "sleep 30",
+                    "limits": {"timeout_s": 0.5}, "max_attempts": 1})
+    final = await rt.run_plan(plan)
+    assert final["status"] == "DEAD"
+    (step,) = await runs_api.run_steps(rt.db, final["id"])
+    assert step["status"] == "TIMEOUT" and step["duration_ms"] < 10_000
+
+
+async def test_idempotency_key_returns_the_same_run(rt: Runtime) -> None:
+    plan = plan_of({"id": "a", "tool": "bash", "code": "true"})
+    first = await rt.submit(plan, idempotency_key="k-1")
+    again = await rt.submit(plan, idempotency_key="k-1")
+    assert again.run_id == first.run_id and again.existing and not first.existing
+    rows = await rt.db.fetch("SELECT count(*) AS n FROM onebox.runs")
+    assert rows[0]["n"] == 1
+
+
+async def test_stale_lease_cannot_write(rt: Runtime) -> None:
+    settings = rt.settings
+    plan = plan_of({"id": "a", "tool": "bash", "code": "true"})
+    sub = await rt.submit(plan)
+    settings.runtime.lease_s = 0.2
+    (claimed,) = await claim_steps(rt.db, settings, "worker-A", 1, run_id=sub.run_id)
+    await asyncio.sleep(0.4)
+    assert await sweep_expired(rt.db, settings) == 1
+    with pytest.raises(LeaseLost):
+        await archive_step(rt.db, settings, claimed, Outcome("SUCCESS", output_hash="0" * 64))
+    (retry,) = await claim_steps(rt.db, settings, "worker-B", 1, run_id=sub.run_id)
+    assert retry["attempt"] == 2 and retry["fencing_token"] == 1
+    rows = await runs_api.run_steps(rt.db, sub.run_id)
+    assert [(r["attempt"], r["status"]) for r in rows] == [(1, "FAILED"), (2, "RUNNING")]
+    assert "lease expired" in rows[0]["error"]
+
+
+async def test_cancel_drops_queued_steps(rt: Runtime) -> None:
+    plan = plan_of({"id": "a", "tool": "bash", "code": "true"},
+                   {"id": "b", "tool": "bash", "code": "true"})
+    sub = await rt.submit(plan)
+    await runs_api.cancel_run(rt.db, sub.run_id)
+    run = await runs_api.get_run(rt.db, sub.run_id)
+    assert run["status"] == "CANCELLED"
+    assert {s["status"] for s in await runs_api.run_steps(rt.db, sub.run_id)} == {"FAILED"}
+    with pytest.raises(Conflict):
+        await runs_api.cancel_run(rt.db, sub.run_id)
+
+
+async def test_cancel_stops_a_running_step(rt: Runtime) -> None:
+    rt.settings.runtime.heartbeat_s = 0.2
+    plan = plan_of({"id": "long", "tool": "bash", "code": "sleep 60"})
+    sub = await rt.submit(plan)
+    driving = asyncio.create_task(rt.drive(sub.run_id))
+    for _ in range(100):
+        steps = await runs_api.run_steps(rt.db, sub.run_id)
+        if steps and steps[0]["status"] == "RUNNING":
+            break
+        await asyncio.sleep(0.05)
+    await runs_api.cancel_run(rt.db, sub.run_id)
+    final = await asyncio.wait_for(driving, 20)
+    assert final["status"] == "CANCELLED"
+    (step,) = await runs_api.run_steps(rt.db, sub.run_id)
+    assert step["status"] == "FAILED" and step["error"] == "the run was cancelled"
+    assert step["duration_ms"] is None or step["duration_ms"] < 20_000
