@@ -13,6 +13,7 @@ from onebox.store.catalog import (
     get_tool,
     list_tools,
     load_tool_file,
+    lookup_tools,
     parse_tool,
     rank_tools,
     register_tool,
@@ -152,3 +153,18 @@ async def test_requirement_cycles_and_removed_requirements(db: Database) -> None
     with pytest.raises(ValidationError):
         async with db.connection() as conn:
             await rank_tools(conn, format="xyz", max_cost="CHEAP")
+
+
+async def test_lookup_tools_answers_the_agent_over_all_formats(db: Database) -> None:
+    from onebox.agent.actions import Decision, LookupTools
+
+    await record_executions(db, {"python": ["SUCCESS"] * 4, "http": ["FAILED"] * 4})
+    action = LookupTools("a3", Decision("lookup", "why"), formats=("csv", "html"),
+                         capabilities=("python",))
+    async with db.connection() as conn:
+        result = await lookup_tools(conn, action, max_cost="MEDIUM")
+    names = [t.name for t in result.tools]
+    assert result.action_id == "a3" and names[0] == "python"
+    assert names.index("http") > names.index("node")  # 0/4 ranks below no history
+    assert len(names) == len(set(names))
+    assert result.tools[0].success_rate == 1.0 and result.tools[0].runs == 4

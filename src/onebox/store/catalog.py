@@ -33,7 +33,7 @@ import yaml
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ConfigDict, Field
 
-from onebox.agent.actions import ToolHint
+from onebox.agent.actions import LookupTools, ToolHint, ToolsResult
 from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.store.queries import load_queries
 
@@ -166,6 +166,19 @@ async def rank_tools(conn: Conn, *, format: str, max_cost: CostClass | str = "HI
         score=r["score"], requires=tuple(r["requires"]), alternatives=tuple(r["alternatives"]),
         builtin=r["builtin"],
     ) for r in rows]
+
+
+async def lookup_tools(conn: Conn, action: LookupTools, *, max_cost: str = "HIGH",
+                       limit: int = 8) -> ToolsResult:
+    """Answer the agent's LookupTools: the best tools over all its formats, best first
+    (formats it does not name fall back to plain text)."""
+    best: dict[str, RankedTool] = {}
+    for fmt in action.formats or ("txt",):
+        for tool in await rank_tools(conn, format=fmt, max_cost=max_cost, limit=limit):
+            if tool.name not in best or tool.score > best[tool.name].score:
+                best[tool.name] = tool
+    ranked = sorted(best.values(), key=lambda t: (-t.score, -t.runs, t.name))[:limit]
+    return ToolsResult(action.id, tuple(t.to_hint() for t in ranked))
 
 
 async def _rows(conn: Conn, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
