@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "onebox.cli.memory",
     "onebox.cli.doctor",
     "onebox.cli.db",
+    "onebox.cli.worker",
     "onebox.cli.snapshot",
 )
 

@@ -1,0 +1,44 @@
+"""`onebox worker`: claim and run steps from the shared queue until SIGTERM, then drain."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import click
+
+from onebox.cli import common
+from onebox.config import Settings
+from onebox.runtime.service import Runtime
+from onebox.runtime.worker import Worker
+
+
+def register(main: click.Group) -> None:
+    main.add_command(worker_cmd)
+
+
+@click.command("worker")
+@click.option("--concurrency", type=click.IntRange(1, 256), help="steps run at once "
+              "(default: ONEBOX_RUNTIME__CONCURRENCY)")
+@click.option("--drain-s", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="on SIGTERM, how long running steps may take to finish before their leases "
+              "are released")
+@click.option("--name", help="worker name recorded in leases and events (default host:pid:id)")
+def worker_cmd(concurrency: int | None, drain_s: float, name: str | None) -> None:
+    """Run steps from the queue; any number of workers can share one database."""
+    settings = common.settings()
+    common.run(serve_worker(settings, concurrency=concurrency, drain_s=drain_s, name=name))
+
+
+async def serve_worker(settings: Settings, *, concurrency: int | None, drain_s: float,
+                       name: str | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with await Runtime.open(settings) as rt:
+        worker = Worker(rt.db, rt.backend, settings, concurrency=concurrency, name=name)
+        common.err.print(f"worker {worker.owner} started (concurrency {worker.concurrency}, "
+                         f"backend {rt.backend.name}); SIGTERM drains", markup=False)
+        await worker.serve(stop, drain_s=drain_s)
+        common.err.print(f"worker {worker.owner} stopped", markup=False)
