@@ -27,6 +27,7 @@ from onebox.agent.loop import Agent
 from onebox.agent.plan import parse_plan
 from onebox.agent.state import AgentConfig
 from onebox.errors import AgentError
+from onebox.llm.base import ChatResponse, Message
 from onebox.testing import ScriptedModel, StepResult, run_agent_offline, step_failed, step_ok
 
 INTENT = {"goal": "summarise sales.csv", "entities": ["sales.csv"], "capabilities": ["python"],
@@ -316,3 +317,39 @@ async def test_explain_lines_show_why_each_step_ran_or_was_skipped() -> None:
     assert lines[1] == "count  run     no dependencies"
     assert lines[2] == "big    skip    condition 'count.ok == False' is false"
     assert lines[-1].startswith("-      finish  all 2 steps")
+
+
+async def test_fan_out_of_a_goal_step_asks_for_the_code_once() -> None:
+    p = plan(py("files", "print()"),
+             {"id": "each", "tool": "python", "goal": "count the lines of the file item",
+              "foreach": "files.result", "depends_on": ["files"]}, max_parallel=2)
+    model = ScriptedModel([{"code": "import json, os\nprint(1)"}])
+
+    def run_code(action: ExecuteStep) -> StepResult:
+        return step_ok(result=["a", "b", "c"]) if action.step_id == "files" else by_step(action)
+
+    run = await run_agent_offline(Agent(plan=parse_plan(p)), model, run_code)
+    assert run.result.ok and model_calls(run) == ["write_code"]
+    prompt = model.requests[0].messages[-1].content
+    assert "item (for example; the code runs once per element of files.result) = a" in prompt
+    each = [a for a in run.of_type(ExecuteStep) if a.step_id == "each"]
+    assert [a.instance for a in each] == ["each[0]", "each[1]", "each[2]"]
+    assert {a.step.code for a in each} == {"import json, os\nprint(1)"}
+
+
+async def test_a_failure_waits_for_steps_in_flight_before_replanning() -> None:
+    v1 = plan(py("slow", "print(1)"), py("bad", "x()", max_attempts=1),
+              py("after_slow", "print(2)", "slow"))
+    v2 = plan(py("slow", "print(1)"), py("good", "y()"), py("after_slow", "print(2)", "slow"))
+    agent = Agent(plan=parse_plan(v1))
+    first = agent.start()
+    slow, bad = [a for a in first if isinstance(a, ExecuteStep)]
+    assert agent.observe(StepResult(bad.id, ok=False, exit_code=1, stderr="boom")) == []
+    # "slow" is still running: no replan yet; once it succeeds the replan is asked for,
+    # and "after_slow" is not started under the old plan
+    then = agent.observe(StepResult(slow.id, ok=True, stdout="1\n"))
+    assert [type(a).__name__ for a in then] == ["CallModel"] and then[0].purpose == "replan"
+    reply = ChatResponse(Message.assistant(json.dumps(v2)), "m")
+    after = agent.observe(ModelReply(then[0].id, reply))
+    assert [getattr(a, "instance", a.type) for a in after] == ["record_plan", "good",
+                                                                 "after_slow"]

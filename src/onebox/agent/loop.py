@@ -73,6 +73,8 @@ class Agent:
         self._given_plan = plan
         self._order: list[str] = []
         self._steps_by_id: dict[str, Step] = {}
+        self._shared_code: dict[str, str] = {}
+        self._code_waiters: dict[str, list[Instance]] = {}
         self._waiting_ids: list[str] = []
         self._count = 0
         self._out: list[Action] = []
@@ -196,6 +198,8 @@ class Agent:
         self.steps = {s.id: (self.steps[s.id] if s.id in finished else StepState())
                       for s in plan.steps}
         self._waiting_ids = [sid for sid in self._order if sid not in finished]
+        self._shared_code.clear()
+        self._code_waiters.clear()
         self._queue.clear()
         self._replanning = False
         why = Decision("plan" if self.version == 1 else "replan",
@@ -284,7 +288,7 @@ class Agent:
         elif step.kind != "code":
             self._execute(inst)
         elif inst.code is None:
-            self._write_code(step, inst)
+            self._need_code(step, inst)
         else:
             self._precheck(step, inst, inst.code)
 
@@ -297,24 +301,51 @@ class Agent:
         self.decisions.append(Decision("run", "final answer written", step.id))
         self._instance_done(inst, {"ok": True, "result": answer, "stdout": answer})
 
-    def _write_code(self, step: Step, inst: Instance) -> None:
+    def _need_code(self, step: Step, inst: Instance) -> None:
+        """Code for a goal step; a fan-out asks once and shares the code with every item."""
+        if not step.foreach:
+            self._write_code(step, inst, [inst])
+            return
+        shared = self._shared_code.get(step.id)
+        if shared is not None:
+            self._precheck(step, inst, shared)
+            return
+        waiting = self._code_waiters.setdefault(step.id, [])
+        waiting.append(inst)
+        if len(waiting) == 1:
+            self._write_code(step, inst, waiting)
+
+    def _write_code(self, step: Step, inst: Instance, targets: list[Instance]) -> None:
         loop = inst.loop_names()
+        if step.foreach:
+            loop = {f"item (for example; the code runs once per element of {step.foreach})":
+                    inst.item}
         deps = {d: self.steps[d].output for d in step.depends_on}
         request = p.code_request(step, self.request, deps, loop, self.config.prompt_output_chars)
+        key = step.id if step.foreach else inst.key
         why = Decision("write", f"ask the model to write the {step.tool} code for: {step.goal}",
-                       inst.key)
-        self._ask_code(inst, "write_code", request, why)
+                       key)
+        self._ask_code(targets, "write_code", request, why)
 
-    def _ask_code(self, inst: Instance, purpose: str, request: Any, why: Decision) -> None:
+    def _ask_code(self, targets: list[Instance], purpose: str, request: Any,
+                  why: Decision) -> None:
+        step = self._step(targets[0].step_id)
+
         def on_reply(obs: ModelReply) -> None:
             try:
                 code = p.parse_code(obs.response)
             except ValueError as exc:
-                self._code_rejected(inst, str(exc))
+                for inst in list(targets):
+                    self._code_rejected(inst, str(exc))
                 return
-            self._precheck(self._step(inst.step_id), inst, code)
+            if purpose == "write_code" and step.foreach:
+                self._shared_code[step.id] = code
+                targets[:] = self._code_waiters.pop(step.id, targets)
+            for inst in list(targets):
+                self._precheck(step, inst, code)
 
-        self._issue(CallModel, why, on_reply, purpose=purpose, request=request, step_id=inst.key)
+        self._issue(CallModel, why, on_reply, purpose=purpose, request=request,
+                    step_id=why.step_id)
 
     def _precheck(self, step: Step, inst: Instance, code: str) -> None:
         inst.code = code
@@ -343,14 +374,20 @@ class Agent:
         self._fix(inst, error, "before running")
 
     def _fix(self, inst: Instance, error: str, when: str) -> None:
+        if self._blocked:
+            self._abandon(inst)
+            return
         step = self._step(inst.step_id)
         attempt = self._executions.get(inst.key, 0)
         request = p.fix_request(step, inst.code or "", error, attempt)
         why = Decision("fix", f"{when}: {error.splitlines()[0] if error else 'error'}; "
                        "ask the model to fix the code", inst.key)
-        self._ask_code(inst, "fix_code", request, why)
+        self._ask_code([inst], "fix_code", request, why)
 
     def _execute(self, inst: Instance) -> None:
+        if self._blocked:
+            self._abandon(inst)
+            return
         step = self._step(inst.step_id)
         n = self._executions[inst.key] = self._executions.get(inst.key, 0) + 1
         why = inst.next_decision or Decision("run", self._why_run(step, inst), inst.key)
@@ -386,8 +423,6 @@ class Agent:
         elif inst.failures >= allowed:
             self._instance_failed(inst, f"failed {inst.failures} of {allowed} attempts; "
                                   f"last: {error}")
-        elif self._blocked:
-            self._abandon(inst)
         elif step.kind == "code" and self.config.use_model:
             inst.next_decision = Decision("retry", f"attempt {inst.failures + 1} of {allowed} "
                                           "with the fixed code", inst.key)

@@ -67,7 +67,8 @@ def code_request(step: Step, request: str, deps: Mapping[str, Any], loop: Mappin
     text = prompt("write_code").substitute(
         language=step.tool, step_id=step.id, goal=step.goal or step.description or "",
         request=request or "(a plan file)", deps=clip(deps, limit) if deps else "(none)",
-        loop=("\nThis run of the step is for:" + loop_text + "\n") if loop else "",
+        loop=("\nLoop values (the code reads them from the same file, keys \"item\", "
+              "\"index\", \"iteration\"):" + loop_text + "\n") if loop else "",
     )
     return _request(text)
 
