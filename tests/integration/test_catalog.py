@@ -168,3 +168,22 @@ async def test_lookup_tools_answers_the_agent_over_all_formats(db: Database) -> 
     assert names.index("http") > names.index("node")  # 0/4 ranks below no history
     assert len(names) == len(set(names))
     assert result.tools[0].success_rate == 1.0 and result.tools[0].runs == 4
+
+
+def test_a_tool_step_expands_to_code_with_json_literals() -> None:
+    from onebox.agent.plan import parse_plan
+    from onebox.store.catalog import expand_tool_step
+
+    tool = parse_tool({**pdf_tool("pdf_tables"), "permissions": {"network": ["docs.example"]},
+                       "code_template": "path = {{ path }}\npages = {{ pages }}\n"})
+    plan = parse_plan({"steps": [{"id": "t", "kind": "tool", "allow_domains": ["a.example"],
+                                  "input": {"name": "pdf_tables", "path": "it's.pdf",
+                                            "pages": [1, 2]}}]})
+    step = expand_tool_step(tool, plan.step("t"))
+    assert (step.kind, step.tool) == ("code", "python")
+    assert step.code == 'path = "it\'s.pdf"\npages = [1, 2]\n'
+    assert step.allow_domains == ("a.example", "docs.example")
+    missing = parse_plan({"steps": [{"id": "t", "kind": "tool", "input": {"name": "x"}}]})
+    with pytest.raises(ValidationError) as info:
+        expand_tool_step(tool, missing.step("t"))
+    assert info.value.field == "steps[t].input.path"

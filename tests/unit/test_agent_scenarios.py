@@ -353,3 +353,17 @@ async def test_a_failure_waits_for_steps_in_flight_before_replanning() -> None:
     after = agent.observe(ModelReply(then[0].id, reply))
     assert [getattr(a, "instance", a.type) for a in after] == ["record_plan", "good",
                                                                  "after_slow"]
+
+
+async def test_a_catalog_tool_step_is_executed_with_rendered_arguments() -> None:
+    p = plan(py("find", "print()"),
+             {"id": "tables", "kind": "tool", "depends_on": ["find"],
+              "input": {"name": "pdf_tables", "path": "{{ find.result.path }}"}})
+
+    def run_code(action: ExecuteStep) -> StepResult:
+        return step_ok(result={"path": "q3.pdf"}) if action.step_id == "find" else by_step(action)
+
+    run = await run_agent_offline(Agent(plan=parse_plan(p)), ScriptedModel(), run_code)
+    tables = run.of_type(ExecuteStep)[1]
+    assert tables.step.kind == "tool"
+    assert tables.step.input == {"name": "pdf_tables", "path": "q3.pdf"}

@@ -138,7 +138,8 @@ class StepAction(Action):
 
 @dataclass(frozen=True)
 class ExecuteStep(StepAction):
-    """Run a code or http step. ``step`` has its final code (and rendered input).
+    """Run a code, tool or http step. ``step`` has its final code (and rendered input);
+    a ``tool`` step becomes code with :func:`onebox.store.catalog.expand_tool_step`.
 
     ``inputs`` = {"deps": {step_id: output}, "item", "index", "iteration"}: give
     it to the code (e.g. as a JSON file); a JSON result the code declares goes

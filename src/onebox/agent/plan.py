@@ -14,8 +14,8 @@ A plan file (YAML or JSON)::
         depends_on: [make_csv]
 
 Beyond code, a step may be another ``kind`` (http, knowledge_search,
-memory_remember, memory_recall, approval, final) with its arguments in
-``input``; run only ``when`` a condition over earlier outputs holds; fan out
+memory_remember, memory_recall, approval, final, or ``tool``: a registered
+catalog tool named by ``input.name``) with its arguments in ``input``; run only ``when`` a condition over earlier outputs holds; fan out
 with ``foreach`` over a list output (``item``/``index`` are bound); repeat
 ``until`` a condition holds (at most ``max_iterations`` times); or give a
 ``goal`` instead of ``code`` and let the agent write the code at run time.
@@ -44,11 +44,12 @@ from onebox.errors import PlanError
 STEP_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 Tool = Literal["python", "bash", "node"]
 StepKind = Literal[
-    "code", "http", "knowledge_search", "memory_remember", "memory_recall", "approval", "final"
+    "code", "tool", "http", "knowledge_search", "memory_remember", "memory_recall", "approval",
+    "final",
 ]
 #: the ``input`` keys each non-code kind requires
 REQUIRED_INPUT: dict[str, tuple[str, ...]] = {
-    "http": ("url",), "knowledge_search": ("query",), "memory_remember": ("text",),
+    "tool": ("name",), "http": ("url",), "knowledge_search": ("query",), "memory_remember": ("text",),
     "memory_recall": ("query",), "approval": ("prompt",), "final": ("answer",),
 }
 LOOP_NAMES = frozenset({"item", "index", "iteration"})

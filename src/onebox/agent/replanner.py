@@ -63,7 +63,3 @@ def _changes(old: Plan, new: Plan, finished: Collection[str], overridden: list[s
                                 "plan redefined it", sid))
     return tuple(changes)
 
-
-def reset_ids(old: Plan, new: Plan, finished: Collection[str]) -> set[str]:
-    """Steps of ``new`` whose state must start over (everything not finished)."""
-    return {s.id for s in new.steps if s.id not in finished}

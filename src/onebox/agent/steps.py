@@ -18,7 +18,7 @@ from onebox.agent.plan import Step
 from onebox.agent.state import Instance
 
 _KINDS: dict[str, type[Action]] = {
-    "code": ExecuteStep, "http": ExecuteStep, "knowledge_search": SearchKnowledge,
+    "code": ExecuteStep, "tool": ExecuteStep, "http": ExecuteStep, "knowledge_search": SearchKnowledge,
     "memory_remember": Remember, "memory_recall": Recall, "approval": AskApproval,
 }
 
@@ -34,7 +34,7 @@ def step_action(step: Step, inst: Instance, names: Mapping[str, Any], attempt: i
     fields: dict[str, Any] = {"step_id": step.id, "instance": inst.key, "attempt": attempt,
                               "plan_version": version}
     data = render_input(step, names)
-    if step.kind in ("code", "http"):
+    if step.kind in ("code", "tool", "http"):
         update: dict[str, Any] = {"input": data}
         if step.kind == "code":
             update["code"] = inst.code

@@ -22,6 +22,7 @@ by historical success rate" with one recursive SQL statement.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ConfigDict, Field
 
 from onebox.agent.actions import LookupTools, ToolHint, ToolsResult
+from onebox.agent.expressions import TEMPLATE, ExpressionError, evaluate
+from onebox.agent.plan import Step
 from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.store.queries import load_queries
 
@@ -111,6 +114,36 @@ def load_tool_file(path: str | Path) -> CatalogTool:
     except yaml.YAMLError as exc:
         raise ValidationError(f"{p} is not valid YAML: {exc}") from exc
     return parse_tool(data)
+
+
+def expand_tool_step(tool: CatalogTool, step: Step) -> Step:
+    """A ``kind: tool`` step as the code step the sandbox runs.
+
+    The code template's ``{{ expr }}`` placeholders are evaluated over the step's
+    arguments (``input`` without ``name``) and inserted as JSON literals, so a string
+    argument becomes a quoted string in Python or JavaScript code. Arguments the
+    tool's ``input_schema`` requires must be present (ValidationError otherwise).
+    """
+    if tool.code_template is None or tool.language is None:
+        raise ValidationError(f"tool {tool.name!r} has no code template; it cannot run as a "
+                              "step", field=f"steps[{step.id}].input.name")
+    args = {k: v for k, v in step.input.items() if k != "name"}
+    missing = [k for k in tool.input_schema.get("required", ()) if k not in args]
+    if missing:
+        raise ValidationError(f"tool {tool.name!r} needs the argument(s) {', '.join(missing)}",
+                              field=f"steps[{step.id}].input.{missing[0]}")
+
+    def literal(match: Any) -> str:
+        try:
+            return json.dumps(evaluate(match.group(1), args))
+        except ExpressionError as exc:
+            raise ValidationError(f"tool {tool.name!r} template: {exc}",
+                                  field=f"steps[{step.id}].input") from None
+
+    code = TEMPLATE.sub(literal, tool.code_template)
+    domains = tuple(step.allow_domains) + tuple(tool.permissions.get("network") or ())
+    return step.model_copy(update={"kind": "code", "tool": tool.language, "code": code,
+                                   "allow_domains": tuple(dict.fromkeys(domains))})
 
 
 async def register_tool(conn: Conn, tool: CatalogTool) -> None:
