@@ -51,3 +51,33 @@ def load_scifact(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], dict
 def order_relevant_first(corpus: list[dict[str, Any]], qrels: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
     relevant = {d for rels in qrels.values() for d in rels}
     return [d for d in corpus if d["_id"] in relevant] + [d for d in corpus if d["_id"] not in relevant]
+
+
+def load_cmrc_sentences(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, int]]]:
+    base = root / "cmrc2018"
+    corpus = read_jsonl(base / "corpus_sentences.jsonl")
+    queries = {q["_id"]: q["text"] for q in read_jsonl(base / "queries.jsonl")}
+    qrels = read_qrels(base / "qrels" / "sentences_trial.tsv")
+    return corpus, queries, qrels
+
+
+def load_locomo(root: Path) -> list[dict[str, Any]]:
+    with (root / "locomo" / "locomo_dev.json").open(encoding="utf-8") as fh:
+        data: list[dict[str, Any]] = json.load(fh)
+    return data
+
+
+def locomo_turns(sample: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(dia_id, session date text, content) for every turn, image captions included."""
+    conv = sample["conversation"]
+    out = []
+    n = 1
+    while f"session_{n}" in conv:
+        date = conv.get(f"session_{n}_date_time", "")
+        for turn in conv[f"session_{n}"]:
+            text = turn.get("text", "")
+            if turn.get("blip_caption"):
+                text += f" [shares an image: {turn['blip_caption']}]"
+            out.append((turn["dia_id"], date, f"{turn['speaker']}: {text}"))
+        n += 1
+    return out
