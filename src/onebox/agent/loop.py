@@ -13,84 +13,32 @@ with ``ok=False`` and an error that says what happened.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from onebox.agent import prompting as p
 from onebox.agent.actions import (
     Action,
-    CallModel,
-    CheckCode,
-    CheckResult,
     Decision,
     Finish,
+    Intent,
     LookupTools,
-    ModelReply,
-    Observation,
     RecordIntent,
     RecordPlan,
     SkipStep,
-    StepAction,
     StepResult,
-    ToolHint,
     ToolsResult,
 )
+from onebox.agent.codesteps import CodeSteps
 from onebox.agent.expressions import ExpressionError, as_list, evaluate
 from onebox.agent.plan import Plan, Step, parse_plan, topological_order
 from onebox.agent.replanner import merge_replan
-from onebox.agent.state import (
-    FINISHED,
-    AgentConfig,
-    Instance,
-    StepState,
-    aggregate,
-    failure_text,
-    instances_for,
-)
+from onebox.agent.state import FINISHED, Instance, StepState, aggregate, failure_text, instances_for
 from onebox.agent.steps import render_input, step_action
-from onebox.errors import AgentError, OneboxError
-
-Handler = Callable[[Any], None]
-EXPECTS: dict[type[Action], type[Observation]] = {
-    CallModel: ModelReply, CheckCode: CheckResult, LookupTools: ToolsResult,
-}
+from onebox.errors import AgentError
 
 
-class Agent:
-    def __init__(self, request: str = "", *, plan: Plan | None = None,
-                 config: AgentConfig | None = None, tools: Sequence[ToolHint] = ()) -> None:
-        if not request and plan is None:
-            raise AgentError("give the agent a request or a plan")
-        self.request = request
-        self.config = config or AgentConfig()
-        self.tools = tuple(tools)
-        self.plan: Plan | None = None
-        self.version = 0
-        self.steps: dict[str, StepState] = {}
-        self.history: list[Action] = []
-        self.decisions: list[Decision] = []
-        self.result: Finish | None = None
-        self._given_plan = plan
-        self._order: list[str] = []
-        self._steps_by_id: dict[str, Step] = {}
-        self._shared_code: dict[str, str] = {}
-        self._code_waiters: dict[str, list[Instance]] = {}
-        self._waiting_ids: list[str] = []
-        self._count = 0
-        self._out: list[Action] = []
-        self._waiting: dict[str, tuple[Action, Handler]] = {}
-        self._queue: list[Instance] = []
-        self._active = 0
-        self._executions: dict[str, int] = {}
-        self._replans = 0
-        self._replanning = False
-        self._blocked: tuple[str, str] | None = None
-        self._started = False
-
-    # ------------------------------------------------------------------ protocol
-    @property
-    def finished(self) -> bool:
-        return self.result is not None
+class Agent(CodeSteps):
+    """Request (or plan) in, actions out; see the module docstring."""
 
     def start(self) -> list[Action]:
         if self._started:
@@ -106,68 +54,7 @@ class Agent:
         self._pump()
         return self._drain()
 
-    def observe(self, observation: Observation) -> list[Action]:
-        entry = self._waiting.pop(observation.action_id, None)
-        if entry is None:
-            raise AgentError(f"no action {observation.action_id!r} is waiting for an observation")
-        action, handler = entry
-        expected = StepResult if isinstance(action, StepAction) else EXPECTS[type(action)]
-        if not isinstance(observation, expected):
-            raise AgentError(f"action {action.id} ({action.type}) needs a {expected.__name__}, "
-                             f"got {type(observation).__name__}")
-        if not self.finished:
-            handler(observation)
-            self._pump()
-        return self._drain()
-
-    def outstanding(self) -> list[Action]:
-        """Issued actions still waiting for their observation (to perform after a resume)."""
-        return [action for action, _ in self._waiting.values()]
-
-    # ------------------------------------------------------------------ plumbing
-    def _issue(self, cls: type[Action], decision: Decision, handler: Handler | None = None,
-               **fields: Any) -> Action:
-        self._count += 1
-        action = cls(id=f"a{self._count}", decision=decision, **fields)
-        self._out.append(action)
-        self.history.append(action)
-        self.decisions.append(decision)
-        if action.expects_observation:
-            assert handler is not None, f"{cls.__name__} needs a handler"
-            self._waiting[action.id] = (action, handler)
-        return action
-
-    def _step(self, step_id: str) -> Step:
-        return self._steps_by_id[step_id]
-
-    def _drain(self) -> list[Action]:
-        out, self._out = self._out, []
-        return out
-
-    def _ask_json(self, purpose: str, request: Any, parse: Callable[[Any], Any],
-                  on_ok: Handler, decision: Decision, repairs: int = 0) -> None:
-        """A model call whose reply is parsed; an unusable reply is fed back, bounded."""
-
-        def on_reply(obs: ModelReply) -> None:
-            try:
-                value = parse(obs.response)
-            except (ValueError, OneboxError) as exc:
-                if repairs >= self.config.max_plan_repairs:
-                    self._fail(f"the model's {purpose} reply was still unusable after "
-                               f"{repairs} repairs: {exc}")
-                    return
-                why = Decision("repair", f"{purpose} reply unusable ({exc}); asking again "
-                               f"({repairs + 1}/{self.config.max_plan_repairs})")
-                self._ask_json(purpose, p.repair_request(request, obs.response, str(exc)),
-                               parse, on_ok, why, repairs + 1)
-                return
-            on_ok(value)
-
-        kind = purpose if repairs == 0 else f"repair_{purpose}"
-        self._issue(CallModel, decision, on_reply, purpose=kind, request=request)
-
-    # ------------------------------------------------------------------ intent and plan
-    def _on_intent(self, intent: Any) -> None:
+    def _on_intent(self, intent: Intent) -> None:
         self.intent = intent
         self._issue(RecordIntent, Decision("intent", f"goal: {intent.goal}"), intent=intent)
         if self.config.lookup_tools:
@@ -183,7 +70,8 @@ class Agent:
         self._ask_plan()
 
     def _ask_plan(self) -> None:
-        request = p.plan_request(self.request, self.intent, self.tools)
+        intent = self.intent or Intent(goal=self.request)
+        request = p.plan_request(self.request, intent, self.tools)
         self._ask_json("plan", request, lambda r: parse_plan(p.extract_json(r)),
                        lambda plan: self._adopt(plan, "written by the model for the request",
                                                 (), set()),
@@ -208,7 +96,6 @@ class Agent:
                     plan=plan, version=self.version, reason=reason, changes=changes)
         self.decisions.extend(changes)
 
-    # ------------------------------------------------------------------ scheduling
     def _pump(self) -> None:
         if self.finished or self.plan is None or self._replanning:
             return
@@ -274,13 +161,6 @@ class Agent:
         state.status, state.reason = "skipped", reason
         self._issue(SkipStep, Decision("skip", reason, step.id), step_id=step.id)
 
-    def _names(self, step: Step, inst: Instance | None = None) -> dict[str, Any]:
-        names: dict[str, Any] = {d: self.steps[d].output for d in step.depends_on}
-        if inst is not None:
-            names.update(inst.loop_names())
-        return names
-
-    # ------------------------------------------------------------------ one instance
     def _begin(self, inst: Instance) -> None:
         step = self._step(inst.step_id)
         if step.kind == "final":
@@ -300,89 +180,6 @@ class Agent:
             return
         self.decisions.append(Decision("run", "final answer written", step.id))
         self._instance_done(inst, {"ok": True, "result": answer, "stdout": answer})
-
-    def _need_code(self, step: Step, inst: Instance) -> None:
-        """Code for a goal step; a fan-out asks once and shares the code with every item."""
-        if not step.foreach:
-            self._write_code(step, inst, [inst])
-            return
-        shared = self._shared_code.get(step.id)
-        if shared is not None:
-            self._precheck(step, inst, shared)
-            return
-        waiting = self._code_waiters.setdefault(step.id, [])
-        waiting.append(inst)
-        if len(waiting) == 1:
-            self._write_code(step, inst, waiting)
-
-    def _write_code(self, step: Step, inst: Instance, targets: list[Instance]) -> None:
-        loop = inst.loop_names()
-        if step.foreach:
-            loop = {f"item (for example; the code runs once per element of {step.foreach})":
-                    inst.item}
-        deps = {d: self.steps[d].output for d in step.depends_on}
-        request = p.code_request(step, self.request, deps, loop, self.config.prompt_output_chars)
-        key = step.id if step.foreach else inst.key
-        why = Decision("write", f"ask the model to write the {step.tool} code for: {step.goal}",
-                       key)
-        self._ask_code(targets, "write_code", request, why)
-
-    def _ask_code(self, targets: list[Instance], purpose: str, request: Any,
-                  why: Decision) -> None:
-        step = self._step(targets[0].step_id)
-
-        def on_reply(obs: ModelReply) -> None:
-            try:
-                code = p.parse_code(obs.response)
-            except ValueError as exc:
-                for inst in list(targets):
-                    self._code_rejected(inst, str(exc))
-                return
-            if purpose == "write_code" and step.foreach:
-                self._shared_code[step.id] = code
-                targets[:] = self._code_waiters.pop(step.id, targets)
-            for inst in list(targets):
-                self._precheck(step, inst, code)
-
-        self._issue(CallModel, why, on_reply, purpose=purpose, request=request,
-                    step_id=why.step_id)
-
-    def _precheck(self, step: Step, inst: Instance, code: str) -> None:
-        inst.code = code
-        if not self.config.use_model or step.tool == "python" and _compiles(code) is None:
-            self._execute(inst)
-            return
-        if step.tool == "python":
-            self._code_rejected(inst, _compiles(code) or "")
-            return
-
-        def on_check(obs: CheckResult) -> None:
-            if obs.ok:
-                self._execute(inst)
-            else:
-                self._code_rejected(inst, f"{step.tool} syntax check failed: {obs.message}")
-
-        why = Decision("check", f"syntax-check the {step.tool} code before running it", inst.key)
-        self._issue(CheckCode, why, on_check, step_id=inst.key, language=step.tool, code=code)
-
-    def _code_rejected(self, inst: Instance, error: str) -> None:
-        inst.code_fixes += 1
-        if inst.code_fixes > self.config.max_code_fixes:
-            self._instance_failed(inst, f"the code still failed its check after "
-                                  f"{self.config.max_code_fixes} fixes: {error}")
-            return
-        self._fix(inst, error, "before running")
-
-    def _fix(self, inst: Instance, error: str, when: str) -> None:
-        if self._blocked:
-            self._abandon(inst)
-            return
-        step = self._step(inst.step_id)
-        attempt = self._executions.get(inst.key, 0)
-        request = p.fix_request(step, inst.code or "", error, attempt)
-        why = Decision("fix", f"{when}: {error.splitlines()[0] if error else 'error'}; "
-                       "ask the model to fix the code", inst.key)
-        self._ask_code([inst], "fix_code", request, why)
 
     def _execute(self, inst: Instance) -> None:
         if self._blocked:
@@ -486,7 +283,6 @@ class Agent:
         if self._blocked is None or kind == "fail":
             self._blocked = (kind, reason)
 
-    # ------------------------------------------------------------------ replan and finish
     def _replan(self, reason: str) -> None:
         assert self.plan is not None
         self._replans += 1
@@ -520,14 +316,3 @@ class Agent:
 
     def _fail(self, reason: str) -> None:
         self.result = self._issue(Finish, Decision("fail", reason), ok=False, error=reason)  # type: ignore[assignment]
-
-
-def _compiles(code: str) -> str | None:
-    """None if the Python code compiles, else the SyntaxError as text."""
-    try:
-        compile(code, "<step>", "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        return f"SyntaxError: {exc.msg} (line {exc.lineno})"
-    except ValueError as exc:
-        return f"invalid source: {exc}"
-    return None
