@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from test_snapshot_archive import insert_execution
 
+from onebox.cli.main import main
 from onebox.config import Settings
 from onebox.objects import FsObjectStore
 from onebox.sandbox import snapshot_archive as archive
@@ -21,11 +23,25 @@ from onebox.sandbox.base import ExecRequest
 from onebox.store.db import Database
 
 
+def _env(settings: Settings) -> dict[str, str]:
+    return {"ONEBOX_HOME": str(settings.home), "ONEBOX_SANDBOX__BACKEND": "process",
+            "ONEBOX_DATABASE_URL": settings.database_url.get_secret_value()}  # type: ignore[union-attr]
+
+
 async def onebox(settings: Settings, *args: str) -> tuple[int, str, str]:
-    env = {**os.environ, "ONEBOX_HOME": str(settings.home), "ONEBOX_SANDBOX__BACKEND": "process",
-           "ONEBOX_DATABASE_URL": settings.database_url.get_secret_value()}  # type: ignore[union-attr]
+    """Run the CLI in-process (in a thread, as it runs its own event loop)."""
+    runner = CliRunner()
+    result = await asyncio.to_thread(runner.invoke, main, list(args), env=_env(settings))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+async def onebox_subprocess(settings: Settings, *args: str) -> tuple[int, str, str]:
+    """Run the CLI as a user does: a new process through the installed entry point."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "from onebox.cli.main import main; main()", *args, env=env,
+        sys.executable, "-c", "from onebox.cli.main import main; main()", *args,
+        env={**os.environ, **_env(settings)},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     return proc.returncode or 0, out.decode(), err.decode()
@@ -96,7 +112,7 @@ async def test_replay_prints_match_or_a_diff(db: Database, settings: Settings,
     report = await onebox_json(settings, "replay", exec_id)
     assert report["match"] is True and report["pre_source"] == "recorded"
     assert report["output_hash"]["recorded"] == report["output_hash"]["replayed"]
-    code, out, _ = await onebox(settings, "replay", exec_id)
+    code, out, _ = await onebox_subprocess(settings, "replay", exec_id)
     assert code == 0 and "match" in out
     await db.fetch("UPDATE onebox.task_execution SET stdout = 'answer 41\n' WHERE id = %s "
                    "RETURNING id", (recorded["execution_id"],))
