@@ -21,8 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from onebox.agent.actions import (
-    Action, CallModel, CheckCode, CheckResult, LookupTools, ModelReply, Observation, StepAction,
-    StepResult, ToolsResult,
+    Action,
+    CallModel,
+    CheckCode,
+    CheckResult,
+    LookupTools,
+    ModelReply,
+    Observation,
+    StepAction,
+    StepResult,
+    ToolsResult,
 )
 from onebox.agent.loop import Agent
 from onebox.agent.plan import parse_plan
