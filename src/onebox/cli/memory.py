@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import click
 
 from onebox.cli import common
 from onebox.knowledge.archive import compact, restore
+from onebox.knowledge.memory import MemoryKind
 from onebox.knowledge.service import open_knowledge
 
 
@@ -49,8 +50,7 @@ def remember_cmd(content: str, scope: str, user_id: str, kind: str, metadata: st
         async with open_knowledge(common.settings()) as knowledge:
             return await knowledge.memory.remember(
                 scope, content, user_id=user_id, metadata=_metadata(metadata),
-                kind=kind,  # type: ignore[arg-type]
-                supersedes=supersedes)
+                kind=cast(MemoryKind, kind), supersedes=supersedes)
 
     result = common.run(go())
     if as_json:
