@@ -37,6 +37,7 @@ async def test_text_reply_usage_and_request_shape() -> None:
                                                 completion_tokens=3)]) as server:
         model, _ = model_for(server)
         reply = await model.complete(ChatRequest(HELLO, json_output=True, temperature=0.0))
+        await model.aclose()
     assert reply.content == "hi there"
     assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (11, 3)
     assert reply.finish_reason == "stop" and reply.latency_ms >= 0

@@ -296,11 +296,8 @@ async def test_resume_replays_observations_without_calling_the_model_again() -> 
     assert model.remaining == 0
 
     second = Agent("resume me")  # another worker: replays the stored observations
-    replayed = second.start()
-    for obs in stored:
-        replayed += second.observe(obs)
-    assert [a.to_dict() for a in replayed] == [a.to_dict() for a in first.history]
-    (todo,) = second.outstanding()
+    (todo,) = second.resume(stored)
+    assert [a.to_dict() for a in second.history] == [a.to_dict() for a in first.history]
     assert isinstance(todo, ExecuteStep) and todo.step_id == "x"
     assert [a.id for a in first.outstanding()] == [todo.id]
     done = second.observe(StepResult(todo.id, ok=True, stdout="2\n"))

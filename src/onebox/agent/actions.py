@@ -11,8 +11,10 @@ The agent never performs I/O. A driver (``runtime/`` for real, or
 Action ids (``a1``, ``a2``...) are deterministic: feeding the same
 observations in the same order to a fresh agent re-issues the same actions,
 so a resumed run replays its stored observations instead of calling the model
-or re-running finished steps (:meth:`onebox.agent.loop.Agent.outstanding`
-lists what is still to do).
+or re-running finished steps (:meth:`onebox.agent.loop.Agent.resume` returns what
+is still to do). Store each observation together with the actions it produced,
+keyed by action id. In a fan-out, ``StepAction.instance`` (``id[2]``) is the unit
+that has attempts: use it as the task_execution step id.
 
 Every action carries a :class:`Decision`: why a step runs, is skipped,
 retried, fixed or replaced. Store them as events; ``onebox explain`` prints them.

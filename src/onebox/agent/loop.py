@@ -13,6 +13,7 @@ with ``ok=False`` and an error that says what happened.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from onebox.agent import prompting as p
@@ -22,6 +23,7 @@ from onebox.agent.actions import (
     Finish,
     Intent,
     LookupTools,
+    Observation,
     RecordIntent,
     RecordPlan,
     SkipStep,
@@ -53,6 +55,18 @@ class Agent(CodeSteps):
                            self._on_intent, Decision("intent", "extract the intent of the request"))
         self._pump()
         return self._drain()
+
+    def resume(self, observations: Iterable[Observation]) -> list[Action]:
+        """Start, then replay the stored observations of an interrupted run, in their order.
+
+        Returns the actions still to perform (:meth:`outstanding`). Replaying issues the
+        same action ids as before, so notices already stored can be recognised by id; if
+        the run had finished, :attr:`result` is set and nothing is outstanding.
+        """
+        self.start()
+        for observation in observations:
+            self.observe(observation)
+        return self.outstanding()
 
     def _on_intent(self, intent: Intent) -> None:
         self.intent = intent

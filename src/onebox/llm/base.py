@@ -207,6 +207,10 @@ class ChatModel(abc.ABC):
     async def complete(self, request: ChatRequest) -> ChatResponse:
         """Send one request; raise ProviderError (RateLimited, ProviderTimeout...) on failure."""
 
+    async def aclose(self) -> None:
+        """Release connections; the default has none."""
+        return None
+
     async def chat(self, messages: Sequence[Message], **options: Any) -> ChatResponse:
         """Shorthand for :meth:`complete` with a list of messages and request options."""
         return await self.complete(ChatRequest(messages=tuple(messages), **options))

@@ -79,6 +79,9 @@ class OpenAIChatModel(ChatModel):
             latency_ms = (time.perf_counter() - started) * 1000
             return _to_response(completion, self.model, latency_ms)
 
+    async def aclose(self) -> None:
+        await self._client.close()
+
     def _kwargs(self, request: ChatRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": self.model,
