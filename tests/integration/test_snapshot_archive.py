@@ -79,6 +79,10 @@ async def test_always_links_pre_and_post_snapshots(
     assert rows[1]["sha256"] == scan(ws).sha256 and rows[1]["execution_id"] == exec_id
     keys = await db.fetch("SELECT key FROM onebox.snapshot_objects WHERE snapshot_id = %s", (post,))
     assert sorted(k["key"] for k in keys) == sorted(scan(ws).object_keys())
+    events = await db.fetch("SELECT type, payload FROM onebox.agent_events "
+                            "WHERE type = 'snapshot_taken' ORDER BY seq")
+    assert [(e["payload"]["kind"], e["payload"]["snapshot_id"]) for e in events] == [
+        ("pre", str(pre)), ("post", str(post))]
     out = tmp_path / "restored"
     await archive.restore_snapshot(db, store, str(pre)[:8], out)
     assert [p.name for p in out.iterdir()] == ["input.txt"]

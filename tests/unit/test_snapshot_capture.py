@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from onebox.errors import Conflict, IntegrityError
+from onebox.errors import Conflict, IntegrityError, StorageError
 from onebox.objects import FsObjectStore, blob_key, manifest_key
+from onebox.sandbox import snapshots
 from onebox.sandbox.snapshots import capture, load_manifest, restore, scan
 
 
@@ -169,3 +170,21 @@ async def test_empty_or_missing_workspace_is_a_valid_snapshot(
     assert info.file_count == 0
     await restore(store, info.sha256, tmp_path / "out")
     assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("inline_max", [16 << 20, 10])  # from memory, and streamed from the file
+async def test_a_file_changed_after_hashing_is_refused_not_stored_under_a_wrong_hash(
+    store: FsObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inline_max: int
+) -> None:
+    monkeypatch.setattr(snapshots, "INLINE_MAX_BYTES", inline_max)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "big.bin").write_bytes(b"a" * 1000)
+    stale = scan(ws)
+    (ws / "big.bin").write_bytes(b"b" * 1000)
+    with pytest.raises(StorageError, match="big.bin changed"):
+        await capture(store, ws, manifest=stale)
+    assert await store.list("blobs/") == []
+    info = await capture(store, ws)
+    await restore(store, info.sha256, tmp_path / "out")
+    assert (tmp_path / "out/big.bin").read_bytes() == b"b" * 1000

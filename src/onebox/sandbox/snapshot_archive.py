@@ -92,7 +92,9 @@ async def record_snapshot(
         await rows.mark_ready(conn, snapshot_id, stored_bytes=info.stored_bytes,
                               duration_ms=info.duration_ms)
         if execution_id is not None:
-            await rows.link_execution(conn, execution_id, snapshot_id, pre=kind == "pre")
+            await rows.link_execution(conn, execution_id, snapshot_id, pre=kind == "pre", event={
+                "sha256": info.sha256, "reused": False, "file_count": info.file_count,
+                "bytes": info.bytes, "stored_bytes": info.stored_bytes})
     return SnapshotRecord(snapshot_id, info.sha256, reused=False, info=info)
 
 
@@ -102,7 +104,8 @@ async def _link_existing(
     async with db.transaction() as conn:
         existing = await rows.find_reusable(conn, session_id, sha256)
         if existing is not None and execution_id is not None:
-            await rows.link_execution(conn, execution_id, existing, pre=kind == "pre")
+            await rows.link_execution(conn, execution_id, existing, pre=kind == "pre", event={
+                "sha256": sha256, "reused": True, "stored_bytes": 0})
     return existing
 
 

@@ -69,7 +69,10 @@ def scan(workspace_dir: Path) -> Manifest:
     if not root.is_dir():
         return Manifest(())
     entries: list[Entry] = []
-    _scan_dir(root, "", entries)
+    try:
+        _scan_dir(root, "", entries)
+    except OSError as exc:
+        raise StorageError(f"cannot snapshot workspace {root}: {exc}") from exc
     if os.path.ismount(root):  # a workspace on its own file system: fsck's dir is not data
         entries = [e for e in entries if e.path.split("/")[0] != LOST_FOUND]
     return Manifest(tuple(sorted(entries, key=lambda e: e.path)))

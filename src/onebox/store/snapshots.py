@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from onebox.errors import NotFound, ValidationError
 from onebox.store.queries import load_queries
@@ -80,15 +81,21 @@ async def find_reusable(conn: Conn, session_id: str, sha256: str) -> uuid.UUID |
 
 
 async def link_execution(
-    conn: Conn, execution_id: uuid.UUID, snapshot_id: uuid.UUID, *, pre: bool
+    conn: Conn, execution_id: uuid.UUID, snapshot_id: uuid.UUID, *, pre: bool,
+    event: dict[str, Any],
 ) -> None:
-    """Point task_execution.snapshot_id (or pre_snapshot_id) at the snapshot."""
+    """Point task_execution.snapshot_id (or pre_snapshot_id) at the snapshot, and append a
+    ``snapshot_taken`` event to the run's log (``event`` is its payload)."""
     cur = await conn.execute(
         Q["link_pre" if pre else "link_post"],
         {"execution_id": execution_id, "snapshot_id": snapshot_id},
     )
     if cur.rowcount == 0:
         raise NotFound(f"step execution {execution_id} not found; insert it before snapshotting")
+    payload = {**event, "snapshot_id": str(snapshot_id), "execution_id": str(execution_id),
+               "kind": "pre" if pre else "post"}
+    await conn.execute(Q["event_for_execution"],
+                       {"execution_id": execution_id, "payload": Jsonb(payload)})
 
 
 async def delete_unshared_pre(

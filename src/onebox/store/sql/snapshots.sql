@@ -92,3 +92,8 @@ WHERE (s.status = 'PENDING' AND s.created_at < now() - make_interval(secs => %(p
             FROM onebox.snapshots WHERE status = 'READY') ranked
         WHERE n > %(keep_last)s::int))
 RETURNING s.id;
+
+-- name: event_for_execution
+INSERT INTO onebox.agent_events (run_id, session_id, trace_id, type, payload)
+SELECT run_id, session_id, trace_id, 'snapshot_taken', %(payload)s
+FROM onebox.task_execution WHERE id = %(execution_id)s;
