@@ -187,3 +187,22 @@ def test_a_tool_step_expands_to_code_with_json_literals() -> None:
     with pytest.raises(ValidationError) as info:
         expand_tool_step(tool, missing.step("t"))
     assert info.value.field == "steps[t].input.path"
+
+
+def test_tools_declared_by_installed_packages_are_found(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from onebox.store.catalog import tools_from_entry_points
+
+    dist = tmp_path / "acme_tools-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-tools\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[onebox.tools]\nxlsx = acme_tools:XLSX\nfactory = acme_tools:make\n")
+    (tmp_path / "acme_tools.py").write_text(
+        "XLSX = {'name': 'xlsx_read', 'description': 'read spreadsheets', 'formats': ['xlsx']}\n"
+        "def make():\n    return {'name': 'acme_fetch', 'description': 'fetch', "
+        "'cost_class': 'HIGH'}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tools = {t.name: t for t in tools_from_entry_points()}
+    assert tools["xlsx_read"].formats == ("xlsx",)
+    assert tools["acme_fetch"].cost_class == "HIGH"

@@ -2,7 +2,8 @@
 
 Built-in tools (python, bash, node, http, knowledge_search, memory_remember,
 memory_recall, approval, final_answer) are installed by migration 0005. Users
-register their own from YAML::
+register their own from a Python entry point (:func:`tools_from_entry_points`) or
+from YAML::
 
     name: pdf_tables
     description: Extract the tables of a PDF as CSV
@@ -22,6 +23,7 @@ by historical success rate" with one recursive SQL statement.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +45,7 @@ from onebox.store.queries import load_queries
 Q = load_queries("catalog")
 Conn = psycopg.AsyncConnection[Any]
 CostClass = Literal["FREE", "LOW", "MEDIUM", "HIGH"]
+ENTRY_POINT_GROUP = "onebox.tools"
 TOOL_NAME_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
 
 
@@ -114,6 +117,25 @@ def load_tool_file(path: str | Path) -> CatalogTool:
     except yaml.YAMLError as exc:
         raise ValidationError(f"{p} is not valid YAML: {exc}") from exc
     return parse_tool(data)
+
+
+def tools_from_entry_points(group: str = ENTRY_POINT_GROUP) -> list[CatalogTool]:
+    """Tools that installed packages declare as ``[project.entry-points."onebox.tools"]``.
+
+    An entry point names a CatalogTool, a mapping in the YAML schema, or a callable
+    returning either. Register them with :func:`register_tool`.
+    """
+    tools = []
+    for entry in importlib.metadata.entry_points(group=group):
+        try:
+            value = entry.load()
+        except (ImportError, AttributeError) as exc:
+            raise ValidationError(f"entry point {entry.name} = {entry.value} of group {group} "
+                                  f"cannot be loaded: {exc}") from exc
+        if callable(value) and not isinstance(value, CatalogTool):
+            value = value()
+        tools.append(value if isinstance(value, CatalogTool) else parse_tool(value))
+    return tools
 
 
 def expand_tool_step(tool: CatalogTool, step: Step) -> Step:
