@@ -39,8 +39,9 @@ class RuntimeSettings(BaseModel):
     """The durable run engine."""
 
     concurrency: int = Field(4, ge=1, description="steps a worker runs at once")
-    lease_s: float = Field(30.0, gt=0)
-    heartbeat_s: float = Field(10.0, gt=0)
+    lease_s: float = Field(4.0, gt=0, description="a step's lease; a lost worker's step is "
+                           "retried by another worker within about this long")
+    heartbeat_s: float = Field(1.0, gt=0, description="lease renewal and housekeeping interval")
     max_attempts: int = Field(3, ge=1)
     stale_after_s: float = Field(900.0, gt=0)
     poll_s: float = Field(1.0, gt=0)
@@ -85,6 +86,18 @@ class KnowledgeSettings(BaseModel):
     cache_ttl_s: float = Field(7 * 24 * 3600.0, gt=0)
 
 
+class ApiSettings(BaseModel):
+    """The HTTP API and web console (`onebox serve` / `onebox up`)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8420, ge=0, le=65535)
+    auth: bool = Field(True, description="require an API key; off is allowed on loopback only")
+    max_request_bytes: int = Field(1 << 20, ge=1024, description="JSON request bodies")
+    max_upload_bytes: int = Field(64 << 20, ge=1024, description="file and document uploads")
+    events_poll_s: float = Field(0.1, gt=0, le=10, description="how often SSE looks for events")
+    heartbeat_s: float = Field(15.0, gt=0, description="SSE keep-alive comment interval")
+
+
 class Settings(BaseSettings):
     """Every knob onebox has. See docs/configuration.md."""
 
@@ -110,6 +123,7 @@ class Settings(BaseSettings):
     llm: LLMSettings = Field(default_factory=LLMSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
     objects: str = Field("fs", description="object store: 'fs' or 's3://bucket/prefix'")
     objects_endpoint_url: str | None = Field(
         None, description="S3-compatible endpoint (MinIO, Ceph...); None means AWS"

@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "onebox.cli.doctor",
     "onebox.cli.db",
     "onebox.cli.worker",
+    "onebox.cli.schedule",
     "onebox.cli.snapshot",
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ SQL_HINT = (
 
 
 def register(main: click.Group) -> None:
-    for command in (run_cmd, show_cmd, runs_cmd, cancel_cmd):
+    for command in (run_cmd, show_cmd, runs_cmd, cancel_cmd, approve_cmd, retry_cmd):
         main.add_command(command)
 
 
@@ -146,16 +147,21 @@ def _run_id(text: str) -> uuid.UUID:
 @click.option("--status", type=click.Choice(
     ["PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "DEAD"],
     case_sensitive=False))
+@click.option("--dead", "shortcut", flag_value="DEAD", help="only DEAD runs (dead letters)")
+@click.option("--waiting", "shortcut", flag_value="WAITING", help="only runs waiting for approval")
+@click.option("--stale", is_flag=True, help="only runs the watchdog flagged as silent")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
 @common.json_option
-def runs_cmd(status: str | None, limit: int, as_json: bool) -> None:
+def runs_cmd(status: str | None, shortcut: str | None, stale: bool, limit: int,
+             as_json: bool) -> None:
     """List recent runs."""
     settings = common.settings()
+    wanted = (status or shortcut or "").upper() or None
 
     async def runs() -> None:
         db = await Database.open(settings)
         try:
-            rows = await runs_api.list_runs(db, status=status.upper() if status else None, limit=limit)
+            rows = await runs_api.list_runs(db, status=wanted, limit=limit, stale=stale)
         finally:
             await db.close()
         if as_json:
@@ -185,3 +191,46 @@ def cancel_cmd(run_id: str) -> None:
 
     common.run(cancel())
 
+
+
+@click.command("approve")
+@click.argument("run_id")
+@click.argument("step_id")
+@click.option("--reject", is_flag=True, help="reject instead: the run fails with your comment")
+@click.option("--comment", help="recorded with the decision")
+@click.option("--by", default=lambda: os.environ.get("USER") or "cli", show_default="$USER",
+              help="who decided")
+def approve_cmd(run_id: str, step_id: str, reject: bool, comment: str | None, by: str) -> None:
+    """Approve (or --reject) a step waiting for a person; the run resumes."""
+    settings = common.settings()
+    rid = _run_id(run_id)
+
+    async def decide() -> str:
+        db = await Database.open(settings)
+        try:
+            return await runs_api.approve_step(db, settings, rid, step_id, approve=not reject,
+                                               by=by, comment=comment)
+        finally:
+            await db.close()
+
+    status = common.run(decide())
+    click.echo(f"step {step_id} {'rejected' if reject else 'approved'}; run {run_id} is {status}")
+
+
+@click.command("retry")
+@click.argument("run_id")
+def retry_cmd(run_id: str) -> None:
+    """Retry a DEAD run: its failed steps are queued again (finished steps are kept)."""
+    settings = common.settings()
+    rid = _run_id(run_id)
+
+    async def retry() -> list[str]:
+        db = await Database.open(settings)
+        try:
+            return await runs_api.retry_run(db, settings, rid)
+        finally:
+            await db.close()
+
+    steps = common.run(retry())
+    click.echo(f"run {run_id} queued again: {', '.join(steps) or 'no failed steps'}; "
+               "a worker (`onebox worker`) picks it up")

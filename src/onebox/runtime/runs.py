@@ -5,8 +5,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
+from onebox.agent.hashing import canonical_hash
+from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
-from onebox.runtime.archive import finish_run
+from onebox.runtime.archive import advance, finish_run, step_payload
+from onebox.runtime.submit import queue_attempt
 from onebox.store import runs as store
 from onebox.store.db import Database
 
@@ -30,9 +35,18 @@ async def get_run(db: Database, run_id: uuid.UUID) -> store.Row:
     return run
 
 
-async def list_runs(db: Database, *, status: str | None = None, limit: int = 20) -> list[store.Row]:
+async def list_runs(
+    db: Database,
+    *,
+    status: str | None = None,
+    limit: int = 20,
+    tenant_id: str | None = None,
+    stale: bool = False,
+) -> list[store.Row]:
+    """Recent runs, newest first; ``stale`` keeps runs the watchdog flagged as silent."""
     async with db.connection() as conn:
-        return await store.fetch_all(conn, "list_runs", {"status": status, "limit": limit})
+        return await store.fetch_all(conn, "list_runs", {
+            "status": status, "limit": limit, "tenant_id": tenant_id, "stale_only": stale})
 
 
 async def run_steps(db: Database, run_id: uuid.UUID) -> list[store.Row]:
@@ -54,10 +68,87 @@ async def run_timeline(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
 async def cancel_run(db: Database, run_id: uuid.UUID, *, reason: str = "cancelled by user") -> None:
     """Cancel a run: queued steps are dropped, running ones are stopped by their workers."""
     async with db.transaction() as conn:
-        run = await store.fetch_one(conn, "lock_run", {"run_id": run_id})
-        if run is None:
-            raise NotFound(f"run {run_id} does not exist", field="run_id")
+        run = await _lock_run(conn, run_id)
         if run["status"] in store.TERMINAL_RUN_STATES:
             raise Conflict(f"run {run_id} is already {run['status']}; only unfinished runs can be "
                            "cancelled", field="run_id")
         await finish_run(conn, run, "CANCELLED", reason)
+
+
+async def approve_step(
+    db: Database,
+    settings: Settings,
+    run_id: uuid.UUID,
+    step_id: str,
+    *,
+    approve: bool,
+    by: str,
+    comment: str | None = None,
+) -> str:
+    """Decide a waiting approval step; the run resumes (or fails, when rejected).
+
+    Returns the run's status afterwards.
+    """
+    async with db.transaction() as conn:
+        run = await _lock_run(conn, run_id)
+        waiting = await store.fetch_one(conn, "waiting_approval", {"run_id": run_id, "step_id": step_id})
+        if waiting is None:
+            raise Conflict(f"step {step_id} of run {run_id} is not waiting for an approval "
+                           f"(the run is {run['status']})", field="step_id")
+        decision = {"approved": approve, "by": by, "comment": comment}
+        row = await store.fetch_one(conn, "decide_approval", {
+            "id": waiting["id"], "status": "SUCCESS" if approve else "FAILED",
+            "output_hash": canonical_hash(decision) if approve else None,
+            "error": None if approve else f"rejected by {by}" + (f": {comment}" if comment else ""),
+            "stdout": "approved" if approve else "rejected", "details": Jsonb(decision),
+        })
+        assert row is not None
+        ids = {"trace_id": run["trace_id"], "execution_id": row["id"]}
+        await store.append_event(conn, run_id, "approval_granted" if approve else "approval_rejected",
+                                 {"step_id": step_id, **decision}, **ids)
+        await store.append_event(conn, run_id, "step_succeeded" if approve else "step_failed",
+                                 step_payload(row), **ids)
+        open_left = await store.fetch_one(conn, "open_approvals", {"run_id": run_id})
+        if open_left is not None and open_left["n"] == 0:
+            await store.execute(conn, "set_run_status", {
+                "run_id": run_id, "status": "RUNNING", "from_states": ["WAITING"]})
+        if not approve:
+            await finish_run(conn, run, "FAILED", row["error"])
+            return "FAILED"
+        terminal = await advance(conn, settings, run, row)
+        return terminal or ("WAITING" if open_left and open_left["n"] else "RUNNING")
+
+
+async def retry_run(db: Database, settings: Settings, run_id: uuid.UUID) -> list[str]:
+    """Give a DEAD run another round: every step whose last attempt failed is queued again.
+
+    Returns the ids of the steps queued.
+    """
+    async with db.transaction() as conn:
+        run = await _lock_run(conn, run_id)
+        if await store.fetch_one(conn, "reopen_run", {"run_id": run_id}) is None:
+            raise Conflict(f"run {run_id} is {run['status']}; only DEAD runs can be retried",
+                           field="run_id")
+        await store.append_event(conn, run_id, "run_retried", {"previous_error": run["error"]},
+                                 trace_id=run["trace_id"])
+        latest = await store.fetch_all(conn, "latest_attempts", {"run_id": run_id})
+        steps = {r["id"]: r for r in await store.fetch_all(conn, "run_steps", {"run_id": run_id})}
+        queued = []
+        for last in latest:
+            if last["status"] in ("FAILED", "TIMEOUT"):
+                row = steps[last["id"]]
+                base = {k: row[k] for k in ("run_id", "plan_id", "step_id", "step_number",
+                                            "tool_name", "input_hash")}
+                base |= {"trace_id": run["trace_id"],
+                         "max_attempts": row["attempt"] + settings.runtime.max_attempts}
+                await queue_attempt(conn, base, attempt=row["attempt"] + 1, delay_s=0.0)
+                queued.append(row["step_id"])
+        return queued
+
+
+async def _lock_run(conn: store.Conn, run_id: uuid.UUID) -> store.Row:
+    run = await store.fetch_one(conn, "lock_run", {"run_id": run_id})
+    if run is None:
+        raise NotFound(f"run {run_id} does not exist; `onebox runs` lists the recent ones",
+                       field="run_id")
+    return run

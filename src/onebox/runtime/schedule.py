@@ -44,7 +44,9 @@ def backoff_s(attempt: int, rng: random.Random | None = None) -> float:
 
 def step_input(step: Step, states: Mapping[str, StepState]) -> dict[str, Any]:
     """The canonical input of a step: what it runs and the outputs it depends on."""
+    extra = {} if step.kind == "code" else {"kind": step.kind, "input": step.input}
     return {
+        **extra,
         "tool": step.tool,
         "code": step.code,
         "limits": step.limits.model_dump(exclude_none=True),

@@ -10,7 +10,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from onebox.agent.hashing import canonical_hash
-from onebox.agent.plan import Plan
+from onebox.agent.plan import Plan, Step
 from onebox.config import Settings
 from onebox.errors import PlanError
 from onebox.runtime.schedule import StepState, ready_steps, step_input_hash
@@ -41,31 +41,50 @@ async def submit_plan(
     *,
     name: str | None = None,
     idempotency_key: str | None = None,
+    tenant_id: str = "default",
 ) -> Submitted:
     """Store a run for ``plan`` and queue its first steps. Same idempotency key: same run."""
     check_runnable(plan)
-    run_id, trace_id = uuid.uuid4(), new_trace_id()
     async with db.transaction() as conn:
-        inserted = await store.fetch_one(conn, "insert_run", {
-            "id": run_id, "trace_id": trace_id, "source": "plan",
-            "request": Jsonb({"plan": plan.to_data()}), "name": name or plan.name,
-            "idempotency_key": idempotency_key,
-        })
-        if inserted is None:
-            existing = await store.fetch_one(conn, "run_by_idempotency_key", {"key": idempotency_key})
-            assert existing is not None
-            return Submitted(existing["id"], existing["trace_id"].strip(), existing=True)
-        await store.append_event(conn, run_id, "run_submitted", {
-            "source": "plan", "name": name or plan.name, "idempotency_key": idempotency_key,
-        }, trace_id=trace_id)
-        plan_id = await create_plan_version(conn, run_id, trace_id, plan, version=1, reason="submitted")
-        await queue_ready_steps(conn, settings, run_id, trace_id, plan_id, plan, {})
+        return await submit_plan_in(conn, settings, plan, name=name,
+                                    idempotency_key=idempotency_key, tenant_id=tenant_id)
+
+
+async def submit_plan_in(
+    conn: store.Conn,
+    settings: Settings,
+    plan: Plan,
+    *,
+    name: str | None = None,
+    idempotency_key: str | None = None,
+    tenant_id: str = "default",
+) -> Submitted:
+    """`submit_plan` inside the caller's transaction."""
+    check_runnable(plan)
+    run_id, trace_id = uuid.uuid4(), new_trace_id()
+    inserted = await store.fetch_one(conn, "insert_run", {
+        "id": run_id, "trace_id": trace_id, "source": "plan",
+        "request": Jsonb({"plan": plan.to_data()}), "name": name or plan.name,
+        "idempotency_key": idempotency_key, "tenant_id": tenant_id,
+    })
+    if inserted is None:
+        existing = await store.fetch_one(conn, "run_by_idempotency_key", {"key": idempotency_key})
+        assert existing is not None
+        return Submitted(existing["id"], existing["trace_id"], existing=True)
+    await store.append_event(conn, run_id, "run_submitted", {
+        "source": "plan", "name": name or plan.name, "idempotency_key": idempotency_key,
+        "tenant_id": tenant_id,
+    }, trace_id=trace_id)
+    plan_id = await create_plan_version(conn, run_id, trace_id, plan, version=1, reason="submitted")
+    await queue_ready_steps(conn, settings, run_id, trace_id, plan_id, plan, {})
     return Submitted(run_id, trace_id)
 
 
 def check_runnable(plan: Plan) -> None:
     """Refuse, before anything is stored, steps this runtime cannot execute by itself."""
     for step in plan.steps:
+        if step.kind == "approval":
+            continue
         if step.kind != "code":
             raise PlanError(f"steps of kind '{step.kind}' need the agent runtime; a plan file "
                             "runs code steps (tool + code)", step=step.id, field="kind")
@@ -109,25 +128,43 @@ async def queue_ready_steps(
     numbers = plan.step_numbers()
     queued = []
     for step in ready_steps(plan, states):
-        await queue_attempt(conn, {
+        approval = step.kind == "approval"
+        execution_id = await queue_attempt(conn, {
             "run_id": run_id, "plan_id": plan_id, "trace_id": trace_id, "step_id": step.id,
-            "step_number": numbers[step.id], "tool_name": step.tool,
+            "step_number": numbers[step.id], "tool_name": step.tool or step.kind,
             "input_hash": step_input_hash(step, states),
-            "max_attempts": step.max_attempts or settings.runtime.max_attempts,
-        }, attempt=1, delay_s=0.0)
+            "max_attempts": 1 if approval else step.max_attempts or settings.runtime.max_attempts,
+        }, attempt=1, delay_s=0.0, hold=approval)
+        if approval:
+            await request_approval(conn, run_id, trace_id, step, execution_id)
         queued.append(step.id)
     return queued
 
 
+async def request_approval(
+    conn: store.Conn, run_id: uuid.UUID, trace_id: str, step: Step, execution_id: uuid.UUID
+) -> None:
+    """An approval step waits, unclaimable, until a person decides; the run shows WAITING."""
+    await store.execute(conn, "set_run_status", {
+        "run_id": run_id, "status": "WAITING", "from_states": ["PENDING", "RUNNING"]})
+    await store.append_event(conn, run_id, "approval_requested", {
+        "step_id": step.id, "execution_id": str(execution_id),
+        "prompt": step.input.get("prompt"), "description": step.description,
+    }, trace_id=trace_id, execution_id=execution_id)
+
+
 async def queue_attempt(
-    conn: store.Conn, base: dict[str, Any], *, attempt: int, delay_s: float
+    conn: store.Conn, base: dict[str, Any], *, attempt: int, delay_s: float, hold: bool = False
 ) -> uuid.UUID:
-    """Insert one PENDING attempt (and its event), and wake the workers."""
+    """Insert one PENDING attempt (and its event), and wake the workers.
+
+    ``hold=True`` queues it unclaimable (an approval waiting for a person).
+    """
     execution_id = uuid.uuid4()
     session_id = session_id_for(base["run_id"])
     await store.execute(conn, "insert_step", {
         **base, "id": execution_id, "session_id": session_id, "attempt": attempt,
-        "delay_s": delay_s, "details": Jsonb({}),
+        "delay_s": delay_s, "waiting_for": "approval" if hold else None, "details": Jsonb({}),
     })
     await store.append_event(conn, base["run_id"], "step_queued", {
         "execution_id": str(execution_id), "step_id": base["step_id"],

@@ -9,10 +9,10 @@ their leases are released for another worker to take.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 
 import psycopg
@@ -22,12 +22,16 @@ from onebox.errors import LeaseLost, OneboxError
 from onebox.runtime.archive import Outcome, archive_step, load_plan_version
 from onebox.runtime.executor import build_request, execute_step, request_details
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
+from onebox.runtime.schedules import fire_due
 from onebox.runtime.sessions import release_finished_sessions, touch_session
+from onebox.runtime.watchdog import flag_stale_runs
 from onebox.sandbox.base import SandboxBackend
 from onebox.store import runs as store
 from onebox.store.db import Database
 
 log = logging.getLogger(__name__)
+
+CHORES_EVERY_S = 5.0  # stale-run flags and cron schedules: seconds between checks
 
 
 class Worker:
@@ -63,6 +67,7 @@ class Worker:
             while not stop.is_set():
                 await self._fill()
                 if self.run_id is not None and not self._running and await self._run_done():
+                    await release_finished_sessions(self.db, self.backend, run_id=self.run_id)
                     break
                 await self._idle(stop)
         finally:
@@ -129,21 +134,33 @@ class Worker:
             task.cancel()
 
     async def _heartbeat(self, stop: asyncio.Event) -> None:
-        """Renew leases; stop steps whose run was cancelled or whose lease was lost."""
+        """Renew leases and do the shared housekeeping every worker helps with."""
         interval = self.settings.runtime.heartbeat_s
+        last_chores = 0.0
         while True:
             await asyncio.sleep(interval)
-            with contextlib.suppress(psycopg.Error):
-                ids = list(self._rows)
-                held = await renew_leases(self.db, self.settings, self.owner, ids)
-                for execution_id in ids:
-                    status = held.get(execution_id)
-                    if status is None:
-                        self._stop_step(execution_id, "lease lost to another worker")
-                    elif status == "CANCELLED":
-                        self._stop_step(execution_id, "the run was cancelled")
+            try:
+                await self._renew()
                 await sweep_expired(self.db, self.settings)
                 await release_finished_sessions(self.db, self.backend)
+                if self.run_id is None and time.monotonic() - last_chores >= CHORES_EVERY_S:
+                    last_chores = time.monotonic()
+                    await flag_stale_runs(self.db, self.settings)
+                    if await fire_due(self.db, self.settings):
+                        self._wake.set()
+            except (psycopg.Error, OneboxError) as exc:
+                log.warning("heartbeat of worker %s failed: %s (retrying)", self.owner, exc)
+
+    async def _renew(self) -> None:
+        """Stop steps whose run was cancelled or whose lease was lost."""
+        ids = list(self._rows)
+        held = await renew_leases(self.db, self.settings, self.owner, ids)
+        for execution_id in ids:
+            status = held.get(execution_id)
+            if status is None:
+                self._stop_step(execution_id, "lease lost to another worker")
+            elif status == "CANCELLED":
+                self._stop_step(execution_id, "the run was cancelled")
 
     async def _listen(self) -> None:
         """LISTEN for newly queued steps so idle workers wake at once instead of polling."""

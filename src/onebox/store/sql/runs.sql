@@ -2,8 +2,9 @@
 -- in the same transaction (see onebox.store.runs).
 
 -- name: insert_run
-INSERT INTO onebox.runs (id, trace_id, status, source, request, name, idempotency_key)
-VALUES (%(id)s, %(trace_id)s, 'PENDING', %(source)s, %(request)s, %(name)s, %(idempotency_key)s)
+INSERT INTO onebox.runs (id, trace_id, status, source, request, name, idempotency_key, tenant_id)
+VALUES (%(id)s, %(trace_id)s, 'PENDING', %(source)s, %(request)s, %(name)s, %(idempotency_key)s,
+        %(tenant_id)s)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
 
@@ -25,15 +26,16 @@ RETURNING seq;
 -- name: insert_step
 INSERT INTO onebox.task_execution
     (id, run_id, plan_id, session_id, trace_id, step_id, step_number, attempt, tool_name,
-     input_hash, status, max_attempts, available_at, details)
+     input_hash, status, max_attempts, available_at, waiting_for, details)
 VALUES (%(id)s, %(run_id)s, %(plan_id)s, %(session_id)s, %(trace_id)s, %(step_id)s,
         %(step_number)s, %(attempt)s, %(tool_name)s, %(input_hash)s, 'PENDING',
-        %(max_attempts)s, now() + make_interval(secs => %(delay_s)s), %(details)s);
+        %(max_attempts)s, now() + make_interval(secs => %(delay_s)s), %(waiting_for)s,
+        %(details)s);
 
 -- name: claim_steps
 WITH picked AS (
     SELECT t.id FROM onebox.task_execution t
-    WHERE t.status = 'PENDING' AND t.available_at <= now()
+    WHERE t.status = 'PENDING' AND t.waiting_for IS NULL AND t.available_at <= now()
       AND (%(run_id)s::uuid IS NULL OR t.run_id = %(run_id)s::uuid)
     ORDER BY t.available_at, t.id
     LIMIT %(limit)s
@@ -118,6 +120,9 @@ SELECT r.*,
          WHERE t.run_id = r.id AND t.status = 'SUCCESS') AS steps_succeeded
 FROM onebox.runs r
 WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
+  AND (%(tenant_id)s::text IS NULL OR r.tenant_id = %(tenant_id)s)
+  AND (NOT %(stale_only)s OR 'run_stale' = (
+        SELECT e.type FROM onebox.agent_events e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 1))
 ORDER BY r.created_at DESC
 LIMIT %(limit)s;
 
@@ -144,3 +149,76 @@ WHERE s.status = 'ACTIVE'
   AND (%(run_id)s::uuid IS NULL OR s.run_id = %(run_id)s::uuid)
   AND NOT EXISTS (SELECT 1 FROM onebox.task_execution t
                   WHERE t.session_id = s.id AND t.status = 'RUNNING');
+
+-- name: set_run_status
+UPDATE onebox.runs SET status = %(status)s, updated_at = now()
+WHERE id = %(run_id)s AND status = ANY(%(from_states)s)
+RETURNING id;
+
+-- name: waiting_approval
+SELECT * FROM onebox.task_execution
+WHERE run_id = %(run_id)s AND step_id = %(step_id)s AND status = 'PENDING'
+  AND waiting_for = 'approval'
+FOR UPDATE;
+
+-- name: decide_approval
+UPDATE onebox.task_execution
+SET status = %(status)s, exit_code = NULL, output_hash = %(output_hash)s, error = %(error)s,
+    stdout = %(stdout)s, details = details || %(details)s, started_at = created_at,
+    waiting_for = NULL,
+    finished_at = now(), updated_at = now(),
+    duration_ms = extract(epoch FROM now() - created_at) * 1000
+WHERE id = %(id)s
+RETURNING *;
+
+-- name: open_approvals
+SELECT count(*) AS n FROM onebox.task_execution
+WHERE run_id = %(run_id)s AND status = 'PENDING' AND waiting_for = 'approval';
+
+-- name: reopen_run
+UPDATE onebox.runs SET status = 'PENDING', error = NULL, finished_at = NULL, updated_at = now()
+WHERE id = %(run_id)s AND status = 'DEAD'
+RETURNING *;
+
+-- name: silent_runs
+SELECT r.id, r.trace_id, last.type AS last_type, last.created_at AS last_at
+FROM onebox.runs r
+CROSS JOIN LATERAL (
+    SELECT e.type, e.created_at FROM onebox.agent_events e
+    WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 1) AS last
+WHERE r.status IN ('PENDING', 'RUNNING', 'WAITING')
+  AND last.created_at < now() - make_interval(secs => %(stale_after_s)s)
+  AND last.type <> 'run_stale';
+
+-- name: insert_schedule
+INSERT INTO onebox.schedules (id, tenant_id, name, cron, plan, next_at)
+VALUES (%(id)s, %(tenant_id)s, %(name)s, %(cron)s, %(plan)s, %(next_at)s)
+ON CONFLICT (tenant_id, name) DO NOTHING
+RETURNING *;
+
+-- name: list_schedules
+SELECT s.*, (SELECT max(slot) FROM onebox.schedule_fires f WHERE f.schedule_id = s.id) AS last_slot,
+       (SELECT count(*) FROM onebox.schedule_fires f WHERE f.schedule_id = s.id) AS fired
+FROM onebox.schedules s
+WHERE (%(tenant_id)s::text IS NULL OR s.tenant_id = %(tenant_id)s)
+ORDER BY s.name;
+
+-- name: delete_schedule
+DELETE FROM onebox.schedules WHERE name = %(name)s AND tenant_id = %(tenant_id)s RETURNING id;
+
+-- name: due_schedules
+SELECT * FROM onebox.schedules WHERE enabled AND next_at <= now()
+ORDER BY next_at LIMIT %(limit)s;
+
+-- name: claim_slot
+INSERT INTO onebox.schedule_fires (schedule_id, slot) VALUES (%(schedule_id)s, %(slot)s)
+ON CONFLICT DO NOTHING
+RETURNING schedule_id;
+
+-- name: link_slot
+UPDATE onebox.schedule_fires SET run_id = %(run_id)s
+WHERE schedule_id = %(schedule_id)s AND slot = %(slot)s;
+
+-- name: advance_schedule
+UPDATE onebox.schedules SET next_at = %(next_at)s
+WHERE id = %(id)s AND next_at = %(slot)s;
