@@ -66,3 +66,21 @@ def test_with_no_repairs_allowed_an_unusable_intent_fails_the_run() -> None:
     assert isinstance(call, CallModel)
     (finish,) = agent.observe(ModelReply(call.id, ChatResponse(Message.assistant("?"), "m")))
     assert not finish.ok and "intent reply was still unusable" in (finish.error or "")
+
+
+async def test_a_condition_that_cannot_be_evaluated_fails_or_replans_instead_of_hanging() -> None:
+    steps = [{"id": "a", "tool": "python", "code": "print(1)"},
+             {"id": "b", "tool": "python", "code": "print(2)", "depends_on": ["a"],
+              "when": "a.result.count > 1"}]
+    plain = Agent(plan=parse_plan({"steps": steps}), config=AgentConfig(use_model=False))
+    run = await run_agent_offline(plain, None, lambda a: step_ok("1\n"))  # result is None
+    assert not run.result.ok
+    assert "steps[b]" not in (run.result.error or "") and "'b'" in (run.result.error or "")
+    assert "NoneType" in (run.result.error or "")
+
+    fixed = {"steps": [steps[0], {**steps[1], "when": "a.ok"}]}
+    model = ScriptedModel([fixed])
+    run = await run_agent_offline(Agent(plan=parse_plan({"steps": steps})), model,
+                                  lambda a: step_ok("1\n"))
+    assert run.result.ok and [a.purpose for a in run.of_type(CallModel)] == ["replan"]
+    assert run.executed() == ["a", "b"]

@@ -111,22 +111,23 @@ class Agent(CodeSteps):
         self.decisions.extend(changes)
 
     def _pump(self) -> None:
+        """Start what can start; once blocked and idle, replan or fail; else maybe finish."""
         if self.finished or self.plan is None or self._replanning:
             return
+        if self._blocked is None:
+            self._schedule()
+            limit = self.plan.max_parallel or self.config.max_parallel
+            while self._queue and self._active < limit:
+                inst = self._queue.pop(0)
+                inst.state = "active"
+                self._active += 1
+                self._begin(inst)
         if self._blocked is not None:
             if self._active == 0:
                 kind, reason = self._blocked
                 self._blocked = None
                 self._replan(reason) if kind == "replan" else self._fail(reason)
-            return
-        self._schedule()
-        limit = self.plan.max_parallel or self.config.max_parallel
-        while self._queue and self._active < limit:
-            inst = self._queue.pop(0)
-            inst.state = "active"
-            self._active += 1
-            self._begin(inst)
-        if self._active == 0 and all(s.status in FINISHED for s in self.steps.values()):
+        elif self._active == 0 and all(s.status in FINISHED for s in self.steps.values()):
             self._complete()
 
     def _schedule(self) -> None:
@@ -156,13 +157,11 @@ class Agent(CodeSteps):
             items = list(as_list(evaluate(step.foreach, names), step.foreach)) \
                 if step.foreach else None
         except ExpressionError as exc:
-            state.status = "failed"
-            self._block("replan", f"step {step.id!r}: {exc}")
+            self._step_failed(step, state, str(exc))
             return
         if items is not None and len(items) > self.config.max_fanout:
-            state.status = "failed"
-            self._block("replan", f"step {step.id!r}: foreach gives {len(items)} items, more "
-                        f"than the limit of {self.config.max_fanout}")
+            self._step_failed(step, state, f"foreach gives {len(items)} items, more than the "
+                              f"limit of {self.config.max_fanout}")
             return
         if items == []:
             self._skip(step, state, f"foreach {step.foreach!r} is an empty list")
@@ -170,6 +169,10 @@ class Agent(CodeSteps):
         state.status = "running"
         state.instances = instances_for(step, items)
         self._queue.extend(state.instances)
+
+    def _step_failed(self, step: Step, state: StepState, reason: str) -> None:
+        state.status, state.reason = "failed", reason
+        self._block("replan", f"step {step.id!r}: {reason}")
 
     def _skip(self, step: Step, state: StepState, reason: str) -> None:
         state.status, state.reason = "skipped", reason
