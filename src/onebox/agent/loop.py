@@ -329,7 +329,7 @@ class Agent(CodeSteps):
         skipped = sum(1 for s in self.steps.values() if s.status == "skipped")
         why = Decision("finish", f"all {len(self.steps)} steps of plan v{self.version} finished "
                        f"({skipped} skipped)")
-        self.result = self._issue(Finish, why, ok=True, answer=answer, outputs=outputs)  # type: ignore[assignment]
+        self.result = self._issue(Finish, why, ok=True, answer=answer, outputs=outputs)
 
     def _fail(self, reason: str) -> None:
-        self.result = self._issue(Finish, Decision("fail", reason), ok=False, error=reason)  # type: ignore[assignment]
+        self.result = self._issue(Finish, Decision("fail", reason), ok=False, error=reason)

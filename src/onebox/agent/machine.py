@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from onebox.agent import prompting as p
 from onebox.agent.actions import (
@@ -33,6 +33,7 @@ from onebox.agent.state import AgentConfig, Instance, StepState
 from onebox.errors import AgentError, OneboxError
 
 Handler = Callable[[Any], None]
+A = TypeVar("A", bound=Action)
 EXPECTS: dict[type[Action], type[Observation]] = {
     CallModel: ModelReply, CheckCode: CheckResult, LookupTools: ToolsResult,
 }
@@ -94,8 +95,9 @@ class AgentBase(abc.ABC):
         """Issued actions still waiting for their observation (to perform after a resume)."""
         return [action for action, _ in self._waiting.values()]
 
-    def _issue(self, cls: type[Action], decision: Decision, handler: Handler | None = None,
-               **fields: Any) -> Action:
+    def _issue(self, cls: type[A], decision: Decision, handler: Handler | None = None,
+               **fields: Any) -> A:
+        """Create the next action (ids a1, a2, ...); remember its handler if it expects one."""
         self._count += 1
         action = cls(id=f"a{self._count}", decision=decision, **fields)
         self._out.append(action)
