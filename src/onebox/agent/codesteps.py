@@ -65,11 +65,12 @@ class CodeSteps(AgentBase):
 
     def _precheck(self, step: Step, inst: Instance, code: str) -> None:
         inst.code = code
-        if not self.config.use_model or step.tool == "python" and _compiles(code) is None:
+        if not self.config.use_model:
             self._execute(inst)
             return
         if step.tool == "python":
-            self._code_rejected(inst, _compiles(code) or "")
+            error = _compiles(code)
+            self._execute(inst) if error is None else self._code_rejected(inst, error)
             return
 
         def on_check(obs: CheckResult) -> None:
@@ -87,16 +88,15 @@ class CodeSteps(AgentBase):
             self._instance_failed(inst, f"the code still failed its check after "
                                   f"{self.config.max_code_fixes} fixes: {error}")
             return
-        self._fix(inst, error, "before running")
+        self._fix(inst, error, "in its syntax check, before running")
 
     def _fix(self, inst: Instance, error: str, when: str) -> None:
         if self._blocked:
             self._abandon(inst)
             return
         step = self._step(inst.step_id)
-        attempt = self._executions.get(inst.key, 0)
-        request = p.fix_request(step, inst.code or "", error, attempt)
-        why = Decision("fix", f"{when}: {error.splitlines()[0] if error else 'error'}; "
+        request = p.fix_request(step, inst.code or "", error, when)
+        why = Decision("fix", f"failed {when}: {error.splitlines()[0] if error else 'error'}; "
                        "ask the model to fix the code", inst.key)
         self._ask_code([inst], "fix_code", request, why)
 

@@ -240,7 +240,7 @@ class Agent(CodeSteps):
         elif step.kind == "code" and self.config.use_model:
             inst.next_decision = Decision("retry", f"attempt {inst.failures + 1} of {allowed} "
                                           "with the fixed code", inst.key)
-            self._fix(inst, error, f"attempt {inst.failures} failed")
+            self._fix(inst, error, f"when it ran (attempt {self._executions[inst.key]})")
         else:
             inst.next_decision = Decision("retry", f"attempt {inst.failures} failed ({error}); "
                                           f"retrying ({inst.failures + 1}/{allowed})", inst.key)

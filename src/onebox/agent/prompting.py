@@ -73,9 +73,9 @@ def code_request(step: Step, request: str, deps: Mapping[str, Any], loop: Mappin
     return _request(text)
 
 
-def fix_request(step: Step, code: str, error: str, attempt: int) -> ChatRequest:
+def fix_request(step: Step, code: str, error: str, when: str) -> ChatRequest:
     text = prompt("fix_code").substitute(
-        language=step.tool, step_id=step.id, attempt=attempt,
+        language=step.tool, step_id=step.id, when=when,
         goal=step.goal or step.description or "(see the code)", code=code, error=error,
     )
     return _request(text)
