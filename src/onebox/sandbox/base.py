@@ -72,6 +72,7 @@ class BlockedAttempt:
     port: int | None
     reason: str
     at: str
+    session_id: str = ""
 
 
 @dataclass(frozen=True)

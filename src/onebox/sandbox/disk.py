@@ -1,0 +1,93 @@
+"""A disk cap per session workspace: a sparse ext4 image, loop-mounted on the workspace dir.
+
+Writing past the cap fails inside the sandbox with ENOSPC ("No space left on
+device"); the host disk holds at most ``disk_mb`` for the session. A template
+image per size is formatted once and copied sparsely, so a new session costs a
+copy and a mount. Needs root (mount); without it the backend falls back to
+RLIMIT_FSIZE (a per-file cap) and says so in ``ExecResult.enforcement``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+class LoopDiskQuota:
+    """Creates, mounts and removes per-session disk images under ``images_dir``."""
+
+    def __init__(self, images_dir: Path, owner: tuple[int, int]) -> None:
+        self.images_dir = images_dir
+        self.owner = owner
+        self._templates: dict[int, Path] = {}
+        self._lock = asyncio.Lock()
+
+    @staticmethod
+    def supported() -> bool:
+        tools = all(shutil.which(t) for t in ("mkfs.ext4", "mount", "umount"))
+        return os.geteuid() == 0 and tools and Path("/dev/loop-control").exists()
+
+    async def _template(self, disk_mb: int) -> Path:
+        async with self._lock:
+            if disk_mb in self._templates:
+                return self._templates[disk_mb]
+            self.images_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path = self.images_dir / f"template-{disk_mb}.img"
+            owner = f"root_owner={self.owner[0]}:{self.owner[1]}"
+            await _run(
+                "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", owner,
+                "-T", "small", str(path), f"{disk_mb}M",
+            )  # fmt: skip
+            self._templates[disk_mb] = path
+            return path
+
+    def image_of(self, workspace: Path) -> Path:
+        return self.images_dir / f"{workspace.parent.name}-{workspace.name}.img"
+
+    async def mount(self, image: Path, workspace: Path) -> None:
+        await _run("mount", "-o", "loop,nosuid,nodev", str(image), str(workspace))
+
+    async def attach(self, workspace: Path, disk_mb: int) -> None:
+        """Mount a fresh image of ``disk_mb`` MB on ``workspace`` (an empty directory)."""
+        template = await self._template(disk_mb)
+        image = self.image_of(workspace)
+        await _run("cp", "--sparse=always", str(template), str(image))
+        try:
+            await self.mount(image, workspace)
+        except OSError:
+            image.unlink(missing_ok=True)
+            raise
+        with contextlib.suppress(OSError):
+            os.chmod(workspace, 0o755)
+            os.rmdir(workspace / "lost+found")
+
+    async def detach(self, workspace: Path) -> None:
+        """Unmount (lazily, so a straggler cannot block it) and delete the image."""
+        if os.path.ismount(workspace):
+            with contextlib.suppress(OSError):
+                await _run("umount", "-l", str(workspace))
+        self.image_of(workspace).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        for template in self._templates.values():
+            template.unlink(missing_ok=True)
+        self._templates.clear()
+
+
+async def _run(*argv: str) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    if proc.returncode != 0:
+        message = err.decode(errors="replace").strip()
+        raise OSError(f"{argv[0]} failed ({proc.returncode}): {message}")

@@ -1,0 +1,286 @@
+"""The ``linux`` backend: bubblewrap namespaces + a cgroup per execution + seccomp.
+
+Each execution gets its own bubblewrap sandbox (new user, pid, ipc, uts, net,
+mount and cgroup namespaces), a read-only view of the system, the session's
+workspace at ``/workspace`` as the only writable host path, a private ``/tmp``,
+a seccomp deny list, no capabilities, ``no_new_privs``, and its own cgroup.
+The sandbox user (uid 1000 inside) maps to the supervisor's uid outside, with
+no capabilities in the host's user namespace; only the mounts listed in
+``policy.py`` are visible, so host files it could otherwise read by ownership
+are simply not there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from onebox.config import Settings
+from onebox.errors import SandboxError
+from onebox.sandbox import policy, seccomp
+from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
+from onebox.sandbox.cgroups import CgroupManager, CgroupUsage
+from onebox.sandbox.disk import LoopDiskQuota
+from onebox.sandbox.egress import EgressProxy, ExecutionEgress
+from onebox.sandbox.linux_support import (
+    build_result,
+    enforcement_of,
+    host_layout,
+    prepare_run_dir,
+    probe_bwrap,
+    write_command,
+)
+from onebox.sandbox.pool import WarmPool
+from onebox.sandbox.sessions import Session, SessionTable
+from onebox.sandbox.spawner import Blocked, kill_tree, make_pipes, release, spawn_blocked
+from onebox.sandbox.workspace import diff, snapshot, write_files
+
+_instances = itertools.count()
+
+
+class BwrapSandbox(SandboxBackend):
+    """Runs every request in a fresh bubblewrap sandbox inside its session's workspace."""
+
+    name = "linux"
+    isolation = "namespaces"
+    supports_network = True
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.cfg = settings.sandbox
+        self.state_dir = settings.home / "sandbox"
+        self.run_root = self.state_dir / "run"
+        self.bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
+        self.owner = (os.getuid(), os.getgid())
+        self.layout = host_layout()
+        self.cgroups = CgroupManager.detect(f"{os.getpid()}-{next(_instances)}")
+        self.disk = LoopDiskQuota(self.state_dir / "images", self.owner)
+        self.disk_enabled = LoopDiskQuota.supported()
+        self.seccomp_enabled = seccomp.available()
+        self.host_cpuinfo = _read_text("/proc/cpuinfo")
+        self.cpus_available = sorted(os.sched_getaffinity(0))
+        self.sessions = SessionTable(
+            settings.workspaces_dir, self.cfg.idle_timeout_s, self._make_ws, self._drop_ws
+        )
+        self.egress = EgressProxy(self.cfg.egress_allow_private)
+        self.pool = WarmPool(self, self.cfg.pool_size)
+        self._running: dict[str, set[Blocked]] = {}
+        self._turn = itertools.count()
+        self._prepare_dirs()
+
+    def _prepare_dirs(self) -> None:
+        for path in (self.state_dir, self.run_root, self.settings.workspaces_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.run_root, 0o711)
+        os.chmod(self.settings.workspaces_dir, 0o711)
+
+    # -- the interface -------------------------------------------------------
+
+    def workspace(self, session_id: str) -> Path:
+        return self.sessions.path(session_id)
+
+    def live_sessions(self) -> int:
+        return self.sessions.live()
+
+    async def execute(self, request: ExecRequest) -> ExecResult:
+        limits = policy.resolve_limits(self.cfg, request.limits)
+        argv, _ = policy.command_for(request)
+        blocked, session, reset = await self._sandbox_for(request, limits)
+        try:
+            return await self._run(request, limits, argv, blocked, session, reset)
+        finally:
+            self.sessions.release(session)
+
+    async def cleanup(self, session_id: str) -> None:
+        for blocked in list(self._running.get(session_id, ())):
+            kill_tree(blocked)
+        await self.sessions.remove(session_id)
+
+    def health(self) -> Health:
+        problems = probe_bwrap(self.bwrap)
+        if self.cgroups is None:
+            problems.append(
+                "no writable cgroup hierarchy: limits fall back to rlimits and peak memory / "
+                "CPU time are not measured; run onebox as root or delegate a cgroup"
+            )
+        if not self.seccomp_enabled:
+            problems.append("seccomp unavailable: install libseccomp2 (pyseccomp needs it)")
+        if not self.disk_enabled:
+            problems.append("workspace disk cap is per file only (RLIMIT_FSIZE); run as root")
+        details = {
+            "bwrap": self.bwrap,
+            "cgroups": f"v{self.cgroups.version}" if self.cgroups else "none",
+            "seccomp": self.seccomp_enabled,
+            "disk_cap": "loop-mounted ext4 image" if self.disk_enabled else "RLIMIT_FSIZE",
+            "host_uid": self.owner[0],
+            "live_sessions": self.live_sessions(),
+            "pool_ready": self.pool.ready(),
+        }
+        ok = not any(p.startswith("bubblewrap") for p in problems)
+        return Health(ok, self.name, self.isolation, details, tuple(problems))
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await self.sessions.close()
+        await self.egress.close()
+        for session_id in self.sessions.ids():
+            for blocked in self._running.get(session_id, ()):
+                kill_tree(blocked)
+        if self.disk_enabled:
+            for session_id in self.sessions.ids():
+                await self.disk.detach(self.workspace(session_id))
+        self.disk.close()
+        if self.cgroups is not None:
+            self.cgroups.close()
+
+    # -- sessions and workspaces ---------------------------------------------
+
+    async def _make_ws(self, path: Path) -> None:
+        """Create or adopt a workspace; with disk caps, (re)mount its image on it."""
+        path.mkdir(mode=0o755, exist_ok=True)
+        if self.disk_enabled and not os.path.ismount(path):
+            image = self.disk.image_of(path)
+            if image.exists():
+                await self.disk.mount(image, path)
+            elif not any(path.iterdir()):
+                await self.disk.attach(path, self.cfg.disk_mb)
+        os.chown(path, *self.owner)
+
+    async def _drop_ws(self, path: Path) -> None:
+        if self.disk_enabled:
+            await self.disk.detach(path)
+        await asyncio.to_thread(shutil.rmtree, path, True)
+
+    # -- one execution ---------------------------------------------------------
+
+    async def _sandbox_for(
+        self, request: ExecRequest, limits: policy.ResolvedLimits
+    ) -> tuple[Blocked, Session, bool]:
+        warm = await self.pool.take(request, limits)
+        if warm is not None:
+            return warm
+        session, reset = await self.sessions.acquire(request.session_id)
+        try:
+            blocked = await self.spawn(session.path, limits, request)
+        except BaseException:
+            self.sessions.release(session)
+            raise
+        return blocked, session, reset
+
+    async def spawn(
+        self, workspace: Path, limits: policy.ResolvedLimits, request: ExecRequest | None
+    ) -> Blocked:
+        """Start a sandbox on ``workspace`` blocked before its command, in its own cgroup."""
+        exec_id = uuid.uuid4().hex[:16]
+        run_dir = self.run_root / exec_id
+        prepare_run_dir(run_dir, self.host_cpuinfo, limits)
+        egress = await self.egress.open(run_dir, request) if request is not None else None
+        sfd = seccomp.filter_fd() if self.seccomp_enabled else None
+        fds = make_pipes(extra=(sfd,) if sfd is not None else ())
+        spec = policy.BwrapSpec(
+            self.bwrap, self.layout, str(workspace), str(run_dir), limits, sfd,
+            fds.block_r, fds.info_w,
+        )  # fmt: skip
+        try:
+            self._make_cgroup(exec_id, limits)
+            blocked = await spawn_blocked(policy.compile_bwrap(spec), fds, None)
+        except BaseException:
+            await self._cleanup_run(exec_id, egress)
+            raise
+        finally:
+            if sfd is not None:
+                os.close(sfd)
+        blocked.tag, blocked.egress = exec_id, egress
+        self._confine(blocked, exec_id, limits)
+        return blocked
+
+    def _make_cgroup(self, exec_id: str, limits: policy.ResolvedLimits) -> None:
+        if self.cgroups is None:
+            return
+        try:
+            self.cgroups.create(exec_id, limits.memory_mb, limits.pids, limits.cpus)
+        except OSError as exc:
+            raise SandboxError(f"could not create the execution's cgroup: {exc}") from exc
+
+    def _confine(self, blocked: Blocked, exec_id: str, limits: policy.ResolvedLimits) -> None:
+        """Cgroup and CPU pinning, applied to the sandbox's init before it runs.
+
+        (Rlimits are set by the launcher inside: the supervisor may lack CAP_SYS_RESOURCE.)
+        """
+        pid = blocked.child_pid
+        try:
+            if self.cgroups is not None:
+                self.cgroups.add(exec_id, pid)
+            cpus = policy.pick_cpus(self.cpus_available, limits.cpu_count, next(self._turn))
+            os.sched_setaffinity(pid, cpus)
+        except OSError as exc:
+            kill_tree(blocked)
+            raise SandboxError(f"could not confine sandbox pid {pid}: {exc}") from exc
+
+    async def _run(
+        self,
+        request: ExecRequest,
+        limits: policy.ResolvedLimits,
+        argv: list[str],
+        blocked: Blocked,
+        session: Session,
+        reset: bool,
+    ) -> ExecResult:
+        exec_id, run_dir = blocked.tag, self.run_root / blocked.tag
+        running = self._running.setdefault(session.session_id, set())
+        running.add(blocked)
+        proxy = blocked.egress is not None
+        try:
+            write_files(session.path, request.files, self.owner)
+            before = snapshot(session.path)
+            env = policy.sandbox_env(request, limits, proxy=proxy)
+            rlimits = policy.rlimit_lines(limits, cgroups=self.cgroups is not None)
+            write_command(run_dir, request, argv, env, proxy, rlimits)
+            if self.cgroups is not None:
+                self.cgroups.reset_peak(exec_id)
+            outcome = await release(
+                blocked, request.stdin, limits.timeout_s, limits.max_output_bytes
+            )
+            usage = self._usage(exec_id)
+            changes = diff(session.path, before, snapshot(session.path))
+        except BaseException:
+            kill_tree(blocked)
+            raise
+        finally:
+            running.discard(blocked)
+            await self._discard_run_dir(blocked)
+        blocked_net = blocked.egress.attempts() if blocked.egress is not None else ()
+        enforcement = enforcement_of(self, limits)
+        if proxy:
+            domains = ", ".join(request.network.allow_domains)
+            enforcement["network"] = f"egress proxy (HTTP, HTTPS CONNECT) allowing {domains}"
+        return build_result(
+            self, outcome, usage, changes, blocked_net, reset, limits, enforcement, session.path
+        )
+
+    def _usage(self, exec_id: str) -> CgroupUsage:
+        if self.cgroups is None:
+            return CgroupUsage(None, None, False)
+        return self.cgroups.usage(exec_id)
+
+    async def _discard_run_dir(self, blocked: Blocked) -> None:
+        await self._cleanup_run(blocked.tag, blocked.egress)
+
+    async def _cleanup_run(self, exec_id: str, egress: ExecutionEgress | None) -> None:
+        if egress is not None:
+            await egress.close()
+            self.egress.forget(egress)
+        if self.cgroups is not None:
+            await asyncio.to_thread(self.cgroups.remove, exec_id)
+        await asyncio.to_thread(shutil.rmtree, self.run_root / exec_id, True)
+
+
+def _read_text(path: str) -> str:
+    with contextlib.suppress(OSError):
+        return Path(path).read_text()
+    return ""

@@ -1,0 +1,170 @@
+"""Host facts, run directories and results for the linux backend (kept apart from its control flow)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from onebox.sandbox import policy
+from onebox.sandbox.base import BlockedAttempt, ExecRequest, ExecResult, FileChange
+from onebox.sandbox.cgroups import CgroupUsage
+from onebox.sandbox.spawner import Outcome
+
+if TYPE_CHECKING:
+    from onebox.sandbox.linux import BwrapSandbox
+
+MERGED_USR = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+FULL_DISK_FREE_BYTES = 64 * 1024
+
+
+def host_layout() -> policy.HostLayout:
+    """Which system paths exist here, and which top-level dirs are merged-/usr symlinks."""
+    ro = [p for p in policy.SYSTEM_RO_PATHS if os.path.exists(p)]
+    links: dict[str, str] = {}
+    for path in MERGED_USR:
+        if os.path.islink(path):
+            links[path] = os.readlink(path)
+        elif os.path.isdir(path):
+            ro.append(path)
+    return policy.HostLayout(tuple(ro), links)
+
+
+def probe_bwrap(bwrap: str) -> list[str]:
+    """Empty when bubblewrap can create a user namespace here, else what is wrong and the fix."""
+    if not os.path.exists(bwrap):
+        return ["bubblewrap is not installed: apt-get install bubblewrap"]
+    argv = [bwrap, "--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "true"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=10, env={})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"bubblewrap does not run: {exc}"]
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip()
+        return [
+            f"bubblewrap cannot create user namespaces ({err}); enable them with "
+            "sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces"
+        ]
+    return []
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def prepare_run_dir(run_dir: Path, host_cpuinfo: str, limits: policy.ResolvedLimits) -> None:
+    """The per-execution files bound over /proc, /sys and /etc inside the sandbox."""
+    run_dir.mkdir(mode=0o755)
+    os.chmod(run_dir, 0o755)
+    files = {
+        "meminfo": policy.render_meminfo(limits.memory_mb),
+        "cpuinfo": policy.render_cpuinfo(host_cpuinfo, limits.cpu_count),
+        "cpu_online": policy.render_cpu_online(limits.cpu_count),
+        **policy.render_identity_files(),
+    }
+    for name, text in files.items():
+        _write(run_dir / name, text)
+
+
+def write_command(
+    run_dir: Path,
+    request: ExecRequest,
+    argv: Sequence[str],
+    env: dict[str, str],
+    proxy: bool,
+    rlimits: Sequence[str],
+) -> None:
+    """The launcher and the entry script; written just before the sandbox is released."""
+    _, entry = policy.command_for(request)
+    if entry is not None and request.code is not None:
+        _write(run_dir / entry, request.code)
+    if proxy:
+        source = resources.files("onebox.sandbox").joinpath("forwarder.py").read_text()
+        _write(run_dir / "forwarder.py", source)
+    script = policy.launcher_script(argv, env, forwarder=proxy, rlimits=rlimits)
+    _write(run_dir / "launch.sh", script)
+
+
+def enforcement_of(backend: BwrapSandbox, limits: policy.ResolvedLimits) -> dict[str, str]:
+    """Which mechanism enforced what, for this execution."""
+    cg = backend.cgroups
+    kind = f"cgroup v{cg.version}" if cg else None
+    return {
+        "filesystem": "bubblewrap mount namespace: read-only system, writable /workspace only",
+        "memory": f"{kind} memory limit {limits.memory_mb} MB" if kind else "RLIMIT_AS",
+        "pids": f"{kind} pids limit {limits.pids}" if kind else "RLIMIT_NPROC",
+        "cpu": f"{kind} CPU quota {limits.cpus} cpus" if kind else "RLIMIT_CPU",
+        "disk": f"loop-mounted ext4 image {backend.cfg.disk_mb} MB"
+        if backend.disk_enabled
+        else f"RLIMIT_FSIZE {limits.disk_mb} MB per file",
+        "timeout": f"SIGKILL of the sandbox pid namespace after {limits.timeout_s} s",
+        "output": f"head+tail capture of {limits.max_output_bytes} bytes per stream",
+        "syscalls": "seccomp deny list" if backend.seccomp_enabled else "none (no seccomp)",
+        "network": "no network (empty network namespace)",
+        "privileges": "no capabilities, no_new_privs, user namespaces disabled",
+    }
+
+
+def _error_of(
+    outcome: Outcome, usage: CgroupUsage, limits: policy.ResolvedLimits, disk_full: bool
+) -> str | None:
+    if outcome.timed_out:
+        return f"timed out after {limits.timeout_s} s; the whole process tree was killed"
+    if usage.oom_killed:
+        return f"killed: out of memory (limit {limits.memory_mb} MB)"
+    if disk_full:
+        return "workspace disk cap reached: no space left on device"
+    if outcome.exit_code == 125 and outcome.stdout.total == 0:
+        return "the sandbox launcher failed before running the command"
+    return None
+
+
+def _disk_full(workspace: Path) -> bool:
+    try:
+        st = os.statvfs(workspace)
+    except OSError:
+        return False
+    return os.path.ismount(workspace) and st.f_bavail * st.f_frsize < FULL_DISK_FREE_BYTES
+
+
+def build_result(
+    backend: BwrapSandbox,
+    outcome: Outcome,
+    usage: CgroupUsage,
+    changes: tuple[FileChange, ...],
+    blocked: tuple[BlockedAttempt, ...],
+    reset: bool,
+    limits: policy.ResolvedLimits,
+    enforcement: dict[str, str],
+    workspace: Path,
+) -> ExecResult:
+    error = _error_of(outcome, usage, limits, _disk_full(workspace))
+    stderr = outcome.stderr.text()
+    for attempt in blocked:
+        stderr += f"\n[onebox] blocked network access to {attempt.host}:{attempt.port}: "
+        stderr += attempt.reason
+    if error and error not in stderr:
+        stderr += f"\n[onebox] {error}"
+    return ExecResult(
+        ok=outcome.exit_code == 0 and not outcome.timed_out,
+        exit_code=None if outcome.timed_out else outcome.exit_code,
+        stdout=outcome.stdout.text(),
+        stderr=stderr,
+        duration_ms=round(outcome.duration_ms, 3),
+        timed_out=outcome.timed_out,
+        truncated=outcome.stdout.truncated or outcome.stderr.truncated,
+        memory_peak_mb=usage.memory_peak_mb,
+        cpu_time_ms=usage.cpu_time_ms,
+        files_written=changes,
+        blocked_network=blocked,
+        session_reset=reset,
+        backend=backend.name,
+        isolation=backend.isolation,
+        enforcement=enforcement,
+        error=error,
+    )
