@@ -132,3 +132,24 @@ async def test_unreachable_endpoint_is_retried_then_provider_error() -> None:
         await model.complete(ChatRequest(HELLO))
     assert len(sleeps.delays) == 2
     assert isinstance(info.value.__cause__, openai.APIConnectionError)
+
+
+async def test_an_endpoint_refusing_json_mode_is_asked_again_without_it() -> None:
+    script = [ServerReply.error(400), ServerReply.text('{"a": 1}'), ServerReply.text("{}")]
+    with ScriptedOpenAIServer(script) as server:
+        model, sleeps = model_for(server)
+        reply = await model.complete(ChatRequest(HELLO, json_output=True, temperature=0.0))
+        await model.complete(ChatRequest(HELLO, json_output=True, temperature=0.0))
+    assert reply.content == '{"a": 1}' and sleeps.delays == []
+    first, second, third = server.requests
+    assert first["response_format"] == {"type": "json_object"} and first["temperature"] == 0.0
+    assert "response_format" not in second and "temperature" not in second
+    assert "response_format" not in third
+
+
+async def test_a_400_without_optional_parameters_is_final() -> None:
+    with ScriptedOpenAIServer([ServerReply.error(400), ServerReply.error(400)]) as server:
+        model, _ = model_for(server)
+        with pytest.raises(ProviderError, match="HTTP 400"):
+            await model.complete(ChatRequest(HELLO, json_output=True))
+    assert len(server.requests) == 2

@@ -9,6 +9,10 @@ exception type and HTTP status (never by message text), keeping the cause:
     timeout        -> ProviderTimeout
     401, 403, 404  -> ConfigError          (wrong key, base URL or model name)
     anything else  -> ProviderError
+
+An endpoint that answers HTTP 400 to JSON mode or ``temperature`` (some local
+servers and reasoning models) is asked again once without them, and they are not
+sent to it again; prompts ask for JSON anyway.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from onebox.llm.base import ChatModel, ChatRequest, ChatResponse, Message, ToolC
 log = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+OPTIONAL_PARAMETERS = ("response_format", "temperature")
 MAX_RETRY_AFTER_S = 120.0
 
 
@@ -55,6 +60,7 @@ class OpenAIChatModel(ChatModel):
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self._sleep = sleep
+        self.send_optional = True  # JSON mode and temperature, until the endpoint refuses them
         self._rng = rng or random.Random()
         self._client = openai.AsyncOpenAI(
             api_key=api_key or "not-needed", base_url=base_url, timeout=timeout_s, max_retries=0
@@ -68,6 +74,8 @@ class OpenAIChatModel(ChatModel):
             try:
                 completion = await self._client.chat.completions.create(**kwargs)
             except openai.OpenAIError as exc:
+                if self._drop_optional(exc, kwargs):
+                    continue
                 delay = self._retry_delay(exc, attempt)
                 if delay is None:
                     raise self._translate(exc) from exc
@@ -91,13 +99,26 @@ class OpenAIChatModel(ChatModel):
             kwargs["tools"] = [{"type": "function", "function": t.to_dict()} for t in request.tools]
         if request.tool_choice is not None:
             kwargs["tool_choice"] = _tool_choice(request.tool_choice)
-        if request.json_output:
+        if request.json_output and self.send_optional:
             kwargs["response_format"] = {"type": "json_object"}
-        if request.temperature is not None:
+        if request.temperature is not None and self.send_optional:
             kwargs["temperature"] = request.temperature
         if request.max_tokens is not None:
             kwargs["max_tokens"] = request.max_tokens
         return kwargs
+
+    def _drop_optional(self, exc: openai.OpenAIError, kwargs: dict[str, Any]) -> bool:
+        """On HTTP 400, retry once without the optional parameters some servers refuse
+        (JSON mode, temperature), and stop sending them to this endpoint."""
+        sent = [k for k in OPTIONAL_PARAMETERS if k in kwargs]
+        if not sent or not isinstance(exc, openai.BadRequestError):
+            return False
+        log.warning("model %s refused the request (HTTP 400); retrying without %s",
+                    self.model, ", ".join(sent))
+        for key in sent:
+            del kwargs[key]
+        self.send_optional = False
+        return True
 
     def _retry_delay(self, exc: openai.OpenAIError, attempt: int) -> float | None:
         """Seconds to wait before the next try, or None if this error is final."""
