@@ -50,6 +50,14 @@ from onebox.agent.actions import (
 from onebox.agent.loop import Agent
 from onebox.llm.base import ChatModel, ChatRequest, ChatResponse, Message, ToolCall, Usage
 
+__all__ = [
+    "InMemoryMemory", "OfflineRun", "ScriptExhausted", "ScriptedModel", "ScriptedOpenAIServer",
+    "ServerReply", "run_agent_offline", "step_failed", "step_ok", "syntax_check",
+    "tool_call_reply",
+    # re-exported for convenience in tests written against the offline driver
+    "ModelReply", "StepResult", "ToolsResult",
+]
+
 # --------------------------------------------------------------------------- ScriptedModel
 
 ScriptItem = Any  # str | Mapping | ChatResponse | Message | BaseException | Callable[[ChatRequest], ...]
