@@ -97,6 +97,12 @@ async def test_missing_key_is_not_found_and_exists_is_false(store: ObjectStore) 
     assert await store.get("nope/x") == b""
 
 
+async def test_missing_reports_the_keys_not_stored(store: ObjectStore) -> None:
+    await store.put("m/here", b"1")
+    assert await store.missing(["m/here", "m/gone", "m/gone"]) == {"m/gone"}
+    assert await store.missing([]) == set()
+
+
 async def test_delete_removes_and_is_idempotent(store: ObjectStore) -> None:
     await store.put("d/1", b"one")
     await store.delete("d/1")

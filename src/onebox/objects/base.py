@@ -15,6 +15,7 @@ import abc
 import asyncio
 import hashlib
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
 
@@ -111,6 +112,18 @@ class ObjectStore(abc.ABC):
         """Write the object to a local file (created or truncated)."""
         data = await self.get(key)
         await asyncio.to_thread(path.write_bytes, data)
+
+    async def missing(self, keys: Iterable[str]) -> set[str]:
+        """The subset of ``keys`` not stored (checked concurrently; backends may batch)."""
+        wanted = sorted(set(keys))
+        gate = asyncio.Semaphore(16)
+
+        async def absent(key: str) -> bool:
+            async with gate:
+                return not await self.exists(key)
+
+        found = await asyncio.gather(*(absent(key) for key in wanted))
+        return {key for key, gone in zip(wanted, found, strict=True) if gone}
 
     async def put_blob(self, data: bytes) -> str:
         """Store ``data`` content-addressed, once; return its key."""

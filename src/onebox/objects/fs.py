@@ -10,7 +10,7 @@ import asyncio
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO, ClassVar
 
@@ -79,6 +79,10 @@ class FsObjectStore(ObjectStore):
 
     async def exists(self, key: str) -> bool:
         return await asyncio.to_thread(self._path(key).is_file)
+
+    async def missing(self, keys: Iterable[str]) -> set[str]:
+        paths = {key: self._path(key) for key in keys}
+        return await asyncio.to_thread(lambda: {k for k, p in paths.items() if not p.is_file()})
 
     async def delete(self, key: str) -> None:
         await asyncio.to_thread(self._path(key).unlink, missing_ok=True)

@@ -70,43 +70,33 @@ async def record_snapshot(
 ) -> SnapshotRecord:
     """Capture ``workspace_dir``, store it, write its row and link the execution (if any)."""
     manifest = await asyncio.to_thread(scan, workspace_dir)
+    pre = kind == "pre"
     if reuse:
-        existing = await _link_existing(db, session_id, manifest.sha256, execution_id, kind)
+        async with db.connection() as conn:
+            existing = await rows.reuse(
+                conn, session_id=session_id, sha256=manifest.sha256, execution_id=execution_id,
+                pre=pre, event={"sha256": manifest.sha256, "reused": True, "stored_bytes": 0})
         if existing is not None:
             return SnapshotRecord(existing, manifest.sha256, reused=True)
     snapshot_id = uuid.uuid4()
-    async with db.transaction() as conn:
-        await rows.lock_for_capture(conn)
-        await rows.insert_pending(
+    async with db.connection() as conn:
+        await rows.register(
             conn, snapshot_id=snapshot_id, session_id=session_id, execution_id=execution_id,
             kind=kind, sha256=manifest.sha256, manifest_key=manifest_key(manifest.sha256),
-            total_bytes=manifest.total_bytes,
-            file_count=len(manifest.files()), object_keys=manifest.object_keys(),
-        )
+            total_bytes=manifest.total_bytes, file_count=len(manifest.files()),
+            object_keys=manifest.object_keys())
     try:
         info = await capture(store, workspace_dir, manifest=manifest)
     except BaseException:
         await _forget(db, snapshot_id)
         raise
-    async with db.transaction() as conn:
-        await rows.mark_ready(conn, snapshot_id, stored_bytes=info.stored_bytes,
-                              duration_ms=info.duration_ms)
-        if execution_id is not None:
-            await rows.link_execution(conn, execution_id, snapshot_id, pre=kind == "pre", event={
-                "sha256": info.sha256, "reused": False, "file_count": info.file_count,
-                "bytes": info.bytes, "stored_bytes": info.stored_bytes})
+    async with db.connection() as conn:
+        await rows.finish(
+            conn, snapshot_id, stored_bytes=info.stored_bytes, duration_ms=info.duration_ms,
+            execution_id=execution_id, pre=pre,
+            event={"sha256": info.sha256, "reused": False, "file_count": info.file_count,
+                   "bytes": info.bytes, "stored_bytes": info.stored_bytes})
     return SnapshotRecord(snapshot_id, info.sha256, reused=False, info=info)
-
-
-async def _link_existing(
-    db: Database, session_id: str, sha256: str, execution_id: uuid.UUID | None, kind: rows.Kind
-) -> uuid.UUID | None:
-    async with db.transaction() as conn:
-        existing = await rows.find_reusable(conn, session_id, sha256)
-        if existing is not None and execution_id is not None:
-            await rows.link_execution(conn, execution_id, existing, pre=kind == "pre", event={
-                "sha256": sha256, "reused": True, "stored_bytes": 0})
-    return existing
 
 
 async def _forget(db: Database, snapshot_id: uuid.UUID) -> None:

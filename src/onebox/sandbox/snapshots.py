@@ -111,14 +111,15 @@ async def capture(
     started = time.perf_counter()
     if manifest is None:
         manifest = await asyncio.to_thread(scan, workspace_dir)
-    files = {e.sha256: e for e in manifest.files()}
+    absent = await store.missing(manifest.object_keys())
+    files = {e.sha256: e for e in manifest.files() if blob_key(e.sha256 or "") in absent}
     root = Path(workspace_dir)
     stored = await _gather_limited(
         [partial(_upload_blob, store, root, entry) for entry in files.values()]
     )
-    data = manifest.to_bytes()
     mkey = manifest_key(manifest.sha256)
-    if not await store.exists(mkey):
+    if mkey in absent:
+        data = manifest.to_bytes()
         await store.put(mkey, data)
         stored.append(len(data))
     return SnapshotInfo(
@@ -133,11 +134,9 @@ async def capture(
 
 
 async def _upload_blob(store: ObjectStore, root: Path, entry: Entry) -> int:
-    """Upload one file's content unless the store has it; return the bytes written."""
+    """Upload one file's content, checking it still has the hash it was scanned with."""
     assert entry.sha256 is not None
     key = blob_key(entry.sha256)
-    if await store.exists(key):
-        return 0
     path = root / entry.path
     if entry.size <= INLINE_MAX_BYTES:
         data = await asyncio.to_thread(path.read_bytes)

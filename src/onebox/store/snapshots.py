@@ -1,10 +1,11 @@
 """Snapshot rows: which workspace snapshots exist, which step they belong to, which objects
 they reference. The bytes themselves live in the object store.
 
-Functions take an open connection so that callers decide the transaction. Writers
-that add object references take the GC lock shared (:func:`lock_for_capture`); the
-garbage collector takes it exclusively (:func:`lock_for_gc`), so it never deletes an
-object a snapshot is about to rely on.
+Functions take an open connection so that callers decide the transaction; the
+writes a step makes are single statements (one round trip each). :func:`register`
+takes the GC lock shared while it records a new snapshot's objects; the garbage
+collector takes it exclusively (:func:`lock_for_gc`), so it never deletes an object
+a snapshot is about to rely on.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.types.json import Jsonb
 
-from onebox.errors import NotFound, ValidationError
+from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.store.queries import load_queries
 
 Q = load_queries("snapshots")
@@ -28,17 +29,12 @@ Kind = Literal["pre", "post", "manual"]
 GC_LOCK_KEY = 0x0B0B5A01  # pg advisory lock: shared by captures, exclusive for the GC
 
 
-async def lock_for_capture(conn: Conn) -> None:
-    """Hold the GC lock shared until the transaction ends (call before insert_pending)."""
-    await conn.execute(Q["lock_shared"], {"key": GC_LOCK_KEY})
-
-
 async def lock_for_gc(conn: Conn) -> None:
     """Hold the GC lock exclusively until the transaction ends."""
     await conn.execute(Q["lock_exclusive"], {"key": GC_LOCK_KEY})
 
 
-async def insert_pending(
+async def register(
     conn: Conn,
     *,
     snapshot_id: uuid.UUID,
@@ -51,51 +47,71 @@ async def insert_pending(
     file_count: int,
     object_keys: Sequence[str],
 ) -> None:
-    """Record a snapshot whose objects are being uploaded, with every object it references."""
+    """Record a PENDING snapshot and every object it references, under the GC lock (shared).
+
+    Call it before uploading or relying on any of those objects, and commit before."""
     try:
-        await conn.execute(Q["insert_pending"], {
-            "id": snapshot_id, "session_id": session_id, "execution_id": execution_id,
-            "kind": kind, "sha256": sha256, "manifest_key": manifest_key, "bytes": total_bytes,
-            "file_count": file_count, "object_count": len(object_keys),
+        await conn.execute(Q["register"], {
+            "key": GC_LOCK_KEY, "id": snapshot_id, "session_id": session_id,
+            "execution_id": execution_id, "kind": kind, "sha256": sha256,
+            "manifest_key": manifest_key, "bytes": total_bytes, "file_count": file_count,
+            "object_count": len(object_keys), "keys": list(object_keys),
         })
     except psycopg.errors.ForeignKeyViolation as exc:
-        raise NotFound(
-            f"step execution {execution_id} not found; insert it before snapshotting"
-        ) from exc
-    await conn.execute(Q["insert_objects"], {"id": snapshot_id, "keys": list(object_keys)})
+        raise _no_execution(execution_id) from exc
 
 
-async def mark_ready(
-    conn: Conn, snapshot_id: uuid.UUID, *, stored_bytes: int, duration_ms: float
-) -> None:
-    await conn.execute(Q["mark_ready"], {
-        "id": snapshot_id, "stored_bytes": stored_bytes, "duration_ms": duration_ms,
-    })
-
-
-async def find_reusable(conn: Conn, session_id: str, sha256: str) -> uuid.UUID | None:
-    """A READY snapshot of this session with this hash, locked against deletion until commit."""
-    cur = await conn.execute(Q["reusable"], {"session_id": session_id, "sha256": sha256})
-    row = await cur.fetchone()
-    return None if row is None else uuid.UUID(str(row["id"]))
-
-
-async def link_execution(
-    conn: Conn, execution_id: uuid.UUID, snapshot_id: uuid.UUID, *, pre: bool,
+async def finish(
+    conn: Conn,
+    snapshot_id: uuid.UUID,
+    *,
+    stored_bytes: int,
+    duration_ms: float,
+    execution_id: uuid.UUID | None,
+    pre: bool,
     event: dict[str, Any],
 ) -> None:
-    """Point task_execution.snapshot_id (or pre_snapshot_id) at the snapshot, and append a
-    ``snapshot_taken`` event to the run's log (``event`` is its payload)."""
-    cur = await conn.execute(
-        Q["link_pre" if pre else "link_post"],
-        {"execution_id": execution_id, "snapshot_id": snapshot_id},
-    )
-    if cur.rowcount == 0:
-        raise NotFound(f"step execution {execution_id} not found; insert it before snapshotting")
-    payload = {**event, "snapshot_id": str(snapshot_id), "execution_id": str(execution_id),
-               "kind": "pre" if pre else "post"}
-    await conn.execute(Q["event_for_execution"],
-                       {"execution_id": execution_id, "payload": Jsonb(payload)})
+    """Mark the snapshot READY, link the execution to it and append a ``snapshot_taken`` event."""
+    cur = await conn.execute(Q["finish"], {
+        "id": snapshot_id, "stored_bytes": stored_bytes, "duration_ms": duration_ms,
+        "execution_id": execution_id, "pre": pre, "payload": _payload(event, execution_id, pre),
+    })
+    row = await cur.fetchone()
+    assert row is not None
+    if row["ready"] == 0:
+        raise Conflict(f"snapshot {snapshot_id} was deleted while it was being written")
+    if execution_id is not None and row["linked"] == 0:
+        raise _no_execution(execution_id)
+
+
+async def reuse(
+    conn: Conn,
+    *,
+    session_id: str,
+    sha256: str,
+    execution_id: uuid.UUID | None,
+    pre: bool,
+    event: dict[str, Any],
+) -> uuid.UUID | None:
+    """Link the execution to a READY snapshot of this session with this hash, if there is one."""
+    cur = await conn.execute(Q["reuse"], {
+        "session_id": session_id, "sha256": sha256, "execution_id": execution_id, "pre": pre,
+        "payload": _payload(event, execution_id, pre),
+    })
+    row = await cur.fetchone()
+    if row is None or row["id"] is None:
+        return None
+    if execution_id is not None and row["linked"] == 0:
+        raise _no_execution(execution_id)
+    return uuid.UUID(str(row["id"]))
+
+
+def _payload(event: dict[str, Any], execution_id: uuid.UUID | None, pre: bool) -> Jsonb:
+    return Jsonb({**event, "execution_id": str(execution_id), "kind": "pre" if pre else "post"})
+
+
+def _no_execution(execution_id: uuid.UUID | None) -> NotFound:
+    return NotFound(f"step execution {execution_id} not found; insert it before snapshotting")
 
 
 async def delete_unshared_pre(

@@ -2,41 +2,68 @@
 -- Captures take the GC lock shared while registering their objects; the garbage
 -- collector takes it exclusively while it decides what to delete.
 
--- name: lock_shared
-SELECT pg_advisory_xact_lock_shared(%(key)s);
-
 -- name: lock_exclusive
 SELECT pg_advisory_xact_lock(%(key)s);
 
--- name: insert_pending
-INSERT INTO onebox.snapshots
-    (id, session_id, execution_id, kind, status, sha256, manifest_key, bytes, file_count,
-     object_count)
-VALUES (%(id)s, %(session_id)s, %(execution_id)s, %(kind)s, 'PENDING', %(sha256)s,
-        %(manifest_key)s, %(bytes)s, %(file_count)s, %(object_count)s);
-
--- name: insert_objects
+-- name: register
+-- One statement: take the GC lock shared, record the PENDING snapshot and every object
+-- it references. The lock is held until this statement's transaction commits.
+WITH gc_lock AS (SELECT pg_advisory_xact_lock_shared(%(key)s)),
+snap AS (
+    INSERT INTO onebox.snapshots
+        (id, session_id, execution_id, kind, status, sha256, manifest_key, bytes, file_count,
+         object_count)
+    SELECT %(id)s, %(session_id)s, %(execution_id)s, %(kind)s, 'PENDING', %(sha256)s,
+           %(manifest_key)s, %(bytes)s, %(file_count)s, %(object_count)s
+    FROM gc_lock
+    RETURNING id)
 INSERT INTO onebox.snapshot_objects (snapshot_id, key)
-SELECT %(id)s, unnest(%(keys)s::text[]);
+SELECT snap.id, k FROM snap, unnest(%(keys)s::text[]) AS k;
 
--- name: mark_ready
-UPDATE onebox.snapshots
-SET status = 'READY', stored_bytes = %(stored_bytes)s, duration_ms = %(duration_ms)s,
-    ready_at = now()
-WHERE id = %(id)s;
+-- name: finish
+-- One statement: mark the snapshot READY, link the step to it, append the event.
+WITH ready AS (
+    UPDATE onebox.snapshots
+    SET status = 'READY', stored_bytes = %(stored_bytes)s, duration_ms = %(duration_ms)s,
+        ready_at = now()
+    WHERE id = %(id)s
+    RETURNING id),
+linked AS (
+    UPDATE onebox.task_execution t
+    SET snapshot_id = CASE WHEN %(pre)s THEN t.snapshot_id ELSE ready.id END,
+        pre_snapshot_id = CASE WHEN %(pre)s THEN ready.id ELSE t.pre_snapshot_id END
+    FROM ready
+    WHERE t.id = %(execution_id)s
+    RETURNING t.run_id, t.session_id, t.trace_id, ready.id AS snapshot_id),
+event AS (
+    INSERT INTO onebox.agent_events (run_id, session_id, trace_id, type, payload)
+    SELECT run_id, session_id, trace_id, 'snapshot_taken',
+           %(payload)s || jsonb_build_object('snapshot_id', snapshot_id::text)
+    FROM linked)
+SELECT (SELECT count(*) FROM ready) AS ready, (SELECT count(*) FROM linked) AS linked;
 
--- name: reusable
-SELECT id FROM onebox.snapshots
-WHERE session_id = %(session_id)s AND sha256 = %(sha256)s AND status = 'READY'
-ORDER BY created_at DESC
-LIMIT 1
-FOR SHARE;
-
--- name: link_post
-UPDATE onebox.task_execution SET snapshot_id = %(snapshot_id)s WHERE id = %(execution_id)s;
-
--- name: link_pre
-UPDATE onebox.task_execution SET pre_snapshot_id = %(snapshot_id)s WHERE id = %(execution_id)s;
+-- name: reuse
+-- One statement: find a READY snapshot of the session with this hash (locked against
+-- deletion), link the step to it, append the event.
+WITH found AS (
+    SELECT id FROM onebox.snapshots
+    WHERE session_id = %(session_id)s AND sha256 = %(sha256)s AND status = 'READY'
+    ORDER BY created_at DESC
+    LIMIT 1
+    FOR SHARE),
+linked AS (
+    UPDATE onebox.task_execution t
+    SET snapshot_id = CASE WHEN %(pre)s THEN t.snapshot_id ELSE found.id END,
+        pre_snapshot_id = CASE WHEN %(pre)s THEN found.id ELSE t.pre_snapshot_id END
+    FROM found
+    WHERE t.id = %(execution_id)s
+    RETURNING t.run_id, t.session_id, t.trace_id, found.id AS snapshot_id),
+event AS (
+    INSERT INTO onebox.agent_events (run_id, session_id, trace_id, type, payload)
+    SELECT run_id, session_id, trace_id, 'snapshot_taken',
+           %(payload)s || jsonb_build_object('snapshot_id', snapshot_id::text)
+    FROM linked)
+SELECT (SELECT id FROM found) AS id, (SELECT count(*) FROM linked) AS linked;
 
 -- name: delete_unshared_pre
 DELETE FROM onebox.snapshots s
@@ -93,7 +120,3 @@ WHERE (s.status = 'PENDING' AND s.created_at < now() - make_interval(secs => %(p
         WHERE n > %(keep_last)s::int))
 RETURNING s.id;
 
--- name: event_for_execution
-INSERT INTO onebox.agent_events (run_id, session_id, trace_id, type, payload)
-SELECT run_id, session_id, trace_id, 'snapshot_taken', %(payload)s
-FROM onebox.task_execution WHERE id = %(execution_id)s;
