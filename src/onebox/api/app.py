@@ -1,0 +1,100 @@
+"""The HTTP service: ``create_app(settings)`` builds the FastAPI app (API + web console).
+
+    app = create_app(settings)                  # opens the runtime at start-up
+    app = create_app(settings, runtime=rt)      # use a runtime the caller owns
+    app = create_app(settings, worker=True)     # `onebox up`: also run steps in-process
+
+Routers stay thin: they check the caller's tenant and call the runtime,
+knowledge and sandbox functions the CLI uses too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from onebox.api.errors import BodyLimit, install_error_handlers
+from onebox.api.events import EventHub
+from onebox.api.routes import knowledge, runs, sessions, system
+from onebox.api.state import ApiState
+from onebox.config import Settings
+from onebox.llm.embedding import EmbeddingModel
+from onebox.runtime.service import Runtime
+from onebox.runtime.worker import Worker
+
+log = logging.getLogger(__name__)
+API_VERSION = "1"
+
+
+def web_dir() -> Path:
+    return Path(str(resources.files("onebox").joinpath("web")))
+
+
+def create_app(
+    settings: Settings,
+    runtime: Runtime | None = None,
+    *,
+    worker: bool = False,
+    embedding: EmbeddingModel | None = None,
+) -> FastAPI:
+    """The API and console. Without ``runtime`` one is opened (and closed) with the app."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state: ApiState | None = getattr(app.state, "onebox", None)
+        if state is None:
+            rt = await Runtime.open(settings)
+            state = _state(settings, rt, embedding, owns=True)
+            app.state.onebox = state
+        stop = asyncio.Event()
+        task = asyncio.create_task(_work(state, stop)) if worker else None
+        try:
+            yield
+        finally:
+            stop.set()
+            if task is not None:
+                with contextlib.suppress(Exception):
+                    await task
+            await state.close()
+
+    app = FastAPI(
+        title="onebox", version=API_VERSION, lifespan=lifespan,
+        description="One agent, one sandbox, one database: runs, live events, sessions, "
+        "knowledge and memory. Authenticate with `Authorization: Bearer <API key>`.",
+    )
+    if runtime is not None:
+        app.state.onebox = _state(settings, runtime, embedding, owns=False)
+    install_error_handlers(app)
+    for module in (runs, sessions, knowledge, system):
+        app.include_router(module.router)
+    app.mount("/ui", StaticFiles(directory=web_dir(), html=True), name="ui")
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse("/ui/")
+
+    app.add_middleware(BodyLimit, max_bytes=settings.api.max_request_bytes,
+                       max_upload_bytes=settings.api.max_upload_bytes)
+    return app
+
+
+def _state(settings: Settings, runtime: Runtime, embedding: EmbeddingModel | None,
+           *, owns: bool) -> ApiState:
+    hub = EventHub(runtime.db, poll_s=settings.api.events_poll_s)
+    return ApiState(settings, runtime, hub, owns_runtime=owns, embedding=embedding)
+
+
+async def _work(state: ApiState, stop: asyncio.Event) -> None:
+    """`onebox up`: a worker in this process, sharing the runtime's database and sandbox."""
+    runner = Worker(state.db, state.backend, state.settings)
+    log.info("worker %s started in the API process", runner.owner)
+    await runner.serve(stop, drain_s=5.0)

@@ -1,0 +1,182 @@
+"""Live run events for SSE: one poller per process, fanned out to every subscriber.
+
+Event ``seq`` numbers come from a sequence, so they are allocated in order but
+may commit out of order (two transactions, seq 9 committing after seq 10). A
+subscriber that read 10 and then resumed "after 10" would never see 9. The hub
+therefore only publishes up to a *safe horizon*: it reads the sequence's last
+value, then the set of transactions in progress; once every one of those has
+finished (checked on a later poll), every event up to that value is either
+committed or gone for good. Subscribers read the database only up to the
+horizon, so ``Last-Event-ID`` resumes without gaps or duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from onebox.store.db import Database
+from onebox.store.queries import load_queries
+
+log = logging.getLogger(__name__)
+Q = load_queries("api")
+PAGE = 1000
+GRACE_S = 0.02  # a writer's nextval precedes its transaction id by microseconds
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Every event of one run with lo < seq <= hi (the hub publishes ranges, gap-free)."""
+
+    lo: int
+    hi: int
+    events: tuple[dict[str, Any], ...]
+
+
+class EventHub:
+    def __init__(self, db: Database, poll_s: float = 0.1, idle_poll_s: float = 1.0) -> None:
+        self.db = db
+        self.poll_s = poll_s
+        self.idle_poll_s = idle_poll_s
+        self.horizon: int | None = None
+        self._candidates: deque[tuple[int, int | None, float]] = deque(maxlen=64)
+        self._subs: dict[uuid.UUID, set[asyncio.Queue[Batch]]] = {}
+        self._ready = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def subscribers(self) -> int:
+        return sum(len(qs) for qs in self._subs.values())
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    async def ready_horizon(self) -> int:
+        self.start()
+        self._wake.set()
+        await self._ready.wait()
+        assert self.horizon is not None
+        return self.horizon
+
+    def subscribe(self, run_id: uuid.UUID) -> asyncio.Queue[Batch]:
+        queue: asyncio.Queue[Batch] = asyncio.Queue()
+        self._subs.setdefault(run_id, set()).add(queue)
+        self.start()
+        self._wake.set()
+        return queue
+
+    def unsubscribe(self, run_id: uuid.UUID, queue: asyncio.Queue[Batch]) -> None:
+        queues = self._subs.get(run_id)
+        if queues is not None:
+            queues.discard(queue)
+            if not queues:
+                del self._subs[run_id]
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._tick()
+            except psycopg.Error as exc:
+                log.warning("event hub: database error (%s); retrying", exc)
+            self._wake.clear()
+            busy = self._subs or not self._ready.is_set()
+            delay = max(self.poll_s if busy else self.idle_poll_s, GRACE_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    async def _tick(self) -> None:
+        """Confirm earlier candidates whose writers have finished, then take a new candidate."""
+        seq_row = await self.db.fetchone(Q["event_horizon_seq"])
+        assert seq_row is not None
+        top = int(seq_row["last_value"]) if seq_row["is_called"] else 0
+        snap = await self.db.fetchone(Q["current_snapshot"])
+        assert snap is not None
+        xmin, xip = int(snap["xmin"]), [int(x) for x in snap["xip"]]
+        now = time.monotonic()
+        confirmed: int | None = None
+        while self._candidates:
+            _, last_writer, taken = self._candidates[0]
+            if now - taken < GRACE_S or (last_writer is not None and last_writer >= xmin):
+                break
+            confirmed = self._candidates.popleft()[0]
+        self._candidates.append((top, max(xip) if xip else None, now))
+        if confirmed is not None and (self.horizon is None or confirmed > self.horizon):
+            await self._publish(confirmed)
+
+    async def _publish(self, upto: int) -> None:
+        lo = self.horizon
+        if lo is None or not self._subs:
+            self.horizon = upto
+            self._ready.set()
+            return
+        rows = await self.db.fetch(Q["events_between"], {"after": lo, "upto": upto})
+        by_run: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        for row in rows:
+            if row["run_id"] is not None:
+                by_run.setdefault(row["run_id"], []).append(row)
+        self.horizon = upto
+        for run_id, queues in self._subs.items():
+            batch = Batch(lo, upto, tuple(by_run.get(run_id, ())))
+            for queue in queues:
+                queue.put_nowait(batch)
+
+
+async def run_event_stream(
+    hub: EventHub, run_id: uuid.UUID, after: int, heartbeat_s: float
+) -> AsyncIterator[dict[str, Any] | None]:
+    """Events of one run with seq > ``after``, in order, forever; None is a keep-alive tick."""
+    queue = hub.subscribe(run_id)
+    try:
+        covered = after
+        horizon = await hub.ready_horizon()
+        async for event in _backfill(hub.db, run_id, covered, horizon):
+            yield event
+        covered = max(covered, horizon)
+        while True:
+            try:
+                batch = await asyncio.wait_for(queue.get(), heartbeat_s)
+            except TimeoutError:
+                yield None
+                continue
+            if batch.hi <= covered:
+                continue
+            if batch.lo > covered:
+                async for event in _backfill(hub.db, run_id, covered, batch.lo):
+                    yield event
+            for event in batch.events:
+                if event["seq"] > covered:
+                    yield event
+            covered = batch.hi
+    finally:
+        hub.unsubscribe(run_id, queue)
+
+
+async def _backfill(
+    db: Database, run_id: uuid.UUID, after: int, upto: int
+) -> AsyncIterator[dict[str, Any]]:
+    while after < upto:
+        rows = await db.fetch(Q["run_events_between"],
+                              {"run_id": run_id, "after": after, "upto": upto, "limit": PAGE})
+        for row in rows:
+            yield row
+        if len(rows) < PAGE:
+            return
+        after = rows[-1]["seq"]

@@ -1,0 +1,174 @@
+"""/v1/runs: submit, list, inspect, stream, cancel, approve/reject, retry."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, Query, Response
+from fastapi import Path as PathParam
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import StreamingResponse
+
+from onebox.api import runs as service
+from onebox.api import sessions
+from onebox.api.auth import Caller, State
+from onebox.api.events import run_event_stream
+from onebox.api.schemas import CreateRun, Decision
+from onebox.errors import ValidationError
+from onebox.runtime import runs as runtime_runs
+from onebox.runtime.submit import session_id_for
+from onebox.store.queries import load_queries
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+Q = load_queries("api")
+Status = Literal["PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "DEAD"]
+
+
+@router.post("", status_code=201, summary="Submit a run from a plan (or a task)")
+async def create_run(
+    body: CreateRun, state: State, caller: Caller, response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> dict[str, Any]:
+    submitted = await service.create_run(
+        state.db, state.settings, caller.tenant_id, plan=body.plan, task=body.task,
+        name=body.name, idempotency_key=body.idempotency_key or idempotency_key)
+    if submitted.existing:
+        response.status_code = 200
+    return {"run_id": submitted.run_id, "trace_id": submitted.trace_id,
+            "existing": submitted.existing}
+
+
+@router.get("", summary="List runs, newest first, filtered by status, time and text")
+async def list_runs(
+    state: State, caller: Caller,
+    status: Annotated[list[Status] | None, Query(max_length=7)] = None,
+    since: datetime | None = None, until: datetime | None = None,
+    q: Annotated[str | None, Query(max_length=200, pattern=r"^[^\x00]*$")] = None,
+    before: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> dict[str, Any]:
+    runs = await service.search_runs(state.db, caller.tenant_id, statuses=list(status or []),
+                                     since=since, until=until, text=q, before=before,
+                                     limit=limit)
+    return {"runs": runs}
+
+
+@router.get("/{run_id}", summary="One run: plan versions, step attempts, warnings")
+async def get_run(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    return await service.run_detail(state.db, run_id)
+
+
+@router.get("/{run_id}/steps", summary="Step attempts with code, stdout/stderr, files")
+async def get_steps(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    return {"steps": (await service.run_detail(state.db, run_id))["steps"]}
+
+
+@router.get("/{run_id}/events", summary="The run's events after a sequence number (JSON)")
+async def get_events(
+    run_id: uuid.UUID, state: State, caller: Caller,
+    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    horizon = await state.hub.ready_horizon()
+    events = await state.db.fetch(Q["run_events_between"], {
+        "run_id": run_id, "after": after, "upto": horizon, "limit": limit})
+    return {"events": events, "horizon": horizon}
+
+
+@router.get("/{run_id}/events/stream", summary="Server-sent events of the run, live",
+            response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}}}})
+async def stream_events(
+    run_id: uuid.UUID, state: State, caller: Caller,
+    last_event_id: Annotated[str | None, Header(max_length=40)] = None,
+    after: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+) -> StreamingResponse:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    start = after or 0
+    if last_event_id:
+        if not last_event_id.strip().isdigit():
+            raise ValidationError("Last-Event-ID must be an event seq (a number)",
+                                  field="Last-Event-ID")
+        start = int(last_event_id.strip())
+    stream = _sse(run_event_stream(state.hub, run_id, start, state.settings.api.heartbeat_s))
+    return StreamingResponse(stream, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _sse(events: AsyncIterator[dict[str, Any] | None]) -> AsyncIterator[str]:
+    yield "retry: 1000\n\n"
+    async for event in events:
+        if event is None:
+            yield ": keep-alive\n\n"
+            continue
+        data = json.dumps(jsonable_encoder(event), separators=(",", ":"))
+        yield f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
+
+
+@router.post("/{run_id}/cancel", summary="Cancel an unfinished run")
+async def cancel(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    await runtime_runs.cancel_run(state.db, run_id, reason=f"cancelled via API ({caller.tenant_id})")
+    return {"run_id": run_id, "status": "CANCELLED"}
+
+
+async def _decide(run_id: uuid.UUID, step_id: str, approve: bool, body: Decision | None,
+                  state: State, caller: Caller) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    by = (body.by if body and body.by else None) or f"api:{caller.tenant_id}"
+    status = await runtime_runs.approve_step(
+        state.db, state.settings, run_id, step_id, approve=approve, by=by,
+        comment=body.comment if body else None)
+    return {"run_id": run_id, "step_id": step_id, "approved": approve, "status": status}
+
+
+StepId = Annotated[str, PathParam(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
+
+
+@router.post("/{run_id}/steps/{step_id}/approve", summary="Approve a waiting approval step")
+async def approve(run_id: uuid.UUID, step_id: StepId, state: State, caller: Caller,
+                  body: Decision | None = None) -> dict[str, Any]:
+    return await _decide(run_id, step_id, True, body, state, caller)
+
+
+@router.post("/{run_id}/steps/{step_id}/reject", summary="Reject a waiting approval step")
+async def reject(run_id: uuid.UUID, step_id: StepId, state: State, caller: Caller,
+                 body: Decision | None = None) -> dict[str, Any]:
+    return await _decide(run_id, step_id, False, body, state, caller)
+
+
+@router.post("/{run_id}/retry", summary="Queue the failed steps of a DEAD run again")
+async def retry(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    queued = await runtime_runs.retry_run(state.db, state.settings, run_id)
+    return {"run_id": run_id, "queued_steps": queued}
+
+
+@router.get("/{run_id}/files", summary="Files in the run's workspace")
+async def run_files(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    return {"files": await sessions.files_of(state.backend, session_id_for(run_id))}
+
+
+@router.get("/{run_id}/files/{path:path}", summary="Download a file of the run's workspace",
+            response_class=Response,
+            responses={200: {"content": {"application/octet-stream": {}}}})
+async def run_file(run_id: uuid.UUID, path: str, state: State, caller: Caller) -> Response:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    data = await sessions.download(state.backend, session_id_for(run_id), path)
+    return Response(data, media_type="application/octet-stream")
+
+
+@router.get("/{run_id}/snapshots", summary="Workspace snapshots taken during the run")
+async def run_snapshots(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    rows = await state.db.fetch(Q["tenant_snapshots"], {
+        "tenant_id": caller.tenant_id, "run_id": run_id, "session_id": None, "limit": 500})
+    return {"snapshots": rows}

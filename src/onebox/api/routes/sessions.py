@@ -1,0 +1,103 @@
+"""/v1/sessions: sandbox sessions of the caller's tenant, and /v1/snapshots."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Form, Query, Response, UploadFile
+from fastapi import Path as PathParam
+
+from onebox.api import sessions as service
+from onebox.api.auth import Caller, State
+from onebox.api.schemas import Execute
+from onebox.store.queries import load_queries
+
+router = APIRouter(tags=["sessions"])
+Q = load_queries("api")
+SessionId = Annotated[str, PathParam(pattern=r"^api-[0-9a-f]{16}$")]
+
+
+@router.post("/v1/sessions", status_code=201, summary="Create a sandbox session")
+async def create_session(state: State, caller: Caller) -> dict[str, Any]:
+    return await service.create_session(state.db, state.backend, caller.tenant_id)
+
+
+@router.get("/v1/sessions", summary="The tenant's live sessions")
+async def list_sessions(state: State, caller: Caller) -> dict[str, Any]:
+    return {"sessions": await service.list_sessions(state.db, caller.tenant_id)}
+
+
+@router.post("/v1/sessions/{session_id}/execute", summary="Run code in the session")
+async def execute(session_id: SessionId, body: Execute, state: State,
+                  caller: Caller) -> dict[str, Any]:
+    await service.require_session(state.db, session_id, caller.tenant_id)
+    result = await service.execute(
+        state.db, state.backend, session_id, code=body.code, language=body.language,
+        timeout_s=body.timeout_s, memory_mb=body.memory_mb, allow_domains=body.allow_domains,
+        stdin=body.stdin)
+    return service.result_json(result)
+
+
+@router.post("/v1/sessions/{session_id}/files", status_code=201,
+             summary="Upload a file into the session's workspace")
+async def upload(session_id: SessionId, state: State, caller: Caller,
+                 file: Annotated[UploadFile, File()],
+                 path: Annotated[str | None, Form(max_length=1024)] = None) -> dict[str, Any]:
+    await service.require_session(state.db, session_id, caller.tenant_id)
+    data = await file.read()
+    return await service.upload(state.db, state.backend, session_id,
+                                path or file.filename or "upload", data)
+
+
+@router.get("/v1/sessions/{session_id}/files", summary="List the session's files")
+async def files(session_id: SessionId, state: State, caller: Caller) -> dict[str, Any]:
+    await service.require_session(state.db, session_id, caller.tenant_id)
+    return {"files": await service.files_of(state.backend, session_id)}
+
+
+@router.get("/v1/sessions/{session_id}/files/{path:path}", response_class=Response,
+            summary="Download one file", responses={200: {"content": {
+                "application/octet-stream": {}}}})
+async def download(session_id: SessionId, path: str, state: State, caller: Caller) -> Response:
+    await service.require_session(state.db, session_id, caller.tenant_id)
+    data = await service.download(state.backend, session_id, path)
+    return Response(data, media_type="application/octet-stream")
+
+
+@router.delete("/v1/sessions/{session_id}", status_code=204, response_class=Response,
+               summary="Delete the session and its workspace")
+async def delete(session_id: SessionId, state: State, caller: Caller) -> Response:
+    await service.require_session(state.db, session_id, caller.tenant_id)
+    await service.delete_session(state.db, state.backend, session_id, caller.tenant_id)
+    return Response(status_code=204)
+
+
+@router.get("/v1/snapshots", tags=["snapshots"], summary="The tenant's workspace snapshots")
+async def list_snapshots(
+    state: State, caller: Caller, run_id: uuid.UUID | None = None,
+    session_id: Annotated[str | None, Query(max_length=140, pattern=r"^[A-Za-z0-9_.-]+$")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> dict[str, Any]:
+    rows = await state.db.fetch(Q["tenant_snapshots"], {
+        "tenant_id": caller.tenant_id, "run_id": run_id, "session_id": session_id,
+        "limit": limit})
+    return {"snapshots": rows}
+
+
+@router.get("/v1/snapshots/{snapshot_id}/download", tags=["snapshots"], response_class=Response,
+            summary="The snapshot as a .tar.gz (every object verified)",
+            responses={200: {"content": {"application/gzip": {}}}})
+async def download_snapshot(snapshot_id: uuid.UUID, state: State, caller: Caller) -> Response:
+    await service.require_snapshot(state.db, snapshot_id, caller.tenant_id)
+    data = await service.snapshot_tarball(state.db, state.objects(), snapshot_id)
+    return Response(data, media_type="application/gzip", headers={
+        "Content-Disposition": f'attachment; filename="snapshot-{snapshot_id}.tar.gz"'})
+
+
+@router.post("/v1/snapshots/{snapshot_id}/restore", tags=["snapshots"], status_code=201,
+             summary="Restore a snapshot into a new session")
+async def restore_snapshot(snapshot_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+    await service.require_snapshot(state.db, snapshot_id, caller.tenant_id)
+    return await service.restore_to_session(state.db, state.objects(), state.backend,
+                                            snapshot_id, caller.tenant_id)

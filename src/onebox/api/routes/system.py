@@ -1,0 +1,49 @@
+"""Health, readiness, Prometheus metrics and the tool catalog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from onebox.api.auth import Caller, State
+from onebox.api.metrics import render_metrics
+from onebox.store import catalog
+
+router = APIRouter()
+
+
+@router.get("/healthz", tags=["system"], summary="The process is up")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", tags=["system"], summary="The database and the sandbox answer")
+async def readyz(state: State) -> JSONResponse:
+    checks: dict[str, Any] = {}
+    try:
+        await state.db.fetchone("SELECT 1 AS ok")
+        checks["database"] = "ok"
+    except Exception as exc:  # readiness reports any failure instead of raising it
+        checks["database"] = f"error: {type(exc).__name__}"
+    health = state.backend.health()
+    checks["sandbox"] = "ok" if health.ok else "; ".join(health.problems) or "unavailable"
+    ready = all(v == "ok" for v in checks.values())
+    return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks,
+                         "backend": health.backend, "isolation": health.isolation},
+                        status_code=200 if ready else 503)
+
+
+@router.get("/metrics", tags=["system"], response_class=PlainTextResponse,
+            summary="Prometheus metrics: queue depth, sessions, step durations, blocked network")
+async def metrics(state: State, caller: Caller) -> PlainTextResponse:
+    text = await render_metrics(state.db, state.backend, state.hub)
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+
+@router.get("/v1/tools", tags=["tools"], summary="The tool catalog")
+async def tools(state: State, caller: Caller) -> dict[str, Any]:
+    async with state.db.connection() as conn:
+        found = await catalog.list_tools(conn)
+    return {"tools": [t.model_dump(mode="json") for t in found]}

@@ -1,0 +1,186 @@
+"""Runs as the API shows them: tenant checks, filters, and one run with its plan, steps and warnings.
+
+Everything here reads; state changes go through :mod:`onebox.runtime.runs`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from onebox.agent.plan import parse_plan
+from onebox.api.errors import LLMNotConfigured
+from onebox.config import Settings
+from onebox.errors import NotFound
+from onebox.runtime import runs as runtime_runs
+from onebox.runtime.submit import Submitted, session_id_for, submit_plan
+from onebox.store.db import Database
+from onebox.store.queries import load_queries
+
+Q = load_queries("api")
+RUN_STATUSES = ("PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "DEAD")
+WARNING_EVENTS = {"BLOCKED_EXTERNAL_ACCESS", "step_lease_expired"}
+
+
+async def require_run(db: Database, run_id: uuid.UUID, tenant_id: str) -> None:
+    """NotFound unless the run exists *and* belongs to the tenant (no hint that it exists)."""
+    row = await db.fetchone(Q["run_tenant"], {"run_id": run_id})
+    if row is None or row["tenant_id"] != tenant_id:
+        raise NotFound(f"run {run_id} does not exist", field="run_id")
+
+
+def tenant_key(tenant_id: str, key: str | None) -> str | None:
+    """Idempotency keys are unique per tenant: two tenants may use the same key."""
+    return None if key is None else f"{tenant_id}:{key}"
+
+
+async def create_run(
+    db: Database, settings: Settings, tenant_id: str, *, plan: dict[str, Any] | None,
+    task: str | None, name: str | None, idempotency_key: str | None,
+) -> Submitted:
+    if plan is None:
+        check_llm(settings)
+        raise LLMNotConfigured(
+            f"task {task!r} needs the agent runtime for task runs, which this server does not "
+            "have; submit a plan instead", field="task")
+    return await submit_plan(db, settings, parse_plan(plan), name=name,
+                             idempotency_key=tenant_key(tenant_id, idempotency_key),
+                             tenant_id=tenant_id)
+
+
+def check_llm(settings: Settings) -> None:
+    """A task needs a chat model: say exactly which settings are missing."""
+    llm = settings.llm
+    missing = [n for n, v in (("ONEBOX_LLM__MODEL", llm.model), ("OPENAI_BASE_URL", llm.base_url),
+                              ("OPENAI_API_KEY", llm.api_key)) if not v]
+    if missing:
+        raise LLMNotConfigured(
+            f"a run from a task needs the agent and a chat model, and none is configured "
+            f"(missing {', '.join(missing)}). Set ONEBOX_LLM__MODEL, OPENAI_BASE_URL and "
+            "OPENAI_API_KEY, or submit a plan instead.", field="task")
+
+
+async def search_runs(
+    db: Database, tenant_id: str, *, statuses: list[str] | None, since: datetime | None,
+    until: datetime | None, text: str | None, before: datetime | None, limit: int,
+) -> list[dict[str, Any]]:
+    return await db.fetch(Q["search_runs"], {
+        "tenant_id": tenant_id, "statuses": statuses or None, "since": since, "until": until,
+        "text": text or None, "before": before, "limit": limit})
+
+
+async def run_detail(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
+    """The run, its plan versions, every step attempt (with warnings and decisions)."""
+    run = await runtime_runs.get_run(db, run_id)
+    plans = await db.fetch(Q["plan_versions"], {"run_id": run_id})
+    steps = await runtime_runs.run_steps(db, run_id)
+    calls = await db.fetch(Q["run_llm_calls"], {"run_id": run_id})
+    notes = await db.fetch(Q["run_warning_events"], {"run_id": run_id})
+    by_execution: dict[Any, list[dict[str, Any]]] = {}
+    for note in notes:
+        by_execution.setdefault(note["execution_id"], []).append(note)
+    views = [step_view(s, by_execution.get(s["id"], []),
+                       [c for c in calls if c["step_id"] == s["step_id"]]) for s in steps]
+    return {
+        "run": public_run(run),
+        "plans": [dict(p, steps=_plan_steps(p["spec"])) for p in plans],
+        "steps": views,
+        "warnings": run_warnings(run, notes),
+        "waiting_approvals": [v["step_id"] for v in views if v["waiting_approval"]],
+        "session_id": session_id_for(run_id),
+    }
+
+
+def public_run(run: dict[str, Any]) -> dict[str, Any]:
+    hidden = {"lease_owner", "lease_expires_at", "fencing_token"}
+    out = {k: v for k, v in run.items() if k not in hidden}
+    key = out.get("idempotency_key")
+    if isinstance(key, str) and ":" in key:
+        out["idempotency_key"] = key.split(":", 1)[1]
+    return out
+
+
+def _plan_steps(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"id": s.get("id"), "depends_on": s.get("depends_on", []),
+             "kind": s.get("kind", "code"), "tool": s.get("tool"),
+             "description": s.get("description")} for s in spec.get("steps", [])]
+
+
+def step_view(
+    row: dict[str, Any], notes: list[dict[str, Any]], calls: list[dict[str, Any]]
+) -> dict[str, Any]:
+    details = row.get("details") or {}
+    waiting = row["status"] == "PENDING" and str(row.get("available_at")) == "infinity"
+    return {
+        "execution_id": row["id"], "step_id": row["step_id"], "step_number": row["step_number"],
+        "attempt": row["attempt"], "max_attempts": row.get("max_attempts"),
+        "status": row["status"], "tool": row["tool_name"], "code": details.get("code"),
+        "language": details.get("language"), "stdout": row.get("stdout"),
+        "stderr": row.get("stderr"), "error": row.get("error"), "exit_code": row.get("exit_code"),
+        "resources": {"duration_ms": row.get("duration_ms"),
+                      "memory_used_mb": row.get("memory_used_mb"),
+                      "cpu_usage_percent": row.get("cpu_usage_percent"),
+                      "limits": details.get("limits"),
+                      "allow_domains": details.get("allow_domains", [])},
+        "files": details.get("files_written", []),
+        "snapshot_id": row.get("snapshot_id"), "pre_snapshot_id": row.get("pre_snapshot_id"),
+        "created_at": row.get("created_at"), "started_at": row.get("started_at"),
+        "finished_at": row.get("finished_at"), "input_hash": row.get("input_hash"),
+        "output_hash": row.get("output_hash"),
+        "decision": _decision(details, calls),
+        "warnings": step_warnings(row, details, notes),
+        "waiting_approval": waiting,
+    }
+
+
+def _decision(details: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any] | None:
+    approval = {k: details[k] for k in ("approved", "by", "comment") if k in details}
+    if not approval and not calls:
+        return None
+    return {"approval": approval or None,
+            "model_calls": [{"purpose": c["purpose"], "model": c["model"],
+                             "response": c["response"], "error": c["error"],
+                             "latency_ms": c["latency_ms"], "created_at": c["created_at"]}
+                            for c in calls]}
+
+
+def step_warnings(
+    row: dict[str, Any], details: dict[str, Any], notes: list[dict[str, Any]]
+) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    if details.get("session_reset"):
+        out.append({"kind": "session_reset", "message": "the sandbox session was reset before "
+                    "this step: files written by earlier steps were gone"})
+    if row["attempt"] > 1:
+        out.append({"kind": "retry", "message": f"attempt {row['attempt']} of "
+                    f"{row.get('max_attempts') or '?'}: earlier attempts failed"})
+    if details.get("truncated"):
+        out.append({"kind": "truncated", "message": "output was cut at the size limit"})
+    for note in notes:
+        payload = note["payload"] or {}
+        if note["type"] == "BLOCKED_EXTERNAL_ACCESS":
+            where = f"{payload.get('host')}:{payload.get('port')}" if payload.get("port") \
+                else str(payload.get("host"))
+            out.append({"kind": "blocked_network", "message": f"blocked network access to "
+                        f"{where} ({payload.get('reason', 'not allowed')})"})
+        elif note["type"] == "step_lease_expired":
+            out.append({"kind": "stale", "message": "the worker running this attempt was lost; "
+                        "its lease expired and the step was retried"})
+    return out
+
+
+def run_warnings(run: dict[str, Any], notes: list[dict[str, Any]]) -> list[dict[str, str]]:
+    stale = [n for n in notes if n["type"] == "run_stale"]
+    if stale and run["status"] in ("PENDING", "RUNNING", "WAITING"):
+        return [{"kind": "stale", "message": "no progress for a long time "
+                 f"(last event at {stale[-1]['created_at']:%Y-%m-%d %H:%M:%S})"}]
+    return []
+
+
+async def step_row(db: Database, run_id: uuid.UUID, execution_id: uuid.UUID) -> dict[str, Any]:
+    row = await db.fetchone(Q["step_execution"], {"run_id": run_id, "execution_id": execution_id})
+    if row is None:
+        raise NotFound(f"step execution {execution_id} is not part of run {run_id}",
+                       field="execution_id")
+    return row

@@ -1,0 +1,133 @@
+"""Sandbox sessions owned by a tenant: create, execute, files in and out, delete, snapshots."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import secrets
+import tarfile
+import tempfile
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from onebox.api.files import list_files, read_file, safe_parts
+from onebox.errors import Conflict, NotFound, SandboxError
+from onebox.objects import ObjectStore
+from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
+from onebox.sandbox.replay import restore_into_session
+from onebox.sandbox.snapshot_archive import restore_snapshot
+from onebox.store.db import Database
+from onebox.store.queries import load_queries
+
+Q = load_queries("api")
+
+
+def new_session_id() -> str:
+    return f"api-{secrets.token_hex(8)}"
+
+
+async def create_session(db: Database, backend: SandboxBackend, tenant_id: str) -> dict[str, Any]:
+    row = await db.fetchone(Q["insert_session"], {
+        "id": new_session_id(), "backend": backend.name, "tenant_id": tenant_id})
+    assert row is not None
+    return row
+
+
+async def require_session(db: Database, session_id: str, tenant_id: str) -> dict[str, Any]:
+    row = await db.fetchone(Q["tenant_session"], {"id": session_id, "tenant_id": tenant_id})
+    if row is None:
+        raise NotFound(f"session {session_id} does not exist (or was deleted)", field="session_id")
+    return row
+
+
+async def execute(
+    db: Database, backend: SandboxBackend, session_id: str, *, code: str, language: str,
+    timeout_s: float | None, memory_mb: int | None, allow_domains: list[str],
+    stdin: str | None, files: dict[str, bytes] | None = None,
+) -> ExecResult:
+    request = ExecRequest(
+        session_id=session_id, code=code, language=language,  # type: ignore[arg-type]
+        files=files or {}, stdin=stdin.encode() if stdin is not None else None,
+        limits=Limits(timeout_s=timeout_s, memory_mb=memory_mb),
+        network=NetworkPolicy(allow_domains=tuple(allow_domains)))
+    await db.fetch(Q["touch_session"] + " RETURNING id", {"id": session_id})
+    return await backend.execute(request)
+
+
+def result_json(result: ExecResult) -> dict[str, Any]:
+    data = asdict(result)
+    data["enforcement"] = dict(result.enforcement)
+    data["cpu_percent"] = result.cpu_percent
+    return data
+
+
+async def upload(
+    db: Database, backend: SandboxBackend, session_id: str, path: str, data: bytes
+) -> dict[str, Any]:
+    """Write one file into the workspace through the backend (its owner, its disk quota)."""
+    clean = "/".join(safe_parts(path))
+    result = await execute(db, backend, session_id, code=":", language="bash", timeout_s=30,
+                           memory_mb=None, allow_domains=[], stdin=None, files={clean: data})
+    if not result.ok:
+        raise SandboxError(f"could not write {clean!r} into session {session_id}: "
+                           f"{result.error or result.stderr.strip()}")
+    return {"path": clean, "size": len(data)}
+
+
+async def files_of(backend: SandboxBackend, session_id: str) -> list[dict[str, Any]]:
+    return await asyncio.to_thread(list_files, backend.workspace(session_id))
+
+
+async def download(backend: SandboxBackend, session_id: str, path: str) -> bytes:
+    return await asyncio.to_thread(read_file, backend.workspace(session_id), path)
+
+
+async def delete_session(
+    db: Database, backend: SandboxBackend, session_id: str, tenant_id: str
+) -> None:
+    await backend.cleanup(session_id)
+    await db.fetch(Q["release_session"], {"id": session_id, "tenant_id": tenant_id})
+
+
+async def list_sessions(db: Database, tenant_id: str, limit: int = 100) -> list[dict[str, Any]]:
+    return await db.fetch(Q["list_sessions"], {"tenant_id": tenant_id, "limit": limit})
+
+
+async def require_snapshot(db: Database, snapshot_id: uuid.UUID, tenant_id: str) -> dict[str, Any]:
+    row = await db.fetchone(Q["tenant_snapshot"], {"id": snapshot_id, "tenant_id": tenant_id})
+    if row is None:
+        raise NotFound(f"snapshot {snapshot_id} does not exist", field="snapshot_id")
+    if row["status"] != "READY":
+        raise Conflict(f"snapshot {snapshot_id} is still being written", field="snapshot_id")
+    return row
+
+
+async def snapshot_tarball(db: Database, store: ObjectStore, snapshot_id: uuid.UUID) -> bytes:
+    """The snapshot restored (every hash verified) and packed as a .tar.gz."""
+    with tempfile.TemporaryDirectory(prefix="onebox-snap-") as tmp:
+        into = Path(tmp) / "workspace"
+        await restore_snapshot(db, store, snapshot_id, into)
+        return await asyncio.to_thread(_pack, into)
+
+
+def _pack(root: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for child in sorted(root.iterdir()):
+            tar.add(child, arcname=child.name)
+    return buffer.getvalue()
+
+
+async def restore_to_session(
+    db: Database, store: ObjectStore, backend: SandboxBackend, snapshot_id: uuid.UUID,
+    tenant_id: str,
+) -> dict[str, Any]:
+    """A new session of the tenant whose workspace holds the snapshot."""
+    session = await create_session(db, backend, tenant_id)
+    restored = await restore_into_session(db, store, backend, snapshot_id,
+                                          session_id=session["id"])
+    report = restored.report
+    return {"session": session, "file_count": report.file_count if report else 0,
+            "bytes": report.bytes if report else 0}

@@ -1,0 +1,67 @@
+"""What every request handler needs, opened once per app: the runtime, knowledge, objects, events."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from onebox.api.events import EventHub
+from onebox.config import Settings
+from onebox.knowledge.service import Knowledge
+from onebox.llm.embedding import EmbeddingModel, embedding_model_from_settings
+from onebox.objects import ObjectStore, get_object_store
+from onebox.runtime.service import Runtime
+from onebox.sandbox.base import SandboxBackend
+from onebox.store.db import Database
+
+
+@dataclass
+class ApiState:
+    settings: Settings
+    runtime: Runtime
+    hub: EventHub
+    owns_runtime: bool = False
+    embedding: EmbeddingModel | None = None
+    _knowledge: Knowledge | None = None
+    _embedding: EmbeddingModel | None = None
+    _objects: ObjectStore | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def db(self) -> Database:
+        return self.runtime.db
+
+    @property
+    def backend(self) -> SandboxBackend:
+        return self.runtime.backend
+
+    async def knowledge(self) -> Knowledge:
+        """The knowledge base, built on first use (loading the embedding model takes a while)."""
+        async with self._lock:
+            if self._knowledge is None:
+                model = self.embedding
+                if model is None:
+                    model = self._embedding = embedding_model_from_settings(self.settings)
+                self._knowledge = Knowledge.build(self.db, model, self.settings)
+            return self._knowledge
+
+    def objects(self) -> ObjectStore:
+        if self._objects is None:
+            self._objects = get_object_store(self.settings)
+        return self._objects
+
+    async def close(self) -> None:
+        await self.hub.close()
+        if self._embedding is not None:
+            await self._embedding.close()
+        if self._objects is not None:
+            await self._objects.close()
+        if self.owns_runtime:
+            await self.runtime.close()
+
+
+def get_state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.onebox
+    return state

