@@ -1,0 +1,188 @@
+"""`onebox serve` (API + console), `onebox up` (the same plus a worker) and `onebox keys`."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from onebox.cli import common
+from onebox.config import Settings
+from onebox.store import api_keys
+from onebox.store.db import Database
+
+FIRST_KEY_FILE = "first-api-key"
+
+
+def register(main: click.Group) -> None:
+    main.add_command(serve_cmd)
+    main.add_command(up_cmd)
+    main.add_command(keys)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(settings: Settings) -> None:
+    """Listening beyond loopback without API keys would hand the sandbox to the network."""
+    if not settings.api.auth and not is_loopback(settings.api.host):
+        common.fail(f"refusing to listen on {settings.api.host} without authentication: anyone "
+                    "who can reach it could run code. Listen on 127.0.0.1, or keep auth on "
+                    "(drop --no-auth / ONEBOX_API__AUTH=false) and create keys with "
+                    "`onebox keys create`.", code=2)
+
+
+def _configure(host: str | None, port: int | None, no_auth: bool) -> Settings:
+    settings = common.settings()
+    if host is not None:
+        settings.api.host = host
+    if port is not None:
+        settings.api.port = port
+    if no_auth:
+        settings.api.auth = False
+    check_exposure(settings)
+    return settings
+
+
+def _url(settings: Settings) -> str:
+    host = settings.api.host
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    return f"http://{shown}:{settings.api.port}"
+
+
+async def _serve(settings: Settings, *, worker: bool) -> None:
+    import uvicorn
+
+    from onebox.api import create_app
+
+    app = create_app(settings, worker=worker)
+    config = uvicorn.Config(app, host=settings.api.host, port=settings.api.port,
+                            log_level=settings.log_level.lower(), access_log=False)
+    await uvicorn.Server(config).serve()
+
+
+host_option = click.option("--host", help="address to listen on (default ONEBOX_API__HOST, "
+                           "127.0.0.1)")
+port_option = click.option("--port", type=click.IntRange(0, 65535),
+                           help="port (default ONEBOX_API__PORT, 8420)")
+no_auth_option = click.option("--no-auth", is_flag=True,
+                              help="no API keys: every caller is tenant 'default' (loopback only)")
+
+
+@click.command("serve")
+@host_option
+@port_option
+@no_auth_option
+def serve_cmd(host: str | None, port: int | None, no_auth: bool) -> None:
+    """Serve the HTTP API and the web console (steps run in `onebox worker`s)."""
+    settings = _configure(host, port, no_auth)
+    common.err.print(f"onebox API and console on {_url(settings)}/ui/ "
+                     f"(auth {'on' if settings.api.auth else 'OFF'})", markup=False)
+    common.run(_serve(settings, worker=False))
+
+
+@click.command("up")
+@host_option
+@port_option
+@no_auth_option
+def up_cmd(host: str | None, port: int | None, no_auth: bool) -> None:
+    """Everything in one process: API, console and a worker, on the embedded database."""
+    settings = _configure(host, port, no_auth)
+    key = common.run(first_key(settings)) if settings.api.auth else None
+    click.echo(f"onebox is up: {_url(settings)}/ui/")
+    if key is not None:
+        click.echo(f"API key (tenant 'default'): {key}")
+    elif settings.api.auth:
+        click.echo("API keys exist already; `onebox keys create` makes a new one")
+    common.run(_serve(settings, worker=True))
+
+
+async def first_key(settings: Settings) -> str | None:
+    """The first API key: created when there is none, kept (mode 0600) in ONEBOX_HOME."""
+    path = settings.home / FIRST_KEY_FILE
+    db = await Database.open(settings)
+    try:
+        if path.exists():
+            key = path.read_text().strip()
+            if await api_keys.authenticate(db, key) is not None:
+                return key
+        if await api_keys.count_active_keys(db) > 0:
+            return None
+        key, _ = await api_keys.create_key(db, tenant_id="default", name="first key (onebox up)")
+    finally:
+        await db.close()
+    _write_secret(path, key)
+    return key
+
+
+def _write_secret(path: Path, value: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value + "\n")
+
+
+@click.group("keys")
+def keys() -> None:
+    """API keys: each belongs to a tenant and sees only that tenant's data."""
+
+
+async def _with_db(fn: Any) -> Any:
+    db = await Database.open(common.settings())
+    try:
+        return await fn(db)
+    finally:
+        await db.close()
+
+
+@keys.command("create")
+@click.option("--tenant", default="default", show_default=True)
+@click.option("--name", default="api key", show_default=True, help="what the key is for")
+@common.json_option
+def create_cmd(tenant: str, name: str, as_json: bool) -> None:
+    """Create a key; it is printed once and only its hash is stored."""
+    key, row = common.run(_with_db(lambda db: api_keys.create_key(db, tenant_id=tenant, name=name)))
+    if as_json:
+        common.print_json({**row, "key": key})
+        return
+    click.echo(key)
+    common.err.print(f"key {row['prefix']}… for tenant {tenant!r} created; store it now, it "
+                     "cannot be shown again", markup=False)
+
+
+@keys.command("list")
+@click.option("--tenant", help="only this tenant's keys")
+@common.json_option
+def list_cmd(tenant: str | None, as_json: bool) -> None:
+    """List keys (prefix, tenant, name, last use); never the keys themselves."""
+    rows = common.run(_with_db(lambda db: api_keys.list_keys(db, tenant_id=tenant)))
+    if as_json:
+        common.print_json({"keys": rows})
+        return
+    for r in rows:
+        state = "revoked" if r["revoked_at"] else "active"
+        used = f"{r['last_used_at']:%Y-%m-%d %H:%M}" if r["last_used_at"] else "never"
+        click.echo(f"{r['prefix']}  {r['id']}  {r['tenant_id']:<16} {state:<8} used {used}  "
+                   f"{r['name']}")
+
+
+@keys.command("revoke")
+@click.argument("key")
+@common.json_option
+def revoke_cmd(key: str, as_json: bool) -> None:
+    """Revoke a key by id or prefix; requests with it are refused at once."""
+    row = common.run(_with_db(lambda db: api_keys.revoke_key(db, key)))
+    if as_json:
+        common.print_json(row)
+    else:
+        click.echo(f"revoked {row['prefix']} ({row['tenant_id']}: {row['name']})")
