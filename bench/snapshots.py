@@ -136,7 +136,8 @@ async def main() -> None:
     try:
         result = {
             "benchmark": "snapshots",
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                        "load_avg_1m_at_start": round(os.getloadavg()[0], 2)},
             "object_store": "fs (fsync on)",
             "large_workspace": await large_workspace(work, args.files, args.file_kb),
             "step_overhead": await step_overhead(work, args.steps),

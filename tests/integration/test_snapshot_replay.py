@@ -11,6 +11,7 @@ import hashlib
 import shutil
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,7 @@ def simple_hash(result: ExecResult) -> str:
 async def run_recorded_step(
     db: Database, store: FsObjectStore, backend: SandboxBackend, session_id: str, code: str,
     language: str = "python", policy: archive.Policy = "always",
+    hash_output: Callable[[ExecResult], str] = simple_hash,
 ) -> uuid.UUID:
     """What the executor does: row, pre snapshot, execute, post snapshot, archive outputs."""
     details = {"code": code, "language": language, "limits": {"timeout_s": 30, "memory_mb": 256}}
@@ -78,7 +80,7 @@ async def run_recorded_step(
         "UPDATE onebox.task_execution SET status = %s, exit_code = %s, stdout = %s, stderr = %s,"
         " output_hash = %s WHERE id = %s RETURNING id",
         (status, result.exit_code, result.stdout, result.stderr,
-         simple_hash(result) if result.ok else None, exec_id))
+         hash_output(result) if result.ok else None, exec_id))
     return exec_id
 
 
@@ -178,11 +180,15 @@ async def test_replay_with_the_real_sandbox_backend(
         pytest.skip("; ".join(registry.linux_available()))
     settings.sandbox.backend = kind  # type: ignore[assignment]
     real: SandboxBackend = registry.get_backend(settings)
+    from onebox.runtime.archive import output_hash  # the hash the executor records
+
     try:
-        await run_recorded_step(db, store, real, "real-1", STEP1)
-        second = await run_recorded_step(db, store, real, "real-1", STEP2)
-        report = await replay(db, real, store, second)
+        await run_recorded_step(db, store, real, "real-1", STEP1, hash_output=output_hash)
+        second = await run_recorded_step(db, store, real, "real-1", STEP2,
+                                         hash_output=output_hash)
+        report = await replay(db, real, store, second, hash_output=output_hash)
         assert report.match, report.to_json()
+        assert report.replayed_output_hash is not None
         assert report.result.stdout == "sum 12\n" and report.result.backend == real.name
         changed = await run_recorded_step(db, store, real, "real-1",
                                           "import os; print(os.urandom(8).hex())")
