@@ -21,7 +21,6 @@ SCRIPT: list[tuple[Any, ServerReply]] = [
     ({"answer": 42}, ServerReply.json({"answer": 42})),
     (tool_call_reply("lookup", {"q": "x"}), ServerReply.tool_call("lookup", {"q": "x"})),
 ]
-Factory = Callable[[list[tuple[Any, ServerReply]]], Any]
 
 
 @pytest.fixture(params=["scripted", "openai-http"])
