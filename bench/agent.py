@@ -126,7 +126,8 @@ def scenario_model(n: int) -> tuple[float, int, list[float]]:
 
 def measure(name: str, run: Callable[[], tuple[float, int, list[float]]],
             repeat: int) -> dict[str, Any]:
-    per_step_ms, observe_ms = [], []
+    per_step_ms: list[float] = []
+    observe_ms: list[float] = []
     for _ in range(repeat):
         total, steps, spent = run()
         per_step_ms.append(total * 1000 / steps)

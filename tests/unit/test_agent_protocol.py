@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from onebox.agent.actions import CallModel, CheckResult, ExecuteStep, ModelReply, RecordIntent
+from onebox.agent.actions import (
+    CallModel,
+    CheckResult,
+    ExecuteStep,
+    Finish,
+    ModelReply,
+    RecordIntent,
+)
 from onebox.agent.loop import Agent
 from onebox.agent.plan import parse_plan
 from onebox.agent.state import AgentConfig
@@ -32,7 +41,7 @@ def test_observations_must_match_a_waiting_action() -> None:
         agent.observe(CheckResult(execute.id, ok=True))
     assert agent.outstanding() == [execute]  # a refused observation loses nothing
     (finish,) = agent.observe(StepResult(execute.id, ok=True, stdout="1\n"))
-    assert agent.finished and finish.ok
+    assert isinstance(finish, Finish) and agent.finished and finish.ok
     with pytest.raises(AgentError):
         agent.observe(StepResult(execute.id, ok=True))
     with pytest.raises(AgentError, match="already called"):
@@ -46,7 +55,7 @@ async def test_an_unusable_intent_is_repaired_then_planning_continues() -> None:
     model = ScriptedModel([intent, fixed, plan])
     run = await run_agent_offline(Agent("x"), model, lambda a: step_ok("1\n"))
     assert [a.purpose for a in run.of_type(CallModel)] == ["intent", "repair_intent", "plan"]
-    assert "'entities' must be a list" in model.requests[1].messages[-1].content
+    assert "'entities' must be a list" in (model.requests[1].messages[-1].content or '')
     assert run.of_type(RecordIntent)[0].intent.capabilities == ("python",)
 
 
@@ -65,11 +74,11 @@ def test_with_no_repairs_allowed_an_unusable_intent_fails_the_run() -> None:
     (call,) = agent.start()
     assert isinstance(call, CallModel)
     (finish,) = agent.observe(ModelReply(call.id, ChatResponse(Message.assistant("?"), "m")))
-    assert not finish.ok and "intent reply was still unusable" in (finish.error or "")
+    assert isinstance(finish, Finish) and not finish.ok and "intent reply was still unusable" in (finish.error or "")
 
 
 async def test_a_condition_that_cannot_be_evaluated_fails_or_replans_instead_of_hanging() -> None:
-    steps = [{"id": "a", "tool": "python", "code": "print(1)"},
+    steps: list[dict[str, Any]] = [{"id": "a", "tool": "python", "code": "print(1)"},
              {"id": "b", "tool": "python", "code": "print(2)", "depends_on": ["a"],
               "when": "a.result.count > 1"}]
     plain = Agent(plan=parse_plan({"steps": steps}), config=AgentConfig(use_model=False))

@@ -47,6 +47,11 @@ def by_step(action: ExecuteStep) -> StepResult:
     return step_ok(stdout=f"{action.instance}\n", result={"step": action.instance})
 
 
+def prompt_of(model: ScriptedModel, n: int) -> str:
+    """The last message of the model's request number ``n``."""
+    return model.requests[n].messages[-1].content or ""
+
+
 def model_calls(run: Any) -> list[str]:
     return [a.purpose for a in run.of_type(CallModel)]
 
@@ -66,7 +71,7 @@ async def test_data_task_with_two_parallel_branches() -> None:
     assert model_calls(run) == ["intent", "plan"]
     assert run.of_type(RecordIntent)[0].intent.goal == "summarise sales.csv"
     assert run.of_type(LookupTools)[0].formats == ("csv",)
-    assert "python (LOW, 97% of 120 runs)" in model.requests[1].messages[-1].content
+    assert "python (LOW, 97% of 120 runs)" in prompt_of(model, 1)
     branches = [b for b in run.batches if any(isinstance(a, ExecuteStep) for a in b)]
     assert [sorted(a.instance for a in b if isinstance(a, ExecuteStep)) for b in branches] \
         == [["load"], ["mean", "median"]]
@@ -92,7 +97,7 @@ async def test_failing_code_step_is_fixed_on_the_second_attempt() -> None:
     run = await run_agent_offline(Agent("total of sales.csv"), model, run_code)
     assert run.result.ok and run.result.answer == "42"
     assert model_calls(run) == ["intent", "plan", "write_code", "fix_code"]
-    fix_prompt = model.requests[3].messages[-1].content
+    fix_prompt = prompt_of(model, 3)
     assert "NameError" in fix_prompt and "print(totl)" in fix_prompt
     attempts = run.of_type(ExecuteStep)
     assert [(a.instance, a.attempt) for a in attempts] == [("parse", 1), ("parse", 2)]
@@ -122,7 +127,7 @@ async def test_step_that_keeps_failing_is_replaced_by_a_replan() -> None:
     changes = {(d.kind, d.step_id) for d in plans[1].changes}
     assert {("replace", "fetch"), ("insert", "fetch_mirror"), ("change", "report"),
             ("keep", "setup")} <= changes
-    assert "ConnectionError" in model.requests[3].messages[-1].content
+    assert "ConnectionError" in prompt_of(model, 3)
     assert plans[1].decision.kind == "replan"
 
 
@@ -180,9 +185,9 @@ async def test_invalid_plan_json_is_repaired() -> None:
     run = await run_agent_offline(Agent("anything"), model, by_step)
     assert run.result.ok
     assert model_calls(run) == ["intent", "plan", "repair_plan", "repair_plan"]
-    first_repair = model.requests[2].messages[-1].content
+    first_repair = prompt_of(model, 2)
     assert "not valid JSON" in first_repair
-    assert "cycle" in model.requests[3].messages[-1].content
+    assert "cycle" in prompt_of(model, 3)
     assert [d.kind for d in run.agent.decisions[:6]].count("repair") == 2
 
 
@@ -200,7 +205,7 @@ async def test_python_syntax_error_is_fixed_before_running() -> None:
     run = await run_agent_offline(Agent(plan=parse_plan(p)), model, by_step)
     assert run.executed() == ["w"]  # the broken code never ran
     assert run.of_type(ExecuteStep)[0].step.code == "print('closed')"
-    assert "SyntaxError" in model.requests[1].messages[-1].content
+    assert "SyntaxError" in prompt_of(model, 1)
 
 
 async def test_bash_code_is_checked_with_bash_n() -> None:
@@ -327,7 +332,7 @@ async def test_fan_out_of_a_goal_step_asks_for_the_code_once() -> None:
 
     run = await run_agent_offline(Agent(plan=parse_plan(p)), model, run_code)
     assert run.result.ok and model_calls(run) == ["write_code"]
-    prompt = model.requests[0].messages[-1].content
+    prompt = prompt_of(model, 0)
     assert "item (for example; the code runs once per element of files.result) = a" in prompt
     each = [a for a in run.of_type(ExecuteStep) if a.step_id == "each"]
     assert [a.instance for a in each] == ["each[0]", "each[1]", "each[2]"]
@@ -345,9 +350,10 @@ async def test_a_failure_waits_for_steps_in_flight_before_replanning() -> None:
     # "slow" is still running: no replan yet; once it succeeds the replan is asked for,
     # and "after_slow" is not started under the old plan
     then = agent.observe(StepResult(slow.id, ok=True, stdout="1\n"))
-    assert [type(a).__name__ for a in then] == ["CallModel"] and then[0].purpose == "replan"
+    (call,) = then
+    assert isinstance(call, CallModel) and call.purpose == "replan"
     reply = ChatResponse(Message.assistant(json.dumps(v2)), "m")
-    after = agent.observe(ModelReply(then[0].id, reply))
+    after = agent.observe(ModelReply(call.id, reply))
     assert [getattr(a, "instance", a.type) for a in after] == ["record_plan", "good",
                                                                  "after_slow"]
 
