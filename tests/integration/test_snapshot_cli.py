@@ -130,3 +130,14 @@ async def test_gc_reports_and_deletes_unreferenced_objects(
     done = await onebox_json(settings, "snapshot", "gc")
     assert done["objects_deleted"] == 2
     assert (await onebox_json(settings, "snapshot", "gc"))["objects_deleted"] == 0
+
+
+async def test_restore_into_a_new_sandbox_session(settings: Settings,
+                                                  recorded: dict[str, Any]) -> None:
+    data = await onebox_json(settings, "snapshot", "restore", str(recorded["post"]),
+                             "--session", "restored-1")
+    assert data["session_id"] == "restored-1" and data["file_count"] == 1
+    assert (Path(data["into"]) / "out.txt").read_text() == "42"
+    assert Path(data["into"]).parent == settings.workspaces_dir.resolve()
+    code, _, err = await onebox(settings, "snapshot", "restore", str(recorded["post"]))
+    assert code == 2 and "--into" in err

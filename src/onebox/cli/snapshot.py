@@ -11,13 +11,13 @@ from typing import Any
 import click
 from rich.table import Table
 
-from onebox.cli.common import json_option, out, print_json, run, settings
+from onebox.cli.common import fail, json_option, out, print_json, run, settings
 from onebox.config import Settings
 from onebox.errors import ValidationError
 from onebox.objects import ObjectStore, get_object_store
 from onebox.sandbox import snapshot_archive as archive
 from onebox.sandbox.replay import ReplayReport
-from onebox.sandbox.snapshots import load_manifest
+from onebox.sandbox.snapshots import RestoreReport, load_manifest
 from onebox.store import snapshots as rows
 from onebox.store.db import Database
 
@@ -109,26 +109,57 @@ def show_cmd(snapshot_id: str, as_json: bool) -> None:
 
 @snapshot.command("restore")
 @click.argument("snapshot_id")
-@click.option("--into", "into", required=True, type=click.Path(path_type=Path),
+@click.option("--into", "into", type=click.Path(path_type=Path),
               help="an empty or new directory")
+@click.option("--session", "session_id", default=None,
+              help="a new sandbox session to open with the snapshot as its workspace")
 @json_option
-def restore_cmd(snapshot_id: str, into: Path, as_json: bool) -> None:
-    """Recreate a snapshot in a directory, verifying every object's sha256."""
+def restore_cmd(snapshot_id: str, into: Path | None, session_id: str | None,
+                as_json: bool) -> None:
+    """Recreate a snapshot in a directory (--into) or a new sandbox session (--session),
+    verifying every object's sha256."""
+    if (into is None) == (session_id is None):
+        fail("give exactly one of --into DIR or --session NAME", code=2)
+    cfg = settings()
+
     async def go() -> dict[str, Any]:
-        async with opened(settings()) as (db, store):
-            report = await archive.restore_snapshot(db, store, snapshot_id, into)
-        return {"sha256": report.sha256, "into": str(report.into.resolve()),
-                "file_count": report.file_count, "bytes": report.bytes,
-                "skipped_symlinks": list(report.skipped_symlinks),
-                "duration_ms": report.duration_ms}
+        async with opened(cfg) as (db, store):
+            if into is not None:
+                report = await archive.restore_snapshot(db, store, snapshot_id, into)
+                return _restored(report, None)
+            return await _restore_session(cfg, db, store, snapshot_id, session_id or "")
 
     data = run(go())
     if as_json:
         print_json(data)
         return
-    out.print(f"restored {data['file_count']} files ({_size(data['bytes'])}) into {data['into']}")
+    where = f"session {data['session_id']} ({data['into']})" if data["session_id"] else data["into"]
+    out.print(f"restored {data['file_count']} files ({_size(data['bytes'])}) into {where}")
     for path in data["skipped_symlinks"]:
         out.print(f"[yellow]skipped symlink pointing outside the directory:[/] {path}")
+
+
+async def _restore_session(
+    cfg: Settings, db: Database, store: ObjectStore, snapshot_id: str, session_id: str
+) -> dict[str, Any]:
+    from onebox.sandbox.registry import get_backend
+    from onebox.sandbox.replay import restore_into_session
+
+    backend = get_backend(cfg)
+    try:
+        opened_session = await restore_into_session(db, store, backend, snapshot_id,
+                                                    session_id=session_id)
+    finally:
+        await backend.close()
+    assert opened_session.report is not None
+    return _restored(opened_session.report, opened_session.session_id)
+
+
+def _restored(report: RestoreReport, session_id: str | None) -> dict[str, Any]:
+    return {"sha256": report.sha256, "into": str(report.into.resolve()),
+            "session_id": session_id, "file_count": report.file_count, "bytes": report.bytes,
+            "skipped_symlinks": list(report.skipped_symlinks),
+            "duration_ms": report.duration_ms}
 
 
 @snapshot.command("gc")
