@@ -111,7 +111,7 @@ def step_view(
     row: dict[str, Any], notes: list[dict[str, Any]], calls: list[dict[str, Any]]
 ) -> dict[str, Any]:
     details = row.get("details") or {}
-    waiting = row["status"] == "PENDING" and str(row.get("available_at")) == "infinity"
+    waiting = row["status"] == "PENDING" and row.get("waiting_for") == "approval"
     return {
         "execution_id": row["id"], "step_id": row["step_id"], "step_number": row["step_number"],
         "attempt": row["attempt"], "max_attempts": row.get("max_attempts"),

@@ -135,8 +135,8 @@ WHERE run_id = %(run_id)s AND seq > %(after)s AND seq <= %(upto)s ORDER BY seq
 LIMIT %(limit)s;
 
 -- name: metrics_queue
-SELECT count(*) FILTER (WHERE status = 'PENDING' AND available_at <> 'infinity') AS queued,
-       count(*) FILTER (WHERE status = 'PENDING' AND available_at = 'infinity') AS waiting,
+SELECT count(*) FILTER (WHERE status = 'PENDING' AND waiting_for IS NULL) AS queued,
+       count(*) FILTER (WHERE status = 'PENDING' AND waiting_for IS NOT NULL) AS waiting,
        count(*) FILTER (WHERE status = 'RUNNING') AS running
 FROM onebox.task_execution WHERE status IN ('PENDING', 'RUNNING');
 

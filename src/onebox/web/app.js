@@ -1,0 +1,441 @@
+// onebox console: plain JavaScript, no build step. Talks to the same /v1 API as every client.
+"use strict";
+
+const KEY_STORAGE = "onebox.api_key";
+const STATUSES = ["PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "DEAD"];
+const view = document.getElementById("view");
+let pageAbort = null; // aborts timers and streams of the page being left
+
+// ---------------------------------------------------------------- helpers
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "class") node.className = v;
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const child of children.flat()) if (child) node.append(child);
+  return node;
+}
+
+const badge = (status) => el("span", { class: `badge s-${status}`, "data-status": status }, status);
+const fmtTime = (t) => (t ? new Date(t).toLocaleString() : "–");
+const fmtMs = (ms) => (ms === null || ms === undefined ? "–" : ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(2)} s`);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function apiKey() { return localStorage.getItem(KEY_STORAGE) || ""; }
+function authHeaders() { const k = apiKey(); return k ? { Authorization: `Bearer ${k}` } : {}; }
+
+class ApiError extends Error {
+  constructor(status, body) { super(body.message || `HTTP ${status}`); this.status = status; this.body = body; }
+}
+
+async function api(path, options = {}) {
+  const headers = { ...authHeaders(), ...(options.headers || {}) };
+  let body = options.body;
+  if (body !== undefined && !(body instanceof FormData)) {
+    headers["Content-Type"] = "application/json";
+    body = JSON.stringify(body);
+  }
+  const res = await fetch(path, { ...options, headers, body });
+  if (res.status === 204) return null;
+  const data = await res.json().catch(() => ({ message: res.statusText }));
+  if (!res.ok) {
+    if (res.status === 401) showLogin(data.message);
+    throw new ApiError(res.status, data);
+  }
+  return data;
+}
+
+function errorBox(err) {
+  return el("div", { class: "error-box" }, err.body ? `${err.body.code}: ${err.body.message}` : String(err));
+}
+
+// ---------------------------------------------------------------- login
+
+function showLogin(message) {
+  stopPage();
+  const input = el("input", { type: "password", id: "api-key", placeholder: "obx_…", size: 52 });
+  const form = el("form", { class: "card", onsubmit: (e) => {
+    e.preventDefault();
+    localStorage.setItem(KEY_STORAGE, input.value.trim());
+    route();
+  } },
+  el("h1", {}, "API key"),
+  el("p", { class: "muted" }, message || "This server needs an API key.",
+    " `onebox up` printed one; `onebox keys create` makes more. It stays in this browser only."),
+  el("div", { class: "row-flex" }, input, el("button", { class: "primary", type: "submit" }, "Use key")));
+  view.replaceChildren(form);
+}
+
+document.getElementById("logout").addEventListener("click", () => {
+  localStorage.removeItem(KEY_STORAGE);
+  showLogin("Key forgotten.");
+});
+
+// ---------------------------------------------------------------- router
+
+function stopPage() {
+  if (pageAbort) pageAbort.abort();
+  pageAbort = new AbortController();
+  return pageAbort.signal;
+}
+
+function route() {
+  const signal = stopPage();
+  const hash = location.hash || "#/runs";
+  const [, section, id] = hash.split("/");
+  for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("active", a.dataset.nav === section);
+  document.getElementById("logout").hidden = !apiKey();
+  document.getElementById("who").textContent = apiKey() ? `key ${apiKey().slice(0, 12)}…` : "";
+  if (section === "runs" && id) return runPage(decodeURIComponent(id), signal);
+  if (section === "knowledge") return knowledgePage(signal);
+  if (section === "memory") return memoryPage(signal);
+  return runsPage(signal);
+}
+window.addEventListener("hashchange", route);
+
+// ---------------------------------------------------------------- runs list
+
+const listState = { statuses: new Set(), q: "" };
+
+function runsPage(signal) {
+  const table = el("tbody", { id: "runs-body" });
+  const chips = STATUSES.map((s) => el("button", {
+    class: `chip${listState.statuses.has(s) ? " on" : ""}`, "data-filter": s,
+    onclick: (e) => {
+      listState.statuses.has(s) ? listState.statuses.delete(s) : listState.statuses.add(s);
+      e.target.classList.toggle("on");
+      refresh();
+    } }, s));
+  const search = el("input", { type: "search", id: "run-search", placeholder: "search name, id, plan…", value: listState.q,
+    oninput: (e) => { listState.q = e.target.value; refresh(); } });
+  const status = el("span", { class: "muted", id: "runs-updated" });
+  view.replaceChildren(
+    el("h1", {}, "Runs"),
+    el("div", { class: "filters" }, ...chips, search, status),
+    el("table", {}, el("thead", {}, el("tr", {}, ...["status", "name", "run", "steps", "created", "duration"].map((h) => el("th", {}, h)))), table));
+
+  async function refresh() {
+    const params = new URLSearchParams();
+    for (const s of listState.statuses) params.append("status", s);
+    if (listState.q) params.set("q", listState.q);
+    params.set("limit", "100");
+    try {
+      const data = await api(`/v1/runs?${params}`, { signal });
+      table.replaceChildren(...data.runs.map(runRow));
+      if (!data.runs.length) table.append(el("tr", {}, el("td", { colspan: 6, class: "muted" }, "no runs match")));
+      status.textContent = `live · ${new Date().toLocaleTimeString()}`;
+    } catch (err) {
+      if (err.name !== "AbortError" && err.status !== 401) status.textContent = `error: ${err.message}`;
+    }
+  }
+  refresh();
+  (async () => { while (!signal.aborted) { await sleep(2000); if (!signal.aborted) await refresh(); } })();
+}
+
+function runRow(run) {
+  const duration = run.started_at ? (new Date(run.finished_at || Date.now()) - new Date(run.started_at)) : null;
+  return el("tr", { class: "clickable", "data-run": run.id, onclick: () => { location.hash = `#/runs/${run.id}`; } },
+    el("td", {}, badge(run.status)), el("td", {}, run.name || el("span", { class: "muted" }, "(unnamed)")),
+    el("td", { class: "mono" }, run.id.slice(0, 8)), el("td", {}, `${run.steps_succeeded}/${run.steps_started}`),
+    el("td", {}, fmtTime(run.created_at)), el("td", {}, fmtMs(duration)));
+}
+
+// ---------------------------------------------------------------- run page
+
+function runPage(runId, signal) {
+  const state = { detail: null, version: null, selected: null, live: "connecting…" };
+  view.replaceChildren(el("p", { class: "muted" }, "loading run…"));
+  let pending = null;
+
+  async function load() {
+    try {
+      state.detail = await api(`/v1/runs/${runId}`, { signal });
+      render(state);
+    } catch (err) {
+      if (err.name !== "AbortError" && err.status !== 401) view.replaceChildren(errorBox(err));
+    }
+  }
+  function soon() { if (!pending) pending = setTimeout(() => { pending = null; load(); }, 120); }
+  load();
+  streamEvents(runId, signal, (event) => {
+    state.live = `live · event ${event.id} ${event.type}`;
+    const live = document.getElementById("live");
+    if (live) live.textContent = state.live;
+    soon();
+  });
+
+  function render(s) {
+    const d = s.detail;
+    const versions = d.plans.map((p) => p.version);
+    if (s.version === null || !versions.includes(s.version)) s.version = versions[versions.length - 1];
+    const plan = d.plans.find((p) => p.version === s.version) || d.plans[0];
+    const latest = latestAttempts(d.steps, plan);
+    if (!s.selected && plan && plan.steps.length) s.selected = plan.steps[0].id;
+    const select = (stepId) => { s.selected = stepId; render(s); };
+    view.replaceChildren(
+      el("div", { class: "row-flex" }, el("a", { href: "#/runs" }, "← runs"), el("span", { id: "live", class: "muted" }, s.live)),
+      el("h1", {}, d.run.name || "run", " ", badge(d.run.status)),
+      el("div", { class: "card kv" },
+        el("span", { class: "muted" }, "run id"), el("span", { class: "mono", id: "run-id" }, d.run.id),
+        el("span", { class: "muted" }, "trace id"), el("span", { class: "mono" }, d.run.trace_id),
+        el("span", { class: "muted" }, "created"), el("span", {}, fmtTime(d.run.created_at)),
+        el("span", { class: "muted" }, "finished"), el("span", {}, fmtTime(d.run.finished_at)),
+        d.run.error ? el("span", { class: "muted" }, "error") : null, d.run.error ? el("span", {}, d.run.error) : null),
+      ...d.warnings.map(warningBox),
+      ...d.steps.filter((st) => st.waiting_approval).map((st) => approvalBox(runId, st, load)),
+      el("div", { class: "grid" },
+        el("div", {},
+          el("div", { class: "card dag" }, el("h2", {}, "Plan"),
+            versions.length > 1 ? el("div", { class: "tabs" }, ...d.plans.map((p) => el("button", {
+              class: `chip${p.version === s.version ? " on" : ""}`, "data-version": p.version,
+              onclick: () => { s.version = p.version; render(s); } }, `v${p.version}${p.reason ? ` · ${p.reason}` : ""}`))) : null,
+            plan ? dagView(plan, latest, s.selected, select) : el("p", { class: "muted" }, "no plan yet")),
+          el("div", { class: "card timeline" }, el("h2", {}, "Timeline"), timelineView(d.steps, s.selected, select))),
+        el("div", {}, stepPanel(d.steps.filter((st) => st.step_id === s.selected)))));
+  }
+}
+
+function latestAttempts(steps, plan) {
+  const byStep = {};
+  for (const st of steps) {
+    if (plan && st.execution_id && byStep[st.step_id] && byStep[st.step_id].attempt > st.attempt) continue;
+    byStep[st.step_id] = st;
+  }
+  return byStep;
+}
+
+function nodeStatus(attempt) {
+  if (!attempt) return "NOT_STARTED";
+  if (attempt.waiting_approval) return "WAITING";
+  return attempt.status;
+}
+
+function dagView(plan, latest, selected, select) {
+  const depth = {};
+  const order = plan.steps.map((s) => s.id);
+  const deps = Object.fromEntries(plan.steps.map((s) => [s.id, s.depends_on || []]));
+  const depthOf = (id, seen = new Set()) => {
+    if (depth[id] !== undefined) return depth[id];
+    if (seen.has(id)) return 0;
+    seen.add(id);
+    depth[id] = deps[id].length ? 1 + Math.max(...deps[id].map((d) => depthOf(d, seen))) : 0;
+    return depth[id];
+  };
+  order.forEach((id) => depthOf(id));
+  const columns = {};
+  for (const id of order) (columns[depth[id]] = columns[depth[id]] || []).push(id);
+  const W = 150, H = 34, GX = 50, GY = 18, pos = {};
+  for (const [col, ids] of Object.entries(columns)) ids.forEach((id, row) => { pos[id] = { x: 10 + col * (W + GX), y: 10 + row * (H + GY) }; });
+  const width = 20 + (Math.max(...Object.keys(columns).map(Number)) + 1) * (W + GX);
+  const height = 20 + Math.max(...Object.values(columns).map((c) => c.length)) * (H + GY);
+  const edges = [];
+  for (const id of order) for (const dep of deps[id]) {
+    if (!pos[dep]) continue;
+    const a = pos[dep], b = pos[id];
+    edges.push(svg("path", { class: "edge", d: `M${a.x + W},${a.y + H / 2} C${a.x + W + GX / 2},${a.y + H / 2} ${b.x - GX / 2},${b.y + H / 2} ${b.x},${b.y + H / 2}` }));
+  }
+  const nodes = order.map((id) => {
+    const status = nodeStatus(latest[id]);
+    const label = id.length > 19 ? `${id.slice(0, 18)}…` : id;
+    return svg("g", { class: `node n-${status}${id === selected ? " selected" : ""}`, "data-step": id, "data-status": status,
+      transform: `translate(${pos[id].x},${pos[id].y})`, onclick: () => select(id) },
+    svg("title", {}, document.createTextNode(`${id}: ${status}`)),
+    svg("rect", { width: W, height: H, rx: 6 }),
+    (() => { const t = svg("text", { x: 10, y: 21 }); t.textContent = label; return t; })());
+  });
+  const defs = svg("defs", {}, svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
+    svg("path", { d: "M0,0 L10,5 L0,10 z", fill: "#b8b8c2" })));
+  return svg("svg", { viewBox: `0 0 ${width} ${height}`, height: Math.min(height, 420), id: "dag" }, defs, ...edges, ...nodes);
+}
+
+function timelineView(steps, selected, select) {
+  const times = steps.filter((s) => s.started_at).map((s) => new Date(s.started_at).getTime());
+  if (!times.length) return el("p", { class: "muted" }, "no step has started yet");
+  const start = Math.min(...times);
+  const end = Math.max(...steps.filter((s) => s.started_at).map((s) => new Date(s.finished_at || Date.now()).getTime()), start + 1);
+  return el("div", {}, ...steps.map((s) => {
+    const from = s.started_at ? new Date(s.started_at).getTime() : null;
+    const to = s.finished_at ? new Date(s.finished_at).getTime() : Date.now();
+    const bar = from === null ? null : el("div", { class: `bar s-${s.waiting_approval ? "WAITING" : s.status}`,
+      style: `left:${(100 * (from - start)) / (end - start)}%;width:${Math.max(0.5, (100 * (to - from)) / (end - start))}%` });
+    return el("div", { class: `row${s.step_id === selected ? " selected" : ""}`, "data-timeline": s.step_id, onclick: () => select(s.step_id) },
+      el("span", { class: "mono" }, `${s.step_id}${s.attempt > 1 ? ` #${s.attempt}` : ""}`),
+      el("div", { class: "track" }, bar), el("span", { class: "muted" }, fmtMs(s.resources.duration_ms)));
+  }));
+}
+
+function warningBox(w) { return el("div", { class: "warning", "data-warning": w.kind }, el("b", {}, w.kind.replace("_", " ")), w.message); }
+
+function approvalBox(runId, step, reload) {
+  const comment = el("input", { type: "text", placeholder: "comment (optional)", size: 40 });
+  const decide = async (verb) => {
+    try {
+      await api(`/v1/runs/${runId}/steps/${encodeURIComponent(step.step_id)}/${verb}`, { method: "POST", body: { comment: comment.value || null } });
+      reload();
+    } catch (err) { box.append(errorBox(err)); }
+  };
+  const box = el("div", { class: "card approval", "data-approval": step.step_id },
+    el("h2", {}, `Step ${step.step_id} is waiting for your approval`),
+    el("div", { class: "row-flex" }, comment,
+      el("button", { class: "approve", id: `approve-${step.step_id}`, onclick: () => decide("approve") }, "Approve"),
+      el("button", { class: "reject", id: `reject-${step.step_id}`, onclick: () => decide("reject") }, "Reject")));
+  return box;
+}
+
+function stepPanel(attempts) {
+  if (!attempts.length) return el("div", { class: "card" }, el("p", { class: "muted" }, "this step has not been queued yet"));
+  return el("div", {}, ...attempts.slice().reverse().map((s) => {
+    const r = s.resources;
+    const limits = r.limits ? Object.entries(r.limits).map(([k, v]) => `${k}=${v}`).join(" ") : "–";
+    return el("div", { class: "card", "data-attempt": `${s.step_id}#${s.attempt}` },
+      el("h2", {}, `${s.step_id} · attempt ${s.attempt} `, badge(s.waiting_approval ? "WAITING" : s.status)),
+      ...s.warnings.map(warningBox),
+      el("div", { class: "kv" },
+        el("span", { class: "muted" }, "tool"), el("span", {}, s.tool || "–"),
+        el("span", { class: "muted" }, "duration"), el("span", {}, fmtMs(r.duration_ms)),
+        el("span", { class: "muted" }, "memory peak"), el("span", {}, r.memory_used_mb === null ? "–" : `${r.memory_used_mb.toFixed(1)} MB`),
+        el("span", { class: "muted" }, "cpu"), el("span", {}, r.cpu_usage_percent === null ? "–" : `${r.cpu_usage_percent}%`),
+        el("span", { class: "muted" }, "limits"), el("span", { class: "mono" }, limits),
+        el("span", { class: "muted" }, "network"), el("span", {}, r.allow_domains.length ? r.allow_domains.join(", ") : "none"),
+        el("span", { class: "muted" }, "exit code"), el("span", {}, s.exit_code === null ? "–" : s.exit_code),
+        el("span", { class: "muted" }, "snapshot"), el("span", {}, s.snapshot_id ? snapshotLink(s.snapshot_id) : "–"),
+        el("span", { class: "muted" }, "files"), el("span", { class: "mono" }, s.files.length ? s.files.map((f) => `${f.change} ${f.path}`).join(", ") : "–")),
+      s.error ? el("div", { class: "error-box" }, s.error) : null,
+      s.code ? [el("h2", {}, "Code"), el("pre", { class: "code" }, s.code)] : null,
+      el("h2", {}, "stdout"), el("pre", { class: "stdout" }, s.stdout || ""),
+      s.stderr ? [el("h2", {}, "stderr"), el("pre", { class: "err stderr" }, s.stderr)] : null,
+      s.decision ? [el("h2", {}, "Decision record"), el("pre", { class: "decision" }, JSON.stringify(s.decision, null, 2))] : null);
+  }));
+}
+
+function snapshotLink(id) {
+  return el("a", { href: "#", class: "mono", onclick: async (e) => {
+    e.preventDefault();
+    const res = await fetch(`/v1/snapshots/${id}/download`, { headers: authHeaders() });
+    if (!res.ok) { alert(`download failed: HTTP ${res.status}`); return; }
+    const url = URL.createObjectURL(await res.blob());
+    const a = el("a", { href: url, download: `snapshot-${id}.tar.gz` });
+    document.body.append(a); a.click(); a.remove(); URL.revokeObjectURL(url);
+  } }, `${id.slice(0, 8)} ⤓`);
+}
+
+// Server-sent events over fetch (EventSource cannot send the Authorization header).
+// Reconnects with Last-Event-ID, so no event is missed or repeated.
+async function streamEvents(runId, signal, onEvent) {
+  let last = 0;
+  while (!signal.aborted) {
+    try {
+      const res = await fetch(`/v1/runs/${runId}/events/stream`, { headers: { ...authHeaders(), "Last-Event-ID": String(last) }, signal });
+      if (!res.ok) { await sleep(2000); continue; }
+      const reader = res.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const chunk = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          const event = {};
+          for (const line of chunk.split("\n")) {
+            if (line.startsWith("id: ")) event.id = Number(line.slice(4));
+            else if (line.startsWith("event: ")) event.type = line.slice(7);
+            else if (line.startsWith("data: ")) event.data = JSON.parse(line.slice(6));
+          }
+          if (event.id) { last = event.id; onEvent(event); }
+        }
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+    }
+    await sleep(1000);
+  }
+}
+
+// ---------------------------------------------------------------- knowledge
+
+function knowledgePage(signal) {
+  const query = el("input", { type: "search", id: "kb-query", placeholder: "ask the knowledge base…", size: 50 });
+  const collection = el("select", { id: "kb-collection" }, el("option", { value: "" }, "all collections"));
+  const results = el("div", { id: "kb-results" });
+  const docs = el("tbody", {});
+  const form = el("form", { class: "card row-flex", onsubmit: async (e) => {
+    e.preventDefault();
+    results.replaceChildren(el("p", { class: "muted" }, "searching…"));
+    try {
+      const body = { query: query.value, k: 8 };
+      if (collection.value) body.collections = [collection.value];
+      const data = await api("/v1/knowledge/search", { method: "POST", body, signal });
+      results.replaceChildren(...(data.hits.length ? data.hits.map(hitView) : [el("p", { class: "muted" }, "no hits")]));
+    } catch (err) { results.replaceChildren(errorBox(err)); }
+  } }, query, collection, el("button", { class: "primary", type: "submit" }, "Search"));
+  view.replaceChildren(el("h1", {}, "Knowledge"), form, results, el("h2", {}, "Documents"),
+    el("table", {}, el("thead", {}, el("tr", {}, ...["collection", "source", "type", "chunks", "updated"].map((h) => el("th", {}, h)))), docs));
+  api("/v1/knowledge/documents?limit=500", { signal }).then((data) => {
+    for (const c of data.collections) collection.append(el("option", { value: c.name }, `${c.name} (${c.documents})`));
+    docs.replaceChildren(...data.documents.map((d) => el("tr", {}, el("td", {}, d.collection), el("td", { class: "mono" }, d.source),
+      el("td", {}, d.source_type), el("td", {}, d.n_chunks), el("td", {}, fmtTime(d.updated_at)))));
+  }).catch((err) => { if (err.name !== "AbortError" && err.status !== 401) docs.replaceChildren(el("tr", {}, el("td", {}, errorBox(err)))); });
+}
+
+function hitView(hit) {
+  const scores = Object.entries(hit.scores).map(([k, v]) => `${k} ${v.toFixed(3)}`).join(" · ");
+  return el("div", { class: "hit" },
+    el("div", {}, el("b", {}, hit.document.title || hit.document.source), el("span", { class: "muted" }, ` · ${hit.document.collection} · chunk ${hit.ordinal} · ${scores}`)),
+    hit.heading ? el("div", { class: "muted" }, hit.heading) : null,
+    el("div", {}, hit.content.length > 600 ? `${hit.content.slice(0, 600)}…` : hit.content));
+}
+
+// ---------------------------------------------------------------- memory
+
+function memoryPage(signal) {
+  const scopes = el("div", { class: "row-flex", id: "mem-scopes" });
+  const rows = el("tbody", { id: "mem-rows" });
+  const recallInput = el("input", { type: "search", placeholder: "recall…", size: 40, id: "mem-query" });
+  const recallOut = el("div", {});
+  let current = null;
+  async function show(scope) {
+    current = scope;
+    for (const b of scopes.querySelectorAll("button")) b.classList.toggle("on", b.dataset.scope === scope);
+    const data = await api(`/v1/memory?scope=${encodeURIComponent(scope)}&limit=500`, { signal });
+    rows.replaceChildren(...data.memories.map((m) => el("tr", { "data-memory": m.id },
+      el("td", {}, m.content), el("td", {}, m.user_id || "–"), el("td", {}, m.kind),
+      el("td", {}, m.invalid_at ? "superseded" : "current"), el("td", {}, m.access_count), el("td", {}, fmtTime(m.created_at)),
+      el("td", {}, el("button", { onclick: async () => { await api(`/v1/memory/${m.id}`, { method: "DELETE" }); show(scope); } }, "forget")))));
+  }
+  const recallForm = el("form", { class: "row-flex", onsubmit: async (e) => {
+    e.preventDefault();
+    if (!current) return;
+    const data = await api("/v1/memory/recall", { method: "POST", body: { scope: current, query: recallInput.value, k: 5 } });
+    recallOut.replaceChildren(...data.memories.map((m) => el("div", { class: "hit" }, m.content, el("span", { class: "muted" }, ` · ${m.scores.fused.toFixed(3)}`))));
+  } }, recallInput, el("button", { type: "submit" }, "Recall"));
+  view.replaceChildren(el("h1", {}, "Memory"), el("div", { class: "card" }, el("h2", {}, "Scopes"), scopes),
+    el("div", { class: "card" }, recallForm, recallOut),
+    el("table", {}, el("thead", {}, el("tr", {}, ...["memory", "user", "kind", "state", "recalled", "created", ""].map((h) => el("th", {}, h)))), rows));
+  api("/v1/memory?limit=1", { signal }).then((data) => {
+    scopes.replaceChildren(...(data.scopes.length ? data.scopes.map((s) => el("button", { class: "chip", "data-scope": s.scope, onclick: () => show(s.scope) }, `${s.scope} (${s.memories})`))
+      : [el("span", { class: "muted" }, "no memories yet")]));
+    if (data.scopes.length) show(data.scopes[0].scope);
+  }).catch((err) => { if (err.name !== "AbortError" && err.status !== 401) scopes.replaceChildren(errorBox(err)); });
+}
+
+route();
