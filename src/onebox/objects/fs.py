@@ -7,6 +7,7 @@ renamed into place, so a reader sees either the whole object or none.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import shutil
 import uuid
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, ClassVar
 
 from onebox.errors import StorageError
-from onebox.objects.base import ObjectStore, check_key, missing
+from onebox.objects.base import CHUNK_BYTES, ObjectStore, check_key, corrupted, missing
 
 TMP_PREFIX = ".tmp-"
 
@@ -77,6 +78,19 @@ class FsObjectStore(ObjectStore):
                 raise missing(self, key) from exc
             raise StorageError(f"cannot copy object {key} to {path}: {exc}") from exc
 
+    async def get_file_verified(self, key: str, sha256: str, path: Path) -> None:
+        """Copy and hash in one pass; a mismatch removes ``path`` and raises IntegrityError."""
+        source = self._path(key)
+        try:
+            actual = await asyncio.to_thread(_copy_hashing, source, path)
+        except FileNotFoundError as exc:
+            if not source.exists():
+                raise missing(self, key) from exc
+            raise StorageError(f"cannot copy object {key} to {path}: {exc}") from exc
+        if actual != sha256:
+            path.unlink(missing_ok=True)
+            raise corrupted(key, sha256, actual)
+
     async def exists(self, key: str) -> bool:
         return await asyncio.to_thread(self._path(key).is_file)
 
@@ -89,6 +103,15 @@ class FsObjectStore(ObjectStore):
 
     async def list(self, prefix: str = "") -> list[str]:
         return await asyncio.to_thread(_list_keys, self.root, prefix)
+
+
+def _copy_hashing(source: Path, target: Path) -> str:
+    digest = hashlib.sha256()
+    with source.open("rb") as src, target.open("wb") as dst:
+        while chunk := src.read(CHUNK_BYTES):
+            digest.update(chunk)
+            dst.write(chunk)
+    return digest.hexdigest()
 
 
 def _list_keys(root: Path, prefix: str) -> list[str]:
