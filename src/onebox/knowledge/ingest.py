@@ -143,6 +143,24 @@ class KnowledgeBase:
             await conn.execute(sql("kb.invalidate_cache"), {"doc_ids": [doc_id]})
         return len(new), len(keep_ids), len(stale)
 
+    async def add_documents(
+        self, docs: list[DocumentInput], progress: Callable[[int, int], None] | None = None,
+        batch_docs: int = 256,
+    ) -> list[IngestResult]:
+        """Ingest many documents, embedding their chunks in model-sized batches across
+        documents first (through the cache), then writing each document."""
+        results: list[IngestResult] = []
+        for start in range(0, len(docs), batch_docs):
+            group = docs[start : start + batch_docs]
+            texts = [c.embed_text for doc in group for c in chunk_sections(
+                doc.sections, self.embedder.model.count_tokens, self.chunking)]
+            await self.embedder.passages(texts)
+            for doc in group:
+                results.append(await self.add_document(doc))
+            if progress:
+                progress(start + len(group), len(docs))
+        return results
+
     async def add_paths(
         self, paths: list[Path], collection: str = DEFAULT_COLLECTION,
         metadata: dict[str, Any] | None = None, execution_id: str | None = None,
