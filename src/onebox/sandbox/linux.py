@@ -188,7 +188,8 @@ class BwrapSandbox(SandboxBackend):
         )  # fmt: skip
         try:
             self._make_cgroup(exec_id, limits)
-            blocked = await spawn_blocked(policy.compile_bwrap(spec), fds, None)
+            options = policy.compile_bwrap(spec)
+            blocked = await spawn_blocked(self.bwrap, options, policy.COMMAND, fds)
         except BaseException:
             await self._cleanup_run(exec_id, egress)
             raise

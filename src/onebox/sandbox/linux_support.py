@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from onebox.sandbox.linux import BwrapSandbox
 
 MERGED_USR = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-FULL_DISK_FREE_BYTES = 64 * 1024
+FULL_DISK_FREE_BYTES = 1024 * 1024
 
 
 def host_layout() -> policy.HostLayout:

@@ -221,13 +221,20 @@ def _mount_args(spec: BwrapSpec) -> list[str]:
     return args
 
 
+COMMAND = ("/bin/sh", LAUNCHER)
+
+
 def compile_bwrap(spec: BwrapSpec) -> list[str]:
-    """The full bubblewrap argv; the command is always the launcher script."""
-    args = [spec.bwrap, *_namespace_args(spec), *_mount_args(spec)]
+    """bubblewrap's options (without the program name and the command, see COMMAND).
+
+    The spawner hands these to bwrap through ``--args FD``, so the sandbox's
+    ``/proc/1/cmdline`` does not show host paths.
+    """
+    args = [*_namespace_args(spec), *_mount_args(spec)]
     if spec.seccomp_fd is not None:
         args += ["--seccomp", str(spec.seccomp_fd)]
     args += ["--block-fd", str(spec.block_fd), "--info-fd", str(spec.info_fd)]
-    return [*args, "/bin/sh", LAUNCHER]
+    return args
 
 
 def render_meminfo(memory_mb: int) -> str:

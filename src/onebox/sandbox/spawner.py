@@ -79,27 +79,37 @@ def make_pipes(extra: Sequence[int] = ()) -> SpawnFds:
     return SpawnFds(block_r, block_w, info_r, info_w, tuple(extra))
 
 
+def _args_fd(options: Sequence[str]) -> int:
+    fd = os.memfd_create("onebox-bwrap-args", os.MFD_CLOEXEC)
+    os.write(fd, b"".join(opt.encode() + b"\0" for opt in options))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 async def spawn_blocked(
-    argv: Sequence[str], fds: SpawnFds, user: tuple[int, int] | None
+    bwrap: str, options: Sequence[str], command: Sequence[str], fds: SpawnFds
 ) -> Blocked:
-    """Start bwrap with a minimal environment of its own (it leaks into /proc/1/environ)."""
-    ids: dict[str, object] = {}
-    if user is not None:
-        ids = {"user": user[0], "group": user[1], "extra_groups": []}
+    """Start bwrap with its options passed via ``--args FD`` and a minimal environment.
+
+    Both would otherwise be visible inside as ``/proc/1/cmdline`` and ``/proc/1/environ``.
+    """
+    args_fd = _args_fd(options)
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv,
+            bwrap,
+            "--args",
+            str(args_fd),
+            *command,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            pass_fds=(fds.block_r, fds.info_w, *fds.extra),
+            pass_fds=(fds.block_r, fds.info_w, args_fd, *fds.extra),
             env={"PATH": "/usr/bin:/bin"},
             cwd="/",
             start_new_session=True,
-            **ids,  # type: ignore[arg-type]
         )
     finally:
-        for fd in (fds.block_r, fds.info_w):
+        for fd in (fds.block_r, fds.info_w, args_fd):
             os.close(fd)
     try:
         child_pid = await _read_child_pid(fds.info_r, proc)

@@ -7,7 +7,6 @@ each path component, snapshots use ``lstat`` and only hash regular files.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
@@ -60,26 +59,30 @@ def write_files(root: Path, files: Mapping[str, bytes], owner: tuple[int, int] |
         dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
             for part in parts[:-1]:
-                dir_fd = _enter_dir(dir_fd, part, owner)
+                child = _enter_dir(dir_fd, part, owner)
+                os.close(dir_fd)
+                dir_fd = child
             _write_leaf(dir_fd, parts[-1], data, owner)
         finally:
             os.close(dir_fd)
 
 
 def _enter_dir(dir_fd: int, name: str, owner: tuple[int, int] | None) -> int:
-    with contextlib.suppress(FileExistsError):
+    """Open (creating if needed) a subdirectory; a symlink or file in its place is refused."""
+    try:
         os.mkdir(name, 0o755, dir_fd=dir_fd)
         if owner:
             os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise PolicyViolation(f"cannot create {name!r}: {exc.strerror}", field="files") from exc
     try:
-        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError as exc:
         raise PolicyViolation(
             f"{name!r} in the workspace is not a directory", field="files"
         ) from exc
-    finally:
-        os.close(dir_fd)
-    return child
 
 
 def _write_leaf(dir_fd: int, name: str, data: bytes, owner: tuple[int, int] | None) -> None:
