@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from psycopg.types.json import Jsonb
 
-from onebox.errors import NotFound
+from onebox.errors import Conflict, NotFound, StorageError
 from onebox.objects import FsObjectStore, ObjectStore
 from onebox.sandbox import snapshot_archive as archive
 from onebox.sandbox.snapshots import scan
+from onebox.store import snapshots as rows
 from onebox.store.db import Database
 
 
@@ -288,3 +289,35 @@ async def test_a_capture_reusing_a_blob_the_gc_is_deleting_still_gets_it_stored(
     assert len(report.objects_deleted) == 2  # the blob and the old manifest
     await archive.restore_snapshot(db, store, record.id, tmp_path / "out")
     assert (tmp_path / "out/data.bin").read_bytes() == (ws / "data.bin").read_bytes()
+
+
+class FailingStore(SlowStore):
+    async def _nap(self) -> None:
+        return None
+
+    async def put(self, key: str, data: bytes) -> None:
+        raise StorageError(f"disk full writing {key}")
+
+
+async def test_a_failed_capture_leaves_no_row_and_pending_ones_expire(
+    db: Database, tmp_path: Path
+) -> None:
+    (tmp_path / "f").write_text("x")
+    exec_id = await insert_execution(db, "s")
+    with pytest.raises(StorageError, match="disk full"):
+        await archive.snapshot_step(db, FailingStore(FsObjectStore(tmp_path / "o")), tmp_path,
+                                    session_id="s", execution_id=exec_id, policy="always",
+                                    failed=True)
+    assert await db.fetch("SELECT id FROM onebox.snapshots") == []
+    assert await execution_links(db, exec_id) == (None, None)
+    stuck = uuid.uuid4()
+    async with db.connection() as conn:
+        await rows.register(conn, snapshot_id=stuck, session_id="s", execution_id=None,
+                            kind="manual", sha256="a" * 64, manifest_key="manifests/x.json",
+                            total_bytes=0, file_count=0, object_keys=["manifests/x.json"])
+    with pytest.raises(Conflict, match="being written"):
+        await archive.restore_snapshot(db, FsObjectStore(tmp_path / "o"), stuck, tmp_path / "r")
+    assert await archive.expire_snapshots(db) == []  # still within the grace period
+    await db.fetch("UPDATE onebox.snapshots SET created_at = now() - interval '2 hours' "
+                   "RETURNING id")
+    assert await archive.expire_snapshots(db) == [stuck]
