@@ -6,6 +6,7 @@ set -euo pipefail
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the web console browser test
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
 fi

@@ -1,0 +1,111 @@
+"""The web console in a real headless Chromium: runs list, a run turning green live, an approval.
+
+Screenshots go to test-artifacts/console-*.png.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from api_helpers import Api, wait_status
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+
+playwright_api = pytest.importorskip(
+    "playwright.async_api", reason="the browser test needs the playwright package (dev extra)")
+if not Path(CHROMIUM).exists():
+    pytest.skip("the browser test needs Debian's chromium (apt-get install chromium; "
+                "scripts/system-deps.sh installs it)", allow_module_level=True)
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    async with playwright_api.async_playwright() as p:
+        chromium = await p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield chromium
+        await chromium.close()
+
+
+async def open_console(browser: Any, api: Api, tenant: str = "acme") -> Any:
+    page = await browser.new_page(viewport={"width": 1300, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.errors = errors
+    await page.goto(f"{api.url}/")
+    await page.fill("#api-key", api.keys[tenant])
+    await page.click("button[type=submit]")
+    return page
+
+
+PLAN = {"name": "console approval", "steps": [
+    {"id": "slow", "tool": "python", "code": "import time; time.sleep(3); print('slow done')"},
+    {"id": "gate", "kind": "approval", "input": {"prompt": "continue?"}, "depends_on": ["slow"]},
+    {"id": "after", "tool": "bash", "code": "echo after approval", "depends_on": ["gate"]},
+]}
+
+
+async def test_runs_list_run_page_live_and_approval(api: Api, browser: Any) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    async with api.client() as c:
+        run_id = (await c.post("/v1/runs", json={"plan": PLAN})).json()["run_id"]
+        other = (await c.post("/v1/runs", json={"plan": {"name": "quick", "steps": [
+            {"id": "a", "tool": "bash", "code": "echo quick"}]}})).json()["run_id"]
+    page = await open_console(browser, api)
+    await page.wait_for_selector(f"tr[data-run='{run_id}']")
+    await page.wait_for_selector(f"tr[data-run='{other}']")
+    await page.click("button[data-filter=SUCCEEDED]")
+    await page.wait_for_selector(f"tr[data-run='{run_id}']", state="detached")
+    await page.click("button[data-filter=SUCCEEDED]")
+    await page.fill("#run-search", "console")
+    await page.wait_for_selector(f"tr[data-run='{other}']", state="detached")
+    await page.screenshot(path=str(ARTIFACTS / "console-runs.png"))
+
+    await page.click(f"tr[data-run='{run_id}']")
+    node = f"#dag g[data-step=slow]"
+    await page.wait_for_selector(node)
+    assert await page.get_attribute(node, "data-status") != "SUCCESS", "step finished too early"
+    await page.wait_for_selector(f"{node}[data-status=SUCCESS]", timeout=30_000)
+    color = await page.eval_on_selector(f"{node} rect", "r => getComputedStyle(r).fill")
+    assert color == "rgb(31, 157, 85)", color  # --ok green
+
+    await page.wait_for_selector("[data-approval=gate]", timeout=30_000)
+    assert await page.get_attribute("#dag g[data-step=gate]", "data-status") == "WAITING"
+    await page.screenshot(path=str(ARTIFACTS / "console-run-waiting.png"), full_page=True)
+    await page.click("#approve-gate")
+    await page.wait_for_selector("#dag g[data-step=after][data-status=SUCCESS]", timeout=30_000)
+    await page.wait_for_selector("h1 .badge[data-status=SUCCEEDED]", timeout=30_000)
+    await page.click("#dag g[data-step=after]")
+    await page.wait_for_selector("pre.stdout:has-text('after approval')")
+    await page.screenshot(path=str(ARTIFACTS / "console-run-done.png"), full_page=True)
+    async with api.client() as c:
+        detail = await wait_status(c, run_id, "SUCCEEDED")
+    gate = next(s for s in detail["steps"] if s["step_id"] == "gate")
+    assert gate["decision"]["approval"]["approved"] is True
+    assert page.errors == []
+
+
+async def test_console_asks_for_a_key_and_hides_other_tenants(api_no_worker: Api,
+                                                             browser: Any) -> None:
+    async with api_no_worker.client("globex") as g:
+        theirs = (await g.post("/v1/runs", json={"plan": PLAN})).json()["run_id"]
+    async with api_no_worker.client("acme") as a:
+        mine = (await a.post("/v1/runs", json={"plan": PLAN})).json()["run_id"]
+    page = await browser.new_page()
+    await page.goto(f"{api_no_worker.url}/ui/")
+    await page.wait_for_selector("#api-key")
+    await page.fill("#api-key", "obx_not-a-real-key")
+    await page.click("button[type=submit]")
+    await page.wait_for_selector("text=unknown or revoked")
+    await page.fill("#api-key", api_no_worker.keys["acme"])
+    await page.click("button[type=submit]")
+    await page.wait_for_selector(f"tr[data-run='{mine}']")
+    assert await page.query_selector(f"tr[data-run='{theirs}']") is None
+    await page.goto(f"{api_no_worker.url}/ui/#/runs/{theirs}")
+    await page.wait_for_selector(".error-box:has-text('not_found')")
