@@ -73,8 +73,8 @@ def address_refusal(ip: str, allow_private: Sequence[IPNetwork]) -> str | None:
         return None
     for label, flag in (
         ("loopback", addr.is_loopback), ("link-local/metadata", addr.is_link_local),
+        ("unspecified", addr.is_unspecified), ("multicast", addr.is_multicast),
         ("private", addr.is_private), ("reserved", addr.is_reserved),
-        ("multicast", addr.is_multicast), ("unspecified", addr.is_unspecified),
     ):  # fmt: skip
         if flag:
             return f"{ip} is a {label} address"
