@@ -104,6 +104,10 @@ async def test_list_show_and_restore(settings: Settings, recorded: dict[str, Any
     assert code != 0 and "not empty" in err
     code, _, err = await onebox(settings, "snapshot", "show", str(uuid.uuid4()))
     assert code != 0 and "not found" in err
+    for bad in (["replay", "not-an-id"], ["snapshot", "list", "--execution", "nope"],
+                ["snapshot", "show", "zz"]):
+        code, _, err = await onebox(settings, *bad)
+        assert code == 2 and "error:" in err and "Traceback" not in err
 
 
 async def test_replay_prints_match_or_a_diff(db: Database, settings: Settings,

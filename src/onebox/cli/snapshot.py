@@ -206,10 +206,10 @@ def replay_cmd(execution_id: str, keep_session: bool, as_json: bool) -> None:
     from onebox.sandbox.replay import replay
 
     cfg = settings()
-    exec_id = _uuid(execution_id, "execution_id")
-    assert exec_id is not None
 
     async def go() -> ReplayReport:
+        exec_id = _uuid(execution_id, "execution_id")
+        assert exec_id is not None
         backend = get_backend(cfg)
         try:
             async with opened(cfg) as (db, store):
