@@ -188,3 +188,21 @@ async def test_a_file_changed_after_hashing_is_refused_not_stored_under_a_wrong_
     info = await capture(store, ws)
     await restore(store, info.sha256, tmp_path / "out")
     assert (tmp_path / "out/big.bin").read_bytes() == b"b" * 1000
+
+
+async def test_odd_file_names_roundtrip(store: FsObjectStore, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for name in (b"line\nbreak", b"caf\xc3\xa9", b"not-utf8-\xff", b"back\\slash", b"-dash"):
+        (ws / os.fsdecode(name)).write_bytes(name)
+    info = await capture(store, ws)
+    await restore(store, info.sha256, tmp_path / "out")
+    assert tree_state(tmp_path / "out") == tree_state(ws)
+
+
+def test_a_workspace_with_too_many_entries_is_refused(tmp_path: Path) -> None:
+    for i in range(12):
+        (tmp_path / f"f{i}").touch()
+    assert len(scan(tmp_path, max_entries=12).entries) == 12
+    with pytest.raises(StorageError, match="more than 11 entries"):
+        scan(tmp_path, max_entries=11)

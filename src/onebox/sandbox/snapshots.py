@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 INLINE_MAX_BYTES = 16 << 20  # files up to this size are uploaded from memory, hash-checked
 TRANSFER_CONCURRENCY = 8
 LOST_FOUND = "lost+found"
+MAX_ENTRIES = 200_000
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,18 @@ class RestoreReport:
     duration_ms: float
 
 
-def scan(workspace_dir: Path) -> Manifest:
-    """Walk ``workspace_dir`` (never following symlinks) and hash every regular file."""
+def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES) -> Manifest:
+    """Walk ``workspace_dir`` (never following symlinks) and hash every regular file.
+
+    A workspace with more than ``max_entries`` entries is refused (StorageError):
+    sandboxed code must not be able to make snapshots arbitrarily expensive.
+    """
     root = Path(workspace_dir)
     if not root.is_dir():
         return Manifest(())
     entries: list[Entry] = []
     try:
-        _scan_dir(root, "", entries)
+        _scan_dir(root, "", entries, max_entries)
     except OSError as exc:
         raise StorageError(f"cannot snapshot workspace {root}: {exc}") from exc
     if os.path.ismount(root):  # a workspace on its own file system: fsck's dir is not data
@@ -78,16 +83,21 @@ def scan(workspace_dir: Path) -> Manifest:
     return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
 
 
-def _scan_dir(root: Path, rel: str, out: list[Entry]) -> None:
+def _scan_dir(root: Path, rel: str, out: list[Entry], max_entries: int) -> None:
     with os.scandir(root / rel if rel else root) as it:
         children = sorted(it, key=lambda d: d.name)
+    if len(out) + len(children) > max_entries:
+        raise StorageError(
+            f"workspace {root} has more than {max_entries} entries; not snapshotting it. "
+            "Fix: have the step clean up temporary files, or raise the limit."
+        )
     for child in children:
         path = f"{rel}/{child.name}" if rel else child.name
         st = child.stat(follow_symlinks=False)
         mode = stat.S_IMODE(st.st_mode) & 0o777
         if stat.S_ISDIR(st.st_mode):
             out.append(Entry(path, "dir", mode))
-            _scan_dir(root, path, out)
+            _scan_dir(root, path, out, max_entries)
         elif stat.S_ISREG(st.st_mode):
             out.append(Entry(path, "file", mode, st.st_size, sha256_file(Path(child.path))))
         elif stat.S_ISLNK(st.st_mode):
