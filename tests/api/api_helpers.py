@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -18,6 +19,7 @@ class Api:
     rt: Runtime
     keys: dict[str, str]
     settings: Settings
+    e5: Any = None
 
     def client(self, tenant: str | None = "acme", **kwargs: object) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.keys[tenant]}"} if tenant else {}

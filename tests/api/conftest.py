@@ -59,7 +59,7 @@ async def _api(db: Database, settings: Settings, e5: EmbeddingModel | None,
         if worker else None
     try:
         async with serving(create_app(settings, runtime=rt, embedding=e5)) as url:
-            yield Api(url, rt, keys, settings)
+            yield Api(url, rt, keys, settings, e5)
     finally:
         stop.set()
         if runner is not None:

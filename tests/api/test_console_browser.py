@@ -68,7 +68,7 @@ async def test_runs_list_run_page_live_and_approval(api: Api, browser: Any) -> N
     await page.screenshot(path=str(ARTIFACTS / "console-runs.png"))
 
     await page.click(f"tr[data-run='{run_id}']")
-    node = f"#dag g[data-step=slow]"
+    node = "#dag g[data-step=slow]"
     await page.wait_for_selector(node)
     assert await page.get_attribute(node, "data-status") != "SUCCESS", "step finished too early"
     await page.wait_for_selector(f"{node}[data-status=SUCCESS]", timeout=30_000)
