@@ -206,3 +206,28 @@ def test_a_workspace_with_too_many_entries_is_refused(tmp_path: Path) -> None:
     assert len(scan(tmp_path, max_entries=12).entries) == 12
     with pytest.raises(StorageError, match="more than 11 entries"):
         scan(tmp_path, max_entries=11)
+
+
+@pytest.mark.parametrize("inline_max", [16 << 20, 10])
+@pytest.mark.parametrize("swap", ["leaf", "parent"])
+async def test_files_swapped_for_symlinks_after_scanning_are_never_read_through(
+    store: FsObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inline_max: int,
+    swap: str,
+) -> None:
+    monkeypatch.setattr(snapshots, "INLINE_MAX_BYTES", inline_max)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f.txt").write_bytes(b"host only")  # same bytes: only the path check can refuse
+    ws = tmp_path / "ws"
+    (ws / "d").mkdir(parents=True)
+    (ws / "d/f.txt").write_bytes(b"host only")
+    stale = scan(ws)
+    if swap == "leaf":
+        (ws / "d/f.txt").unlink()
+        os.symlink(outside / "f.txt", ws / "d/f.txt")
+    else:
+        os.rename(ws / "d", tmp_path / "moved")
+        os.symlink(outside, ws / "d")
+    with pytest.raises(StorageError, match="d/f.txt changed"):
+        await capture(store, ws, manifest=stale)
+    assert await store.list("blobs/") == []

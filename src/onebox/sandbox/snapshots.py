@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import stat
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from functools import partial
 from pathlib import Path
 
 from onebox.errors import Conflict, StorageError
-from onebox.objects.base import ObjectStore, blob_key, manifest_key, sha256_file
+from onebox.objects.base import CHUNK_BYTES, ObjectStore, blob_key, manifest_key
 from onebox.sandbox.snapshot_manifest import Entry, Manifest, escapes
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def _scan_dir(root: Path, rel: str, out: list[Entry], max_entries: int) -> None:
             out.append(Entry(path, "dir", mode))
             _scan_dir(root, path, out, max_entries)
         elif stat.S_ISREG(st.st_mode):
-            out.append(Entry(path, "file", mode, st.st_size, sha256_file(Path(child.path))))
+            out.append(Entry(path, "file", mode, st.st_size, _hash_file(root, path)))
         elif stat.S_ISLNK(st.st_mode):
             out.append(Entry(path, "symlink", 0, target=os.readlink(child.path)))
         else:
@@ -143,30 +144,77 @@ async def capture(
     )
 
 
+def _open_regular(root: Path, rel: str) -> int:
+    """A read-only fd on ``root/rel``, refusing a symlink at any component (untrusted tree)."""
+    parts = rel.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        raise OSError(f"{rel} is no longer a regular file")
+    return leaf
+
+
+def _hash_file(root: Path, rel: str) -> str:
+    digest = hashlib.sha256()
+    with os.fdopen(_open_regular(root, rel), "rb") as fh:
+        while chunk := fh.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_file(root: Path, entry: Entry) -> bytes:
+    try:
+        with os.fdopen(_open_regular(root, entry.path), "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise _changed(entry) from exc
+    if hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise _changed(entry)
+    return data
+
+
+def _stage_file(root: Path, entry: Entry, staging: Path) -> None:
+    """Copy a large file to a private staging file, checking its hash on the way."""
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(_open_regular(root, entry.path), "rb") as src, staging.open("wb") as dst:
+            while chunk := src.read(CHUNK_BYTES):
+                digest.update(chunk)
+                dst.write(chunk)
+    except OSError as exc:
+        raise _changed(entry) from exc
+    if digest.hexdigest() != entry.sha256:
+        raise _changed(entry)
+
+
 async def _upload_blob(store: ObjectStore, root: Path, entry: Entry) -> int:
     """Upload one file's content, checking it still has the hash it was scanned with."""
     assert entry.sha256 is not None
     key = blob_key(entry.sha256)
-    path = root / entry.path
     if entry.size <= INLINE_MAX_BYTES:
-        data = await asyncio.to_thread(path.read_bytes)
-        _check_unchanged(entry, hashlib.sha256(data).hexdigest())
+        data = await asyncio.to_thread(_read_file, root, entry)
         await store.put(key, data)
         return len(data)
-    await store.put_file(key, path)
-    actual = await asyncio.to_thread(sha256_file, path)
-    if actual != entry.sha256:
-        await store.delete(key)
-    _check_unchanged(entry, actual)
+    with tempfile.TemporaryDirectory(prefix="onebox-snap-") as tmp:
+        staging = Path(tmp) / "blob"
+        await asyncio.to_thread(_stage_file, root, entry, staging)
+        await store.put_file(key, staging)
     return entry.size
 
 
-def _check_unchanged(entry: Entry, actual: str) -> None:
-    if actual != entry.sha256:
-        raise StorageError(
-            f"{entry.path} changed while the workspace was being snapshotted; "
-            "snapshot a workspace only while no code runs in it"
-        )
+def _changed(entry: Entry) -> StorageError:
+    return StorageError(
+        f"{entry.path} changed while the workspace was being snapshotted; "
+        "snapshot a workspace only while no code runs in it"
+    )
 
 
 async def load_manifest(store: ObjectStore, sha256: str) -> Manifest:
