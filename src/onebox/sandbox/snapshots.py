@@ -40,6 +40,8 @@ INLINE_MAX_BYTES = 16 << 20  # files up to this size are uploaded from memory, h
 TRANSFER_CONCURRENCY = 8
 LOST_FOUND = "lost+found"
 MAX_ENTRIES = 200_000
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,11 @@ def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES) -> Manifest:
         return Manifest(())
     entries: list[Entry] = []
     try:
-        _scan_dir(root, "", entries, max_entries)
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            _scan_dir(root_fd, root, "", entries, max_entries)
+        finally:
+            os.close(root_fd)
     except OSError as exc:
         raise StorageError(f"cannot snapshot workspace {root}: {exc}") from exc
     if os.path.ismount(root):  # a workspace on its own file system: fsck's dir is not data
@@ -84,8 +90,10 @@ def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES) -> Manifest:
     return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
 
 
-def _scan_dir(root: Path, rel: str, out: list[Entry], max_entries: int) -> None:
-    with os.scandir(root / rel if rel else root) as it:
+def _scan_dir(dir_fd: int, root: Path, rel: str, out: list[Entry], max_entries: int) -> None:
+    """Record the entries under ``dir_fd``; subdirectories are opened relative to it with
+    O_NOFOLLOW, so a directory swapped for a symlink mid-scan is never walked into."""
+    with os.scandir(dir_fd) as it:
         children = sorted(it, key=lambda d: d.name)
     if len(out) + len(children) > max_entries:
         raise StorageError(
@@ -98,13 +106,30 @@ def _scan_dir(root: Path, rel: str, out: list[Entry], max_entries: int) -> None:
         mode = stat.S_IMODE(st.st_mode) & 0o777
         if stat.S_ISDIR(st.st_mode):
             out.append(Entry(path, "dir", mode))
-            _scan_dir(root, path, out, max_entries)
+            sub_fd = os.open(child.name, _DIR_FLAGS, dir_fd=dir_fd)
+            try:
+                _scan_dir(sub_fd, root, path, out, max_entries)
+            finally:
+                os.close(sub_fd)
         elif stat.S_ISREG(st.st_mode):
-            out.append(Entry(path, "file", mode, st.st_size, _hash_file(root, path)))
+            out.append(Entry(path, "file", mode, st.st_size, _hash_at(dir_fd, child.name)))
         elif stat.S_ISLNK(st.st_mode):
-            out.append(Entry(path, "symlink", 0, target=os.readlink(child.path)))
+            out.append(Entry(path, "symlink", 0,
+                             target=os.readlink(child.name, dir_fd=dir_fd)))
         else:
-            log.warning("snapshot skips %s: not a file, directory or symlink", child.path)
+            log.warning("snapshot skips %s/%s: not a file, directory or symlink", root, path)
+
+
+def _hash_at(dir_fd: int, name: str) -> str:
+    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{name} is no longer a regular file")
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as fh:
+        while chunk := fh.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 async def capture(
@@ -150,24 +175,16 @@ def _open_regular(root: Path, rel: str) -> int:
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for part in parts[:-1]:
-            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = inner
-        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        leaf = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
     finally:
         os.close(fd)
     if not stat.S_ISREG(os.fstat(leaf).st_mode):
         os.close(leaf)
         raise OSError(f"{rel} is no longer a regular file")
     return leaf
-
-
-def _hash_file(root: Path, rel: str) -> str:
-    digest = hashlib.sha256()
-    with os.fdopen(_open_regular(root, rel), "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _read_file(root: Path, entry: Entry) -> bytes:
