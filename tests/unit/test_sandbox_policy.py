@@ -16,7 +16,7 @@ def _spec(**kw: object) -> policy.BwrapSpec:
     limits = policy.resolve_limits(SandboxSettings(), Limits())
     values: dict[str, object] = {
         "bwrap": "/usr/bin/bwrap", "layout": LAYOUT, "workspace": "/h/ws/s1",
-        "run_dir": "/h/run/x", "limits": limits, "seccomp_fd": 7, "block_fd": 8, "info_fd": 9,
+        "run_dir": "/h/run/x", "static_dir": "/h/static/m512-c1", "limits": limits, "seccomp_fd": 7, "block_fd": 8, "info_fd": 9,
     }  # fmt: skip
     values.update(kw)
     return policy.BwrapSpec(**values)  # type: ignore[arg-type]
@@ -54,7 +54,7 @@ def test_only_the_workspace_is_writable() -> None:
     assert _pairs(args, "--bind") == [("/h/ws/s1", "/workspace")]
     ro = dict(_pairs(args, "--ro-bind"))
     assert ro["/usr"] == "/usr" and ro["/h/run/x"] == policy.RUN_DIR
-    assert ro["/h/run/x/meminfo"] == "/proc/meminfo"
+    assert ro["/h/static/m512-c1/meminfo"] == "/proc/meminfo"
     assert "/" not in ro and "/etc" not in ro and "/root" not in ro
     assert args[args.index("--remount-ro") + 1] == "/"
     assert ("usr/bin", "/bin") in _pairs(args, "--symlink")

@@ -18,6 +18,8 @@ import itertools
 import os
 import shutil
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from onebox.config import Settings
@@ -31,8 +33,8 @@ from onebox.sandbox.linux_support import (
     build_result,
     enforcement_of,
     host_layout,
-    prepare_run_dir,
     probe_bwrap,
+    static_dir_for,
     write_command,
 )
 from onebox.sandbox.pool import WarmPool
@@ -71,6 +73,7 @@ class BwrapSandbox(SandboxBackend):
         self.pool = WarmPool(self, self.cfg.pool_size)
         self._running: dict[str, set[Blocked]] = {}
         self._turn = itertools.count()
+        self._io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="onebox-cgroup")
         self._prepare_dirs()
 
     def _prepare_dirs(self) -> None:
@@ -137,6 +140,7 @@ class BwrapSandbox(SandboxBackend):
         self.disk.close()
         if self.cgroups is not None:
             self.cgroups.close()
+        self._io.shutdown(wait=False)
 
     # -- sessions and workspaces ---------------------------------------------
 
@@ -178,16 +182,17 @@ class BwrapSandbox(SandboxBackend):
         """Start a sandbox on ``workspace`` blocked before its command, in its own cgroup."""
         exec_id = uuid.uuid4().hex[:16]
         run_dir = self.run_root / exec_id
-        prepare_run_dir(run_dir, self.host_cpuinfo, limits)
+        run_dir.mkdir(mode=0o755)
+        static = static_dir_for(self.state_dir / "static", self.host_cpuinfo, limits)
         egress = await self.egress.open(run_dir, request) if request is not None else None
         sfd = seccomp.filter_fd() if self.seccomp_enabled else None
         fds = make_pipes(extra=(sfd,) if sfd is not None else ())
         spec = policy.BwrapSpec(
-            self.bwrap, self.layout, str(workspace), str(run_dir), limits, sfd,
-            fds.block_r, fds.info_w,
+            self.bwrap, self.layout, str(workspace), str(run_dir), str(static), limits,
+            sfd, fds.block_r, fds.info_w,
         )  # fmt: skip
         try:
-            self._make_cgroup(exec_id, limits)
+            await self._make_cgroup(exec_id, limits)
             options = policy.compile_bwrap(spec)
             blocked = await spawn_blocked(self.bwrap, options, policy.COMMAND, fds)
         except BaseException:
@@ -197,18 +202,24 @@ class BwrapSandbox(SandboxBackend):
             if sfd is not None:
                 os.close(sfd)
         blocked.tag, blocked.egress = exec_id, egress
-        self._confine(blocked, exec_id, limits)
+        await self._confine(blocked, exec_id, limits)
         return blocked
 
-    def _make_cgroup(self, exec_id: str, limits: policy.ResolvedLimits) -> None:
+    async def _in_thread(self, func: Callable[..., None], *args: object) -> None:
+        """cgroup v1 writes can sleep for an RCU grace period: keep them off the event loop."""
+        await asyncio.get_running_loop().run_in_executor(self._io, func, *args)
+
+    async def _make_cgroup(self, exec_id: str, limits: policy.ResolvedLimits) -> None:
         if self.cgroups is None:
             return
         try:
-            self.cgroups.create(exec_id, limits.memory_mb, limits.pids, limits.cpus)
+            await self._in_thread(
+                self.cgroups.create, exec_id, limits.memory_mb, limits.pids, limits.cpus
+            )
         except OSError as exc:
             raise SandboxError(f"could not create the execution's cgroup: {exc}") from exc
 
-    def _confine(self, blocked: Blocked, exec_id: str, limits: policy.ResolvedLimits) -> None:
+    async def _confine(self, blocked: Blocked, exec_id: str, limits: policy.ResolvedLimits) -> None:
         """Cgroup and CPU pinning, applied to the sandbox's init before it runs.
 
         (Rlimits are set by the launcher inside: the supervisor may lack CAP_SYS_RESOURCE.)
@@ -216,7 +227,7 @@ class BwrapSandbox(SandboxBackend):
         pid = blocked.child_pid
         try:
             if self.cgroups is not None:
-                self.cgroups.add(exec_id, pid)
+                await self._in_thread(self.cgroups.add, exec_id, pid)
             cpus = policy.pick_cpus(self.cpus_available, limits.cpu_count, next(self._turn))
             os.sched_setaffinity(pid, cpus)
         except OSError as exc:
@@ -277,8 +288,8 @@ class BwrapSandbox(SandboxBackend):
             await egress.close()
             self.egress.forget(egress)
         if self.cgroups is not None:
-            await asyncio.to_thread(self.cgroups.remove, exec_id)
-        await asyncio.to_thread(shutil.rmtree, self.run_root / exec_id, True)
+            await self._in_thread(self.cgroups.remove, exec_id)
+        shutil.rmtree(self.run_root / exec_id, ignore_errors=True)
 
 
 def _read_text(path: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Sequence
 from importlib import resources
@@ -57,10 +58,14 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
         handle.write(text)
 
 
-def prepare_run_dir(run_dir: Path, host_cpuinfo: str, limits: policy.ResolvedLimits) -> None:
-    """The per-execution files bound over /proc, /sys and /etc inside the sandbox."""
-    run_dir.mkdir(mode=0o755)
-    os.chmod(run_dir, 0o755)
+def static_dir_for(root: Path, host_cpuinfo: str, limits: policy.ResolvedLimits) -> Path:
+    """The files bound over /proc, /sys and /etc inside, written once per limits shape."""
+    path = root / f"m{limits.memory_mb}-c{limits.cpu_count}"
+    if (path / "hosts").exists():
+        return path
+    tmp = root / f".{path.name}-{os.getpid()}-{id(limits)}"
+    tmp.mkdir(mode=0o755, parents=True, exist_ok=True)
+    os.chmod(tmp, 0o755)
     files = {
         "meminfo": policy.render_meminfo(limits.memory_mb),
         "cpuinfo": policy.render_cpuinfo(host_cpuinfo, limits.cpu_count),
@@ -68,7 +73,12 @@ def prepare_run_dir(run_dir: Path, host_cpuinfo: str, limits: policy.ResolvedLim
         **policy.render_identity_files(),
     }
     for name, text in files.items():
-        _write(run_dir / name, text)
+        _write(tmp / name, text)
+    try:
+        os.rename(tmp, path)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
 
 
 def write_command(

@@ -45,7 +45,7 @@ SYSTEM_RO_PATHS: tuple[str, ...] = (
     "/etc/python3.11",
 )
 
-# Files generated per execution and bound over their usual place inside.
+# Files generated once per (memory, cpus) shape and bound over their usual place inside.
 GENERATED_FILES: Mapping[str, str] = {
     "meminfo": "/proc/meminfo",
     "cpuinfo": "/proc/cpuinfo",
@@ -90,6 +90,7 @@ class BwrapSpec:
     layout: HostLayout
     workspace: str
     run_dir: str
+    static_dir: str
     limits: ResolvedLimits
     seccomp_fd: int | None
     block_fd: int
@@ -216,7 +217,7 @@ def _mount_args(spec: BwrapSpec) -> list[str]:
     args += ["--bind", spec.workspace, WORKSPACE, "--ro-bind", spec.run_dir, RUN_DIR]
     args += ["--dir", "/sys/devices/system/cpu"]
     for name, dest in GENERATED_FILES.items():
-        args += ["--ro-bind", f"{spec.run_dir}/{name}", dest]
+        args += ["--ro-bind", f"{spec.static_dir}/{name}", dest]
     args += ["--remount-ro", "/", "--chdir", WORKSPACE]
     return args
 

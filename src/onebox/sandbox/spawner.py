@@ -9,6 +9,10 @@ Two phases so that the expensive part can happen ahead of time (the pool):
    captures and waits up to the timeout. On timeout the sandbox's init is
    SIGKILLed, which makes the kernel kill every process of its pid namespace:
    nothing outlives the call, not even double-forked daemons.
+
+The event loop watches raw descriptors (the pipes and a pidfd for bwrap's exit)
+instead of asyncio's subprocess transports: no thread per child, no stream
+objects, a few hundred microseconds less per call.
 """
 
 from __future__ import annotations
@@ -18,39 +22,45 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from onebox.errors import SandboxUnavailable
-from onebox.sandbox.capture import BoundedCapture, drain
+from onebox.sandbox.capture import CHUNK_BYTES, BoundedCapture
 
 if TYPE_CHECKING:
     from onebox.sandbox.egress import ExecutionEgress
 
 INFO_TIMEOUT_S = 10.0
+PIPE_GRACE_S = 5.0
 
 
 @dataclass(eq=False)
 class Blocked:
     """A sandbox whose namespaces exist and whose command has not started yet."""
 
-    proc: asyncio.subprocess.Process
+    proc: subprocess.Popen[bytes]
     child_pid: int
     block_w: int
+    stdin_w: int
+    stdout_r: int
+    stderr_r: int
     spawned_at: float = field(default_factory=time.monotonic)
     tag: str = ""
     egress: ExecutionEgress | None = None
 
     def discard(self) -> None:
-        """Kill it without running anything."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.child_pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
-        with contextlib.suppress(OSError):
-            os.close(self.block_w)
+        """Kill it without running anything, and reap it."""
+        kill_tree(self)
+        _close_stdin(self)
+        for fd in (self.block_w, self.stdout_r, self.stderr_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(ChildProcessError, OSError):
+            self.proc.wait(timeout=5)
 
 
 @dataclass
@@ -86,6 +96,33 @@ def _args_fd(options: Sequence[str]) -> int:
     return fd
 
 
+def _popen(bwrap: str, args_fd: int, command: Sequence[str], fds: SpawnFds) -> Blocked:
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [bwrap, "--args", str(args_fd), *command],
+            stdin=in_r,
+            stdout=out_w,
+            stderr=err_w,
+            pass_fds=(fds.block_r, fds.info_w, args_fd, *fds.extra),
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+            start_new_session=True,
+        )
+    except OSError as exc:
+        for fd in (in_w, out_r, err_r, fds.block_w):
+            os.close(fd)
+        raise SandboxUnavailable(f"could not start bubblewrap ({bwrap}): {exc}") from exc
+    finally:
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+    for fd in (in_w, out_r, err_r):
+        os.set_blocking(fd, False)
+    return Blocked(proc, 0, fds.block_w, in_w, out_r, err_r)
+
+
 async def spawn_blocked(
     bwrap: str, options: Sequence[str], command: Sequence[str], fds: SpawnFds
 ) -> Blocked:
@@ -95,121 +132,173 @@ async def spawn_blocked(
     """
     args_fd = _args_fd(options)
     try:
-        proc = await asyncio.create_subprocess_exec(
-            bwrap,
-            "--args",
-            str(args_fd),
-            *command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            pass_fds=(fds.block_r, fds.info_w, args_fd, *fds.extra),
-            env={"PATH": "/usr/bin:/bin"},
-            cwd="/",
-            start_new_session=True,
-        )
+        blocked = _popen(bwrap, args_fd, command, fds)
     finally:
         for fd in (fds.block_r, fds.info_w, args_fd):
             os.close(fd)
     try:
-        child_pid = await _read_child_pid(fds.info_r, proc)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        os.close(fds.block_w)
+        blocked.child_pid = await _read_child_pid(fds.info_r)
+    except BaseException as exc:
+        message = _startup_error(blocked)
+        blocked.discard()
+        if isinstance(exc, (ValueError, KeyError, TimeoutError)):
+            raise SandboxUnavailable(message) from exc
         raise
-    return Blocked(proc, child_pid, fds.block_w)
+    return blocked
 
 
-async def _read_child_pid(info_r: int, proc: asyncio.subprocess.Process) -> int:
-    loop = asyncio.get_running_loop()
+async def _read_child_pid(info_r: int) -> int:
     buf = bytearray()
-    os.set_blocking(info_r, False)
-    done: asyncio.Future[None] = loop.create_future()
 
-    def on_readable() -> None:
-        try:
-            chunk = os.read(info_r, 4096)
-        except BlockingIOError:
-            return
+    def on_chunk(chunk: bytes) -> bool:
         buf.extend(chunk)
-        if (not chunk or b"}" in chunk) and not done.done():
-            done.set_result(None)
+        return b"}" in chunk
 
-    loop.add_reader(info_r, on_readable)
     try:
-        await asyncio.wait_for(done, INFO_TIMEOUT_S)
+        await asyncio.wait_for(_read_until(info_r, on_chunk), INFO_TIMEOUT_S)
     finally:
-        loop.remove_reader(info_r)
         os.close(info_r)
-    try:
-        return int(json.loads(bytes(buf))["child-pid"])
-    except (ValueError, KeyError) as exc:
-        raise SandboxUnavailable(await _startup_error(proc)) from exc
+    return int(json.loads(bytes(buf))["child-pid"])
 
 
-async def _startup_error(proc: asyncio.subprocess.Process) -> str:
+def _startup_error(blocked: Blocked) -> str:
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        blocked.proc.wait(timeout=2)
     err = b""
-    if proc.stderr is not None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            err = await asyncio.wait_for(proc.stderr.read(4096), 2.0)
+    with contextlib.suppress(OSError):
+        err = os.read(blocked.stderr_r, 4096)
     text = err.decode(errors="replace").strip() or "no message"
     return f"bubblewrap could not start the sandbox: {text}. Run `onebox doctor`."
+
+
+async def _read_until(fd: int, on_chunk: Callable[[bytes], bool]) -> None:
+    """Feed chunks read from a non-blocking fd to ``on_chunk`` until EOF or it returns True."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    os.set_blocking(fd, False)
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, CHUNK_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if (on_chunk(chunk) or not chunk) and not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _wait_exit(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for bwrap to exit through a pidfd (no thread, no SIGCHLD handler)."""
+    pidfd = os.pidfd_open(proc.pid)
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(pidfd, _resolve, exited)
+    try:
+        await exited
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    return proc.wait()
+
+
+async def _feed(blocked: Blocked, data: bytes | None) -> None:
+    loop = asyncio.get_running_loop()
+    fd = blocked.stdin_w
+    view = memoryview(data or b"")
+    try:
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                ready: asyncio.Future[None] = loop.create_future()
+                loop.add_writer(fd, _resolve, ready)
+                try:
+                    await ready
+                finally:
+                    loop.remove_writer(fd)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        _close_stdin(blocked)
+
+
+def _close_stdin(blocked: Blocked) -> None:
+    if blocked.stdin_w >= 0:
+        with contextlib.suppress(OSError):
+            os.close(blocked.stdin_w)
+        blocked.stdin_w = -1
 
 
 async def release(
     blocked: Blocked, stdin: bytes | None, timeout_s: float, max_output_bytes: int
 ) -> Outcome:
     """Run the blocked sandbox to completion or timeout; output capped head + tail."""
-    proc = blocked.proc
-    assert proc.stdout is not None and proc.stderr is not None
     out, err = BoundedCapture(max_output_bytes), BoundedCapture(max_output_bytes)
+    loop = asyncio.get_running_loop()
+    readers = [
+        loop.create_task(_read_until(blocked.stdout_r, _feeder(out))),
+        loop.create_task(_read_until(blocked.stderr_r, _feeder(err))),
+    ]
+    feeder = loop.create_task(_feed(blocked, stdin))
     started = time.monotonic()
-    os.write(blocked.block_w, b"1")
+    with contextlib.suppress(BrokenPipeError):
+        os.write(blocked.block_w, b"1")
     os.close(blocked.block_w)
-    feeder = asyncio.create_task(_feed(proc, stdin))
-    readers = asyncio.gather(drain(proc.stdout, out), drain(proc.stderr, err))
     timed_out = False
+    exit_task = loop.create_task(_wait_exit(blocked.proc))
     try:
-        await asyncio.wait_for(asyncio.shield(proc.wait()), timeout_s)
+        code = await asyncio.wait_for(asyncio.shield(exit_task), timeout_s)
     except TimeoutError:
         timed_out = True
         kill_tree(blocked)
-        await proc.wait()
+        code = await exit_task
     except BaseException:
         kill_tree(blocked)
         raise
     finally:
-        await _finish_io(readers, feeder)
-    duration_ms = (time.monotonic() - started) * 1000
-    return Outcome(proc.returncode, out, err, duration_ms, timed_out)
+        await _finish_io(blocked, readers, feeder)
+    return Outcome(code, out, err, (time.monotonic() - started) * 1000, timed_out)
+
+
+def _feeder(capture: BoundedCapture) -> Callable[[bytes], bool]:
+    def on_chunk(chunk: bytes) -> bool:
+        capture.feed(chunk)
+        return False
+
+    return on_chunk
+
+
+async def _finish_io(
+    blocked: Blocked, readers: list[asyncio.Task[None]], feeder: asyncio.Task[None]
+) -> None:
+    """Output pipes close when the pid namespace is gone; never wait forever on them."""
+    _, pending = await asyncio.wait(readers, timeout=PIPE_GRACE_S)
+    for task in [*pending, feeder]:
+        task.cancel()
+    await asyncio.gather(*readers, feeder, return_exceptions=True)
+    _close_stdin(blocked)
+    for fd in (blocked.stdout_r, blocked.stderr_r):
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def kill_tree(blocked: Blocked) -> None:
     """SIGKILL the sandbox's pid 1 (the kernel then kills its whole pid namespace) and bwrap."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(blocked.child_pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        blocked.proc.kill()
-
-
-async def _feed(proc: asyncio.subprocess.Process, data: bytes | None) -> None:
-    assert proc.stdin is not None
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        if data:
-            proc.stdin.write(data)
-            await proc.stdin.drain()
-    proc.stdin.close()
-
-
-async def _finish_io(
-    readers: asyncio.Future[tuple[None, None]], feeder: asyncio.Task[None]
-) -> None:
-    """Output pipes close when the pid namespace is gone; never wait forever on them."""
-    try:
-        await asyncio.wait_for(readers, 5.0)
-    except TimeoutError:
-        readers.cancel()
-    feeder.cancel()
-    with contextlib.suppress(asyncio.CancelledError, BrokenPipeError, ConnectionResetError):
-        await feeder
+    if blocked.child_pid > 0:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(blocked.child_pid, signal.SIGKILL)
+    if blocked.proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            blocked.proc.send_signal(signal.SIGKILL)
