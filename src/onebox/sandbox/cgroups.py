@@ -67,13 +67,11 @@ class CgroupManager:
     @classmethod
     def _detect_v1(cls, tag: str) -> CgroupManager | None:
         bases: dict[str, Path] = {}
-        try:
-            for ctrl in V1_CONTROLLERS:
-                base = ROOT / ctrl / _own_path(ctrl).lstrip("/") / f"onebox-{tag}"
-                base.mkdir(exist_ok=True)
-                bases[ctrl] = base
-        except OSError:
-            return None
+        for ctrl in V1_CONTROLLERS:
+            parent = ROOT / ctrl / _own_path(ctrl).lstrip("/")
+            if not os.access(parent, os.W_OK):
+                return None
+            bases[ctrl] = parent / f"onebox-{tag}"
         return cls(1, bases)
 
     @classmethod
@@ -93,7 +91,7 @@ class CgroupManager:
     def create(self, name: str, memory_mb: int, pids: int, cpus: float) -> None:
         """Make the cgroup ``name`` with its limits (OSError when the kernel refuses)."""
         for path in self._dirs(name):
-            path.mkdir(exist_ok=True)
+            path.mkdir(parents=True, exist_ok=True)
         limit = str(memory_mb * 1024 * 1024)
         quota = str(max(1000, int(cpus * 100_000)))
         if self.version == 1:

@@ -73,6 +73,7 @@ class BwrapSandbox(SandboxBackend):
         self.pool = WarmPool(self, self.cfg.pool_size)
         self._running: dict[str, set[Blocked]] = {}
         self._turn = itertools.count()
+        self._cleanups: set[asyncio.Task[None]] = set()
         self._io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="onebox-cgroup")
         self._prepare_dirs()
 
@@ -128,6 +129,8 @@ class BwrapSandbox(SandboxBackend):
         return Health(ok, self.name, self.isolation, details, tuple(problems))
 
     async def close(self) -> None:
+        if self._cleanups:
+            await asyncio.gather(*self._cleanups, return_exceptions=True)
         await self.pool.close()
         await self.sessions.close()
         await self.egress.close()
@@ -265,7 +268,7 @@ class BwrapSandbox(SandboxBackend):
             raise
         finally:
             running.discard(blocked)
-            await self._discard_run_dir(blocked)
+            self._cleanup_later(blocked)
         blocked_net = blocked.egress.attempts() if blocked.egress is not None else ()
         enforcement = enforcement_of(self, limits)
         if proxy:
@@ -282,6 +285,12 @@ class BwrapSandbox(SandboxBackend):
 
     async def _discard_run_dir(self, blocked: Blocked) -> None:
         await self._cleanup_run(blocked.tag, blocked.egress)
+
+    def _cleanup_later(self, blocked: Blocked) -> None:
+        """Remove the cgroup and run dir after the result is returned (close() waits for it)."""
+        task = asyncio.get_running_loop().create_task(self._discard_run_dir(blocked))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     async def _cleanup_run(self, exec_id: str, egress: ExecutionEgress | None) -> None:
         if egress is not None:
