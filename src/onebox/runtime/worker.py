@@ -62,13 +62,16 @@ class Worker:
     async def serve(self, stop: asyncio.Event, *, drain_s: float = 30.0) -> None:
         """Claim and run steps until ``stop`` is set (or, with run_id, until that run ends)."""
         helpers = [asyncio.create_task(self._heartbeat(stop)), asyncio.create_task(self._listen())]
-        await sweep_expired(self.db, self.settings)
         try:
+            await sweep_expired(self.db, self.settings)
             while not stop.is_set():
-                await self._fill()
-                if self.run_id is not None and not self._running and await self._run_done():
-                    await release_finished_sessions(self.db, self.backend, run_id=self.run_id)
-                    break
+                try:
+                    await self._fill()
+                    if self.run_id is not None and not self._running and await self._run_done():
+                        await release_finished_sessions(self.db, self.backend, run_id=self.run_id)
+                        break
+                except psycopg.OperationalError as exc:
+                    log.warning("database unavailable (%s); worker %s retries", exc, self.owner)
                 await self._idle(stop)
         finally:
             for task in helpers:

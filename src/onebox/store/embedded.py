@@ -67,6 +67,10 @@ def start_embedded(pgdata: Path, *, keep_running: bool = False) -> tuple[Any, st
             if pgdata.exists():
                 _prune_dead_handles(pgdata)
         server = pgserver.get_server(pgdata, cleanup_mode=None if keep_running else "stop")
+        # get_server hands back the handle this process opened before for the same data dir;
+        # its server may have been stopped or have crashed since, so make sure it runs.
+        with PostgresServer._lock:
+            server.ensure_postgres_running()
         return server, server.get_uri()
     except Exception as exc:
         log_file = pgdata / "log"
