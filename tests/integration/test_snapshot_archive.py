@@ -5,9 +5,11 @@ that never deletes an object a snapshot references, even while snapshots are tak
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import random
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from onebox.errors import Conflict, NotFound, StorageError
-from onebox.objects import FsObjectStore, ObjectStore
+from onebox.objects import FsObjectStore, ObjectStore, manifest_key
 from onebox.sandbox import snapshot_archive as archive
 from onebox.sandbox.snapshots import scan
 from onebox.store import snapshots as rows
@@ -321,3 +323,38 @@ async def test_a_failed_capture_leaves_no_row_and_pending_ones_expire(
     await db.fetch("UPDATE onebox.snapshots SET created_at = now() - interval '2 hours' "
                    "RETURNING id")
     assert await archive.expire_snapshots(db) == [stuck]
+
+
+class CountingStore(SlowStore):
+    """Records which keys captures asked the store about."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.asked: list[str] = []
+
+    async def _nap(self) -> None:
+        return None
+
+    async def missing(self, keys: Iterable[str]) -> set[str]:
+        wanted = list(keys)
+        self.asked.extend(wanted)
+        return await self.inner.missing(wanted)
+
+
+async def test_objects_known_from_ready_snapshots_are_not_checked_again(
+    db: Database, tmp_path: Path
+) -> None:
+    store = CountingStore(FsObjectStore(tmp_path / "objects", fsync=False))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for i in range(10):
+        (ws / f"f{i}").write_text(f"file {i}")
+    await archive.record_snapshot(db, store, ws, session_id="a")
+    assert len(store.asked) == 11  # ten blobs and the manifest
+    store.asked.clear()
+    (ws / "f0").write_text("changed")
+    record = await archive.record_snapshot(db, store, ws, session_id="b")
+    changed_blob = next(k for k in scan(ws).object_keys() if k.startswith("blobs/")
+                        and k.endswith(hashlib.sha256(b"changed").hexdigest()))
+    assert sorted(store.asked) == sorted([changed_blob, manifest_key(record.sha256)])
+    await archive.restore_snapshot(db, store, record.id, tmp_path / "out")

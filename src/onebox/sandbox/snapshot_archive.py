@@ -80,13 +80,13 @@ async def record_snapshot(
             return SnapshotRecord(existing, manifest.sha256, reused=True)
     snapshot_id = uuid.uuid4()
     async with db.connection() as conn:
-        await rows.register(
+        present = await rows.register(
             conn, snapshot_id=snapshot_id, session_id=session_id, execution_id=execution_id,
             kind=kind, sha256=manifest.sha256, manifest_key=manifest_key(manifest.sha256),
             total_bytes=manifest.total_bytes, file_count=len(manifest.files()),
             object_keys=manifest.object_keys())
     try:
-        info = await capture(store, workspace_dir, manifest=manifest)
+        info = await capture(store, workspace_dir, manifest=manifest, present=present)
     except BaseException:
         await _forget(db, snapshot_id)
         raise

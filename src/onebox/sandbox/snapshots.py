@@ -25,7 +25,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -137,17 +137,20 @@ async def capture(
     workspace_dir: Path,
     *,
     manifest: Manifest | None = None,
+    present: Collection[str] = (),
 ) -> SnapshotInfo:
     """Snapshot ``workspace_dir`` into ``store``: upload missing blobs, then the manifest.
 
     Pass the ``manifest`` from an earlier :func:`scan` to skip hashing again (the
     database layer scans first, records which objects the snapshot will reference
-    so a concurrent garbage collection keeps them, then uploads).
+    so a concurrent garbage collection keeps them, then uploads). Keys in ``present``
+    are known to be stored and are not checked again (saves a request each on S3).
     """
     started = time.perf_counter()
     if manifest is None:
         manifest = await asyncio.to_thread(scan, workspace_dir)
-    absent = await store.missing(manifest.object_keys())
+    known = set(present)
+    absent = await store.missing(k for k in manifest.object_keys() if k not in known)
     files = {e.sha256: e for e in manifest.files() if blob_key(e.sha256 or "") in absent}
     root = Path(workspace_dir)
     stored = await _gather_limited(
@@ -353,16 +356,23 @@ def _empty_dir(into: Path) -> None:
 
 
 async def _gather_limited(jobs: Sequence[Callable[[], Awaitable[int]]]) -> list[int]:
-    """Run the jobs at most TRANSFER_CONCURRENCY at a time; the first failure cancels the rest."""
+    """Run the jobs at most TRANSFER_CONCURRENCY at a time. After a failure no new job
+    starts, and the running ones finish (file I/O runs in threads, which cannot be
+    cancelled) before the first error is raised, so callers can clean up safely."""
     gate = asyncio.Semaphore(TRANSFER_CONCURRENCY)
+    errors: list[BaseException] = []
 
     async def run(job: Callable[[], Awaitable[int]]) -> int:
         async with gate:
-            return await job()
+            if errors:
+                return 0
+            try:
+                return await job()
+            except BaseException as exc:
+                errors.append(exc)
+                return 0
 
-    try:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(run(job)) for job in jobs]
-    except BaseExceptionGroup as failed:
-        raise failed.exceptions[0] from None
-    return [task.result() for task in tasks]
+    results = await asyncio.gather(*(run(job) for job in jobs))
+    if errors:
+        raise errors[0]
+    return list(results)

@@ -46,12 +46,13 @@ async def register(
     total_bytes: int,
     file_count: int,
     object_keys: Sequence[str],
-) -> None:
+) -> set[str]:
     """Record a PENDING snapshot and every object it references, under the GC lock (shared).
 
-    Call it before uploading or relying on any of those objects, and commit before."""
+    Call it (committed) before uploading or relying on any of those objects. Returns the
+    keys a READY snapshot already references: they are stored and the GC now keeps them."""
     try:
-        await conn.execute(Q["register"], {
+        cur = await conn.execute(Q["register"], {
             "key": GC_LOCK_KEY, "id": snapshot_id, "session_id": session_id,
             "execution_id": execution_id, "kind": kind, "sha256": sha256,
             "manifest_key": manifest_key, "bytes": total_bytes, "file_count": file_count,
@@ -59,6 +60,7 @@ async def register(
         })
     except psycopg.errors.ForeignKeyViolation as exc:
         raise _no_execution(execution_id) from exc
+    return {str(r["key"]) for r in await cur.fetchall()}
 
 
 async def finish(

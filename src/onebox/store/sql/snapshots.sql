@@ -7,7 +7,9 @@ SELECT pg_advisory_xact_lock(%(key)s);
 
 -- name: register
 -- One statement: take the GC lock shared, record the PENDING snapshot and every object
--- it references. The lock is held until this statement's transaction commits.
+-- it references, and return those of its objects a READY snapshot already references
+-- (they are in the store: a snapshot is READY only after its uploads). The lock is held
+-- until this statement's transaction commits.
 WITH gc_lock AS (SELECT pg_advisory_xact_lock_shared(%(key)s)),
 snap AS (
     INSERT INTO onebox.snapshots
@@ -16,9 +18,14 @@ snap AS (
     SELECT %(id)s, %(session_id)s, %(execution_id)s, %(kind)s, 'PENDING', %(sha256)s,
            %(manifest_key)s, %(bytes)s, %(file_count)s, %(object_count)s
     FROM gc_lock
-    RETURNING id)
-INSERT INTO onebox.snapshot_objects (snapshot_id, key)
-SELECT snap.id, k FROM snap, unnest(%(keys)s::text[]) AS k;
+    RETURNING id),
+refs AS (
+    INSERT INTO onebox.snapshot_objects (snapshot_id, key)
+    SELECT snap.id, k FROM snap, unnest(%(keys)s::text[]) AS k
+    RETURNING key)
+SELECT DISTINCT o.key
+FROM onebox.snapshot_objects o JOIN onebox.snapshots s ON s.id = o.snapshot_id
+WHERE s.status = 'READY' AND o.key IN (SELECT key FROM refs);
 
 -- name: finish
 -- One statement: mark the snapshot READY, link the step to it, append the event.
