@@ -40,9 +40,11 @@ from onebox.sandbox.linux_support import (
 from onebox.sandbox.pool import WarmPool
 from onebox.sandbox.sessions import Session, SessionTable
 from onebox.sandbox.spawner import Blocked, kill_tree, make_pipes, release, spawn_blocked
+from onebox.sandbox.successors import SessionSuccessors
 from onebox.sandbox.workspace import diff, snapshot, write_files
 
 _instances = itertools.count()
+SUCCESSOR_LINGER_S = 5.0
 
 
 class BwrapSandbox(SandboxBackend):
@@ -71,6 +73,8 @@ class BwrapSandbox(SandboxBackend):
         )
         self.egress = EgressProxy(self.cfg.egress_allow_private)
         self.pool = WarmPool(self, self.cfg.pool_size)
+        linger_s = min(SUCCESSOR_LINGER_S, self.cfg.idle_timeout_s)
+        self.successors = SessionSuccessors(self, linger_s, enabled=self.cfg.pool_size > 0)
         self._running: dict[str, set[Blocked]] = {}
         self._turn = itertools.count()
         self._cleanups: set[asyncio.Task[None]] = set()
@@ -99,10 +103,13 @@ class BwrapSandbox(SandboxBackend):
             return await self._run(request, limits, argv, blocked, session, reset)
         finally:
             self.sessions.release(session)
+            if session.session_id in self.sessions.ids():
+                self.successors.prepare(session)
 
     async def cleanup(self, session_id: str) -> None:
         for blocked in list(self._running.get(session_id, ())):
             kill_tree(blocked)
+        await self.successors.drop(session_id)
         await self.sessions.remove(session_id)
 
     def health(self) -> Health:
@@ -124,6 +131,7 @@ class BwrapSandbox(SandboxBackend):
             "host_uid": self.owner[0],
             "live_sessions": self.live_sessions(),
             "pool_ready": self.pool.ready(),
+            "session_successors_ready": self.successors.ready(),
         }
         ok = not any(p.startswith("bubblewrap") for p in problems)
         return Health(ok, self.name, self.isolation, details, tuple(problems))
@@ -132,6 +140,7 @@ class BwrapSandbox(SandboxBackend):
         if self._cleanups:
             await asyncio.gather(*self._cleanups, return_exceptions=True)
         await self.pool.close()
+        await self.successors.close()
         await self.sessions.close()
         await self.egress.close()
         for session_id in self.sessions.ids():
@@ -159,6 +168,7 @@ class BwrapSandbox(SandboxBackend):
         os.chown(path, *self.owner)
 
     async def _drop_ws(self, path: Path) -> None:
+        await self.successors.drop(path.name)
         if self.disk_enabled:
             await self.disk.detach(path)
         await asyncio.to_thread(shutil.rmtree, path, True)
@@ -173,7 +183,8 @@ class BwrapSandbox(SandboxBackend):
             return warm
         session, reset = await self.sessions.acquire(request.session_id)
         try:
-            blocked = await self.spawn(session.path, limits, request)
+            successor = None if reset else await self.successors.take(session, request, limits)
+            blocked = successor or await self.spawn(session.path, limits, request)
         except BaseException:
             self.sessions.release(session)
             raise

@@ -113,6 +113,11 @@ class WarmPool:
         if not self._eligible(request, limits):
             return None
         entry = self._entries.pop(0)
+        if entry.blocked.proc.poll() is not None:
+            entry.blocked.discard()
+            await self.backend._discard_run_dir(entry.blocked)
+            await self.backend._drop_ws(entry.slot)
+            return None
         target = self.backend.sessions.path(request.session_id)
         try:
             self._install(entry.slot, target, self.backend.disk)

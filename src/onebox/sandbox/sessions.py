@@ -60,6 +60,7 @@ class SessionTable:
         self._sessions: dict[str, Session] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self._reaping: asyncio.Future[list[str]] | None = None
         self._gone: dict[str, None] = {}
 
     def path(self, session_id: str) -> Path:
@@ -105,9 +106,9 @@ class SessionTable:
     async def remove(self, session_id: str) -> None:
         path = self.path(session_id)
         async with self._lock(session_id):
+            await self._destroy(path)
             if self._sessions.pop(session_id, None) is not None:
                 self._remember_gone(session_id)
-            await self._destroy(path)
         self._locks.pop(session_id, None)
 
     def was_removed(self, session_id: str) -> bool:
@@ -139,8 +140,9 @@ class SessionTable:
         interval = max(0.05, min(self.idle_timeout_s / 2, 30.0))
         while True:
             await asyncio.sleep(interval)
+            self._reaping = asyncio.ensure_future(self.reap_idle())
             try:
-                await self.reap_idle()
+                await asyncio.shield(self._reaping)
             except Exception:
                 logger.exception("sandbox session reaper failed; will retry")
 
@@ -150,6 +152,9 @@ class SessionTable:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
             self._reaper = None
+        if self._reaping is not None:
+            with contextlib.suppress(Exception):
+                await self._reaping  # a reap in progress finishes (no half-removed workspace)
         if destroy:
             for session_id in self.ids():
                 await self.remove(session_id)
