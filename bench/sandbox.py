@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import statistics
 import tempfile
 import time
@@ -73,10 +74,17 @@ async def new_sessions(
     return samples
 
 
-async def existing_session(backend: BwrapSandbox, argv: tuple[str, ...], n: int) -> list[float]:
-    session = "bench-existing"
+async def existing_session(
+    backend: BwrapSandbox, argv: tuple[str, ...], n: int, think_s: float = 0.0
+) -> list[float]:
+    """Calls in one session; ``think_s`` between calls is the runtime's own work between steps."""
+    session = f"bench-existing-{uuid.uuid4().hex[:6]}"
     await _sandbox_run(backend, session, argv)
-    return [await _sandbox_run(backend, session, argv) for _ in range(n)]
+    samples = []
+    for _ in range(n):
+        await asyncio.sleep(think_s)
+        samples.append(await _sandbox_run(backend, session, argv))
+    return samples
 
 
 async def throughput(backend: BwrapSandbox, concurrency: int, seconds: float) -> dict[str, Any]:
@@ -89,10 +97,27 @@ async def throughput(backend: BwrapSandbox, concurrency: int, seconds: float) ->
             await _sandbox_run(backend, f"bench-tp-{index}", BASH_TRUE)
             done += 1
 
+    cpu_before = _cpu_s()
     started = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(concurrency)))
     elapsed = time.perf_counter() - started
-    return {"concurrency": concurrency, "calls": done, "calls_per_s": round(done / elapsed, 1)}
+    cpu_ms = (_cpu_s() - cpu_before) * 1000 / max(done, 1)
+    return {
+        "concurrency": concurrency,
+        "calls": done,
+        "calls_per_s": round(done / elapsed, 1),
+        "cpu_ms_per_call": round(cpu_ms, 2),
+        "max_calls_per_s_if_all_cpus_free": round((os.cpu_count() or 1) * 1000 / cpu_ms, 1),
+    }
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its reaped children (bwrap and everything it ran)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _meminfo_kb() -> dict[str, int]:
@@ -145,6 +170,8 @@ async def run(home: Path, n: int) -> dict[str, Any]:
         backend.pool.size = 2
         existing_py = await existing_session(backend, PY_PASS, n)
         existing_bash = await existing_session(backend, BASH_TRUE, n)
+        existing_py_think = await existing_session(backend, PY_PASS, n, think_s=0.05)
+        existing_bash_think = await existing_session(backend, BASH_TRUE, n, think_s=0.05)
         tp = [await throughput(backend, c, 4.0) for c in (1, 4, 8)]
         idle = await idle_memory(backend, 40)
     finally:
@@ -160,6 +187,9 @@ async def run(home: Path, n: int) -> dict[str, Any]:
         "new_session_python_pass_cold_no_pool": _stats(cold_py),
         "existing_session_python_pass": _stats(existing_py),
         "existing_session_bash_true": _stats(existing_bash),
+        "existing_session_python_pass_50ms_apart": _stats(existing_py_think),
+        "existing_session_bash_true_50ms_apart": _stats(existing_bash_think),
+        "load_average_during_run": os.getloadavg(),
         "throughput_bash_true_existing_sessions": tp,
         "idle_session_memory": idle,
         "targets": {
