@@ -16,6 +16,7 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
+V2_CONTROLLERS = "+memory +pids +cpu"
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,12 @@ class CgroupManager:
         own = ROOT / _own_path(None).lstrip("/")
         base = own / f"onebox-{tag}"
         try:
+            # Controllers must be enabled on every level down to the execution cgroups.
+            # Fails (EBUSY) when our own cgroup holds processes and is not the root:
+            # then onebox needs a delegated cgroup, and rlimits take over meanwhile.
+            _write(own / "cgroup.subtree_control", V2_CONTROLLERS)
             base.mkdir(exist_ok=True)
-            _write(base / "cgroup.subtree_control", "+memory +pids +cpu")
+            _write(base / "cgroup.subtree_control", V2_CONTROLLERS)
         except OSError:
             return None
         return cls(2, {"unified": base})
@@ -115,12 +120,16 @@ class CgroupManager:
             _write(path / "cgroup.procs", str(pid))
 
     def reset_peak(self, name: str) -> None:
-        """Forget the peak so far (a pooled sandbox's own setup is not the user's usage)."""
+        """Forget peak memory and CPU so far (a pre-spawned sandbox's setup is not the user's).
+
+        v1 only: v2's memory.peak reset is per open file and cpu.stat cannot be reset,
+        so on v2 the (small) setup cost of a pre-spawned sandbox stays included.
+        """
+        if self.version != 1:
+            return
         with contextlib.suppress(OSError):
-            if self.version == 1:
-                _write(self.bases["memory"] / name / "memory.max_usage_in_bytes", "0")
-            else:
-                _write(self.bases["unified"] / name / "memory.peak", "0")
+            _write(self.bases["memory"] / name / "memory.max_usage_in_bytes", "0")
+            _write(self.bases["cpuacct"] / name / "cpuacct.usage", "0")
 
     def usage(self, name: str) -> CgroupUsage:
         if self.version == 1:
