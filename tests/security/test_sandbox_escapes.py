@@ -429,3 +429,46 @@ async def test_no_proxy_socket_without_granted_domains(linux: BwrapSandbox) -> N
         "import os; print(os.path.exists('/run/onebox/proxy.sock'), os.environ.get('HTTP_PROXY'))",
     )
     assert r.stdout.strip() == "False None"
+
+
+# -- without cgroups: rlimits take over, and the result says so ----------------------
+
+
+async def test_rlimits_enforce_when_cgroups_are_missing(sec_home: Path) -> None:
+    from onebox.config import SandboxSettings, load_settings
+
+    sandbox = SandboxSettings(backend="linux", pool_size=0, disk_mb=DISK_MB, timeout_s=20)
+    backend = BwrapSandbox(load_settings(home=sec_home / "no-cgroups", sandbox=sandbox))
+    backend.cgroups = None  # as on a machine without a writable cgroup hierarchy
+    try:
+        code = "try:\n    b = bytearray(400 * 1024 * 1024); print('allocated')\nexcept MemoryError:\n    print('refused')"
+        r = await sh(backend, code, memory_mb=128)
+        assert r.stdout.strip() == "refused"
+        assert r.enforcement["memory"] == "RLIMIT_AS" and r.enforcement["pids"] == "RLIMIT_NPROC"
+        assert r.memory_peak_mb is None and r.cpu_time_ms is None
+        loop = await sh(backend, "while True: pass", timeout_s=1)
+        assert loop.timed_out
+    finally:
+        await backend.close()
+
+
+async def test_proxy_tunnels_connect_to_a_listed_domain(
+    linux: BwrapSandbox, host_server: tuple[int, list[str]]
+) -> None:
+    port, hits = host_server
+    code = (
+        "import socket\n"
+        "s = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
+        f"s.sendall(b'CONNECT localhost:{port} HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n')\n"
+        "print(s.recv(1024).split(b'\\r\\n')[0].decode())\n"
+        "s.sendall(b'GET /tunnel HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n')\n"
+        "data = b''\n"
+        "while chunk := s.recv(65536): data += chunk\n"
+        "print(data.split(b'\\r\\n\\r\\n', 1)[1].decode())\n"
+    )
+    r = await sh(linux, code, domains=(f"localhost:{port}",))
+    assert r.stdout.splitlines() == [
+        "HTTP/1.1 200 Connection established",
+        "hello from the host",
+    ], r.stderr
+    assert "/tunnel" in hits
