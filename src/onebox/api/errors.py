@@ -105,25 +105,32 @@ class BodyLimit:
             await _too_large(send, limit)
             return
         seen = 0
+        exceeded = False
         started = False
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, exceeded
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
+                    exceeded = True
                     raise RequestTooLarge(f"request body larger than {limit} bytes")
             return message
 
-        async def tracking_send(message: Message) -> None:
+        async def guarded_send(message: Message) -> None:
             nonlocal started
+            if exceeded:  # whatever the app answers to a cut-off body, the answer is 413
+                if not started:
+                    started = True
+                    await _too_large(send, limit)
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, limited_receive, guarded_send)
         except RequestTooLarge:
             if not started:
                 await _too_large(send, limit)
