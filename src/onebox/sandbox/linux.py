@@ -105,6 +105,7 @@ class BwrapSandbox(SandboxBackend):
             self.sessions.release(session)
             if session.session_id in self.sessions.ids():
                 self.successors.prepare(session)
+            self.pool.start()
 
     async def cleanup(self, session_id: str) -> None:
         for blocked in list(self._running.get(session_id, ())):

@@ -108,8 +108,13 @@ class WarmPool:
     async def take(
         self, request: ExecRequest, limits: policy.ResolvedLimits
     ) -> tuple[Blocked, Session, bool] | None:
-        """A warm sandbox now owning the new session's workspace, or None."""
-        self.start()
+        """A warm sandbox now owning the new session's workspace, or None.
+
+        Refilling is left to :meth:`start` after the call, so that spawning the next
+        sandbox does not compete for the CPU with the call it was taken for.
+        """
+        if self._filler is None:
+            self.start()
         if not self._eligible(request, limits):
             return None
         entry = self._entries.pop(0)
@@ -128,7 +133,6 @@ class WarmPool:
             await self.backend._discard_run_dir(entry.blocked)
             await self.backend._drop_ws(entry.slot)
             return None
-        self.start()
         session = self.backend.sessions.adopt(request.session_id, target)
         return entry.blocked, session, False
 
