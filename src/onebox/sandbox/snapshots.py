@@ -10,19 +10,18 @@ storage grows with the bytes that changed.
     info = await capture(store, workspace_dir)              # -> SnapshotInfo
     report = await restore(store, info.sha256, into_dir)    # verifies every hash
 
-This module touches only the file system and the object store; the database
-side lives in :mod:`onebox.store.snapshots`, the two are tied together in
+This module touches only the file system and the object store. Reading the
+untrusted workspace safely is :mod:`onebox.sandbox.snapshot_files`; the database
+side lives in :mod:`onebox.store.snapshots`; the two are tied together in
 :mod:`onebox.sandbox.snapshot_archive`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import shutil
-import stat
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -30,18 +29,17 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from onebox.errors import Conflict, StorageError
-from onebox.objects.base import CHUNK_BYTES, ObjectStore, blob_key, manifest_key
+from onebox.errors import Conflict
+from onebox.objects.base import ObjectStore, blob_key, manifest_key
+from onebox.sandbox.snapshot_files import LOST_FOUND, read_verified, scan, stage_verified
 from onebox.sandbox.snapshot_manifest import Entry, Manifest, escapes
+
+__all__ = ["RestoreReport", "SnapshotInfo", "capture", "load_manifest", "restore", "scan"]
 
 log = logging.getLogger(__name__)
 
 INLINE_MAX_BYTES = 16 << 20  # files up to this size are uploaded from memory, hash-checked
 TRANSFER_CONCURRENCY = 8
-LOST_FOUND = "lost+found"
-MAX_ENTRIES = 200_000
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 @dataclass(frozen=True)
@@ -65,71 +63,6 @@ class RestoreReport:
     bytes: int
     skipped_symlinks: tuple[str, ...]
     duration_ms: float
-
-
-def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES) -> Manifest:
-    """Walk ``workspace_dir`` (never following symlinks) and hash every regular file.
-
-    A workspace with more than ``max_entries`` entries is refused (StorageError):
-    sandboxed code must not be able to make snapshots arbitrarily expensive.
-    """
-    root = Path(workspace_dir)
-    if not root.is_dir():
-        return Manifest(())
-    entries: list[Entry] = []
-    try:
-        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            _scan_dir(root_fd, root, "", entries, max_entries)
-        finally:
-            os.close(root_fd)
-    except OSError as exc:
-        raise StorageError(f"cannot snapshot workspace {root}: {exc}") from exc
-    if os.path.ismount(root):  # a workspace on its own file system: fsck's dir is not data
-        entries = [e for e in entries if e.path.split("/")[0] != LOST_FOUND]
-    return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
-
-
-def _scan_dir(dir_fd: int, root: Path, rel: str, out: list[Entry], max_entries: int) -> None:
-    """Record the entries under ``dir_fd``; subdirectories are opened relative to it with
-    O_NOFOLLOW, so a directory swapped for a symlink mid-scan is never walked into."""
-    with os.scandir(dir_fd) as it:
-        children = sorted(it, key=lambda d: d.name)
-    if len(out) + len(children) > max_entries:
-        raise StorageError(
-            f"workspace {root} has more than {max_entries} entries; not snapshotting it. "
-            "Fix: have the step clean up temporary files, or raise the limit."
-        )
-    for child in children:
-        path = f"{rel}/{child.name}" if rel else child.name
-        st = child.stat(follow_symlinks=False)
-        mode = stat.S_IMODE(st.st_mode) & 0o777
-        if stat.S_ISDIR(st.st_mode):
-            out.append(Entry(path, "dir", mode))
-            sub_fd = os.open(child.name, _DIR_FLAGS, dir_fd=dir_fd)
-            try:
-                _scan_dir(sub_fd, root, path, out, max_entries)
-            finally:
-                os.close(sub_fd)
-        elif stat.S_ISREG(st.st_mode):
-            out.append(Entry(path, "file", mode, st.st_size, _hash_at(dir_fd, child.name)))
-        elif stat.S_ISLNK(st.st_mode):
-            out.append(Entry(path, "symlink", 0,
-                             target=os.readlink(child.name, dir_fd=dir_fd)))
-        else:
-            log.warning("snapshot skips %s/%s: not a file, directory or symlink", root, path)
-
-
-def _hash_at(dir_fd: int, name: str) -> str:
-    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(f"{name} is no longer a regular file")
-    digest = hashlib.sha256()
-    with os.fdopen(fd, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 async def capture(
@@ -172,69 +105,19 @@ async def capture(
     )
 
 
-def _open_regular(root: Path, rel: str) -> int:
-    """A read-only fd on ``root/rel``, refusing a symlink at any component (untrusted tree)."""
-    parts = rel.split("/")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in parts[:-1]:
-            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        leaf = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(os.fstat(leaf).st_mode):
-        os.close(leaf)
-        raise OSError(f"{rel} is no longer a regular file")
-    return leaf
-
-
-def _read_file(root: Path, entry: Entry) -> bytes:
-    try:
-        with os.fdopen(_open_regular(root, entry.path), "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise _changed(entry) from exc
-    if hashlib.sha256(data).hexdigest() != entry.sha256:
-        raise _changed(entry)
-    return data
-
-
-def _stage_file(root: Path, entry: Entry, staging: Path) -> None:
-    """Copy a large file to a private staging file, checking its hash on the way."""
-    digest = hashlib.sha256()
-    try:
-        with os.fdopen(_open_regular(root, entry.path), "rb") as src, staging.open("wb") as dst:
-            while chunk := src.read(CHUNK_BYTES):
-                digest.update(chunk)
-                dst.write(chunk)
-    except OSError as exc:
-        raise _changed(entry) from exc
-    if digest.hexdigest() != entry.sha256:
-        raise _changed(entry)
-
-
 async def _upload_blob(store: ObjectStore, root: Path, entry: Entry) -> int:
     """Upload one file's content, checking it still has the hash it was scanned with."""
     assert entry.sha256 is not None
     key = blob_key(entry.sha256)
     if entry.size <= INLINE_MAX_BYTES:
-        data = await asyncio.to_thread(_read_file, root, entry)
+        data = await asyncio.to_thread(read_verified, root, entry)
         await store.put(key, data)
         return len(data)
     with tempfile.TemporaryDirectory(prefix="onebox-snap-") as tmp:
         staging = Path(tmp) / "blob"
-        await asyncio.to_thread(_stage_file, root, entry, staging)
+        await asyncio.to_thread(stage_verified, root, entry, staging)
         await store.put_file(key, staging)
     return entry.size
-
-
-def _changed(entry: Entry) -> StorageError:
-    return StorageError(
-        f"{entry.path} changed while the workspace was being snapshotted; "
-        "snapshot a workspace only while no code runs in it"
-    )
 
 
 async def load_manifest(store: ObjectStore, sha256: str) -> Manifest:
