@@ -94,7 +94,7 @@ class ApiSettings(BaseModel):
     auth: bool = Field(True, description="require an API key; off is allowed on loopback only")
     max_request_bytes: int = Field(1 << 20, ge=1024, description="JSON request bodies")
     max_upload_bytes: int = Field(64 << 20, ge=1024, description="file and document uploads")
-    events_poll_s: float = Field(0.1, gt=0, le=10, description="how often SSE looks for events")
+    events_poll_s: float = Field(0.05, gt=0, le=10, description="how often SSE looks for events")
     heartbeat_s: float = Field(15.0, gt=0, description="SSE keep-alive comment interval")
 
 

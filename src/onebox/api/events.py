@@ -99,8 +99,19 @@ class EventHub:
             self._wake.clear()
             busy = self._subs or not self._ready.is_set()
             delay = max(self.poll_s if busy else self.idle_poll_s, GRACE_S)
+            if busy and self._news_waiting():
+                delay = min(delay, 2 * GRACE_S)  # new events: confirm them right after the grace
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
+
+    def _news_waiting(self) -> bool:
+        """A fresh candidate holds events past the horizon (and is not stuck behind a long
+        transaction, which would only make us poll fast for nothing)."""
+        if not self._candidates:
+            return False
+        top, _, taken = self._candidates[-1]
+        fresh = time.monotonic() - self._candidates[0][2] < 1.0
+        return fresh and (self.horizon is None or top > self.horizon) and taken > 0
 
     async def _tick(self) -> None:
         """Confirm earlier candidates whose writers have finished, then take a new candidate."""
