@@ -17,7 +17,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from onebox.errors import Conflict, NotFound, StorageError
-from onebox.objects import FsObjectStore, ObjectStore, manifest_key
+from onebox.objects import FsObjectStore, ObjectStore, blob_key, manifest_key
 from onebox.sandbox import snapshot_archive as archive
 from onebox.sandbox.snapshots import scan
 from onebox.store import snapshots as rows
@@ -358,3 +358,30 @@ async def test_objects_known_from_ready_snapshots_are_not_checked_again(
                         and k.endswith(hashlib.sha256(b"changed").hexdigest()))
     assert sorted(store.asked) == sorted([changed_blob, manifest_key(record.sha256)])
     await archive.restore_snapshot(db, store, record.id, tmp_path / "out")
+
+
+async def test_a_capture_waiting_for_the_gc_does_not_trust_what_the_gc_just_deleted(
+    db: Database, tmp_path: Path
+) -> None:
+    """The GC runs while a capture waits for the lock; meanwhile retention drops the only
+    READY snapshot holding the capture's blob. The capture must upload it again."""
+    store = FsObjectStore(tmp_path / "objects", fsync=False)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "data.bin").write_bytes(b"shared by an old snapshot")
+    old = await archive.record_snapshot(db, store, ws, session_id="old")
+    (ws / "more.bin").write_bytes(b"makes the new snapshot differ")
+    async with db.transaction() as gc_conn:
+        await rows.lock_for_gc(gc_conn)
+        capture = asyncio.create_task(archive.record_snapshot(db, store, ws, session_id="new"))
+        while not await db.fetch("SELECT 1 AS waiting FROM pg_locks "
+                                 "WHERE locktype = 'advisory' AND NOT granted"):
+            assert not capture.done(), capture
+            await asyncio.sleep(0.01)
+        await db.fetch("DELETE FROM onebox.snapshots WHERE id = %s RETURNING id", (old.id,))
+        report = await archive.collect_locked(gc_conn, store)
+    assert blob_key(hashlib.sha256(b"shared by an old snapshot").hexdigest()) in \
+        report.objects_deleted
+    record = await capture
+    await archive.restore_snapshot(db, store, record.id, tmp_path / "out")
+    assert (tmp_path / "out/data.bin").read_bytes() == b"shared by an old snapshot"

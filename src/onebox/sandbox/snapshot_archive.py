@@ -80,12 +80,14 @@ async def record_snapshot(
             return SnapshotRecord(existing, manifest.sha256, reused=True)
     snapshot_id = uuid.uuid4()
     async with db.connection() as conn:
-        present = await rows.register(
+        await rows.register(
             conn, snapshot_id=snapshot_id, session_id=session_id, execution_id=execution_id,
             kind=kind, sha256=manifest.sha256, manifest_key=manifest_key(manifest.sha256),
             total_bytes=manifest.total_bytes, file_count=len(manifest.files()),
             object_keys=manifest.object_keys())
     try:
+        async with db.connection() as conn:
+            present = await rows.stored_keys(conn, manifest.object_keys())
         info = await capture(store, workspace_dir, manifest=manifest, present=present)
     except BaseException:
         await _forget(db, snapshot_id)
@@ -184,14 +186,20 @@ async def collect_garbage(db: Database, store: ObjectStore, *, dry_run: bool = F
     """Delete every blob and manifest that no snapshot row references."""
     async with db.transaction() as conn:
         await rows.lock_for_gc(conn)
-        keep = await rows.referenced_keys(conn)
-        listed = await store.list(BLOB_PREFIX) + await store.list(MANIFEST_PREFIX)
-        dead = tuple(key for key in listed if key not in keep)
-        if not dry_run:
-            await _delete_all(store, dead)
-    if dead:
+        report = await collect_locked(conn, store, dry_run=dry_run)
+    if report.objects_deleted:
         log.info("snapshot gc %s %d unreferenced objects", "found" if dry_run else "deleted",
-                 len(dead))
+                 len(report.objects_deleted))
+    return report
+
+
+async def collect_locked(conn: rows.Conn, store: ObjectStore, *, dry_run: bool = False) -> GcReport:
+    """The collection itself; ``conn`` must be in a transaction holding the GC lock."""
+    keep = await rows.referenced_keys(conn)
+    listed = await store.list(BLOB_PREFIX) + await store.list(MANIFEST_PREFIX)
+    dead = tuple(key for key in listed if key not in keep)
+    if not dry_run:
+        await _delete_all(store, dead)
     return GcReport(0, len(listed), len(listed) - len(dead), dead, dry_run)
 
 

@@ -46,13 +46,12 @@ async def register(
     total_bytes: int,
     file_count: int,
     object_keys: Sequence[str],
-) -> set[str]:
+) -> None:
     """Record a PENDING snapshot and every object it references, under the GC lock (shared).
 
-    Call it (committed) before uploading or relying on any of those objects. Returns the
-    keys a READY snapshot already references: they are stored and the GC now keeps them."""
+    Call it, committed, before uploading or relying on any of those objects."""
     try:
-        cur = await conn.execute(Q["register"], {
+        await conn.execute(Q["register"], {
             "key": GC_LOCK_KEY, "id": snapshot_id, "session_id": session_id,
             "execution_id": execution_id, "kind": kind, "sha256": sha256,
             "manifest_key": manifest_key, "bytes": total_bytes, "file_count": file_count,
@@ -60,6 +59,12 @@ async def register(
         })
     except psycopg.errors.ForeignKeyViolation as exc:
         raise _no_execution(execution_id) from exc
+
+
+async def stored_keys(conn: Conn, keys: Sequence[str]) -> set[str]:
+    """The keys a READY snapshot references, hence stored. Call after :func:`register`
+    committed (a new statement), so a GC that register waited for is already visible."""
+    cur = await conn.execute(Q["stored_keys"], {"keys": list(keys)})
     return {str(r["key"]) for r in await cur.fetchall()}
 
 

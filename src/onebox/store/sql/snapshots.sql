@@ -7,9 +7,7 @@ SELECT pg_advisory_xact_lock(%(key)s);
 
 -- name: register
 -- One statement: take the GC lock shared, record the PENDING snapshot and every object
--- it references, and return those of its objects a READY snapshot already references
--- (they are in the store: a snapshot is READY only after its uploads). The lock is held
--- until this statement's transaction commits.
+-- it references. The lock is held until this statement's transaction commits.
 WITH gc_lock AS (SELECT pg_advisory_xact_lock_shared(%(key)s)),
 snap AS (
     INSERT INTO onebox.snapshots
@@ -18,14 +16,18 @@ snap AS (
     SELECT %(id)s, %(session_id)s, %(execution_id)s, %(kind)s, 'PENDING', %(sha256)s,
            %(manifest_key)s, %(bytes)s, %(file_count)s, %(object_count)s
     FROM gc_lock
-    RETURNING id),
-refs AS (
-    INSERT INTO onebox.snapshot_objects (snapshot_id, key)
-    SELECT snap.id, k FROM snap, unnest(%(keys)s::text[]) AS k
-    RETURNING key)
-SELECT DISTINCT o.key
-FROM onebox.snapshot_objects o JOIN onebox.snapshots s ON s.id = o.snapshot_id
-WHERE s.status = 'READY' AND o.key IN (SELECT key FROM refs);
+    RETURNING id)
+INSERT INTO onebox.snapshot_objects (snapshot_id, key)
+SELECT snap.id, k FROM snap, unnest(%(keys)s::text[]) AS k;
+
+-- name: stored_keys
+-- Which of these keys a READY snapshot references: those objects are in the store (a
+-- snapshot is READY only after its uploads). Run it in a statement *after* register
+-- committed: its snapshot must not predate a garbage collection register waited for.
+SELECT k AS key FROM unnest(%(keys)s::text[]) AS k
+WHERE EXISTS (
+    SELECT 1 FROM onebox.snapshot_objects o JOIN onebox.snapshots s ON s.id = o.snapshot_id
+    WHERE o.key = k AND s.status = 'READY');
 
 -- name: finish
 -- One statement: mark the snapshot READY, link the step to it, append the event.
