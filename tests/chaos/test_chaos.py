@@ -44,7 +44,7 @@ async def rt(db: Database, settings: Settings) -> AsyncIterator[Runtime]:
 
     settings.runtime.poll_s = 0.1
     settings.runtime.heartbeat_s = 0.2
-    settings.runtime.lease_s = 2.0
+    settings.runtime.lease_s = 4.0
     backend = get_backend(settings)
     yield Runtime(settings, db, backend)
     await backend.close()
@@ -52,7 +52,7 @@ async def rt(db: Database, settings: Settings) -> AsyncIterator[Runtime]:
 
 def start_worker(rt: Runtime, marker: Path, *pause: str) -> subprocess.Popen[str]:
     env = {**os.environ, "ONEBOX_HOME": str(rt.settings.home), "ONEBOX_DATABASE_URL": rt.db.url,
-           "ONEBOX_RUNTIME__LEASE_S": "2", "ONEBOX_RUNTIME__HEARTBEAT_S": "0.2",
+           "ONEBOX_RUNTIME__LEASE_S": "4", "ONEBOX_RUNTIME__HEARTBEAT_S": "0.2",
            "ONEBOX_RUNTIME__POLL_S": "0.1"}
     return subprocess.Popen([sys.executable, str(WORKER), "--marker", str(marker), *pause],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -19,7 +19,7 @@ from onebox.agent.hashing import canonical_hash
 from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings
 from onebox.errors import LeaseLost
-from onebox.runtime.schedule import StepState, backoff_s, run_succeeded
+from onebox.runtime.schedule import PlanIndex, StepState, backoff_s
 from onebox.runtime.submit import queue_attempt, queue_ready_steps
 from onebox.sandbox.base import ExecResult
 from onebox.store import runs as store
@@ -28,7 +28,8 @@ from onebox.store.db import Database
 log = logging.getLogger(__name__)
 
 STDIO_TAIL_CHARS = 64_000
-_plans: dict[uuid.UUID, Plan] = {}
+_plans: dict[uuid.UUID, PlanIndex] = {}
+EVENT_OF_STATUS = {"SUCCESS": "step_succeeded", "FAILED": "step_failed", "TIMEOUT": "step_timed_out"}
 
 
 @dataclass(frozen=True)
@@ -90,13 +91,17 @@ def _tail(text: str) -> str:
 
 
 async def load_plan_version(conn: store.Conn, plan_id: uuid.UUID) -> Plan:
-    """Plans never change once stored, so each worker parses a version once."""
-    plan = _plans.get(plan_id)
-    if plan is None:
+    return (await load_plan_index(conn, plan_id)).plan
+
+
+async def load_plan_index(conn: store.Conn, plan_id: uuid.UUID) -> PlanIndex:
+    """Plans never change once stored, so each worker parses and indexes a version once."""
+    index = _plans.get(plan_id)
+    if index is None:
         row = await store.fetch_one(conn, "plan_by_id", {"plan_id": plan_id})
         assert row is not None, f"plan {plan_id} vanished"
-        plan = _plans[plan_id] = parse_plan(row["spec"])
-    return plan
+        index = _plans[plan_id] = PlanIndex.of(parse_plan(row["spec"]))
+    return index
 
 
 async def archive_step(
@@ -104,7 +109,8 @@ async def archive_step(
 ) -> str | None:
     """Write the attempt's result and advance the run. Returns the run's new terminal state, if any."""
     async with db.transaction() as conn:
-        run = await store.fetch_one(conn, "lock_run", {"run_id": claimed["run_id"]})
+        run = await store.fetch_one(conn, "lock_run_for_archive", {
+            "run_id": claimed["run_id"], "succeeded": int(outcome.status == "SUCCESS")})
         assert run is not None
         row = await store.fetch_one(conn, "finish_step", {
             "id": claimed["id"], "fencing_token": claimed["fencing_token"],
@@ -113,25 +119,20 @@ async def archive_step(
             "memory_used_mb": outcome.memory_used_mb,
             "cpu_usage_percent": outcome.cpu_usage_percent, "stdout": outcome.stdout,
             "stderr": outcome.stderr, "error": outcome.error, "details": Jsonb(outcome.details),
+            "event_type": EVENT_OF_STATUS[outcome.status],
         })
         if row is None:
             raise LeaseLost(
                 f"step {claimed['step_id']} attempt {claimed['attempt']} of run {claimed['run_id']}: "
                 f"lease token {claimed['fencing_token']} is stale; another worker owns it now"
             )
-        await _step_events(conn, row, outcome)
+        for blocked in outcome.blocked_network:
+            await store.append_event(conn, row["run_id"], "BLOCKED_EXTERNAL_ACCESS", {
+                "step_id": row["step_id"], **blocked}, trace_id=row["trace_id"],
+                session_id=row["session_id"], execution_id=row["id"])
         if run["status"] in store.TERMINAL_RUN_STATES:
             return None
         return await advance(conn, settings, run, row)
-
-
-async def _step_events(conn: store.Conn, row: store.Row, outcome: Outcome) -> None:
-    ids = {"trace_id": row["trace_id"], "session_id": row["session_id"], "execution_id": row["id"]}
-    for blocked in outcome.blocked_network:
-        await store.append_event(conn, row["run_id"], "BLOCKED_EXTERNAL_ACCESS", {
-            "step_id": row["step_id"], **blocked}, **ids)
-    kind = {"SUCCESS": "step_succeeded", "FAILED": "step_failed", "TIMEOUT": "step_timed_out"}
-    await store.append_event(conn, row["run_id"], kind[row["status"]], step_payload(row), **ids)
 
 
 def step_payload(row: store.Row) -> dict[str, Any]:
@@ -151,15 +152,20 @@ async def advance(
 
     ``backoff=False`` retries at once: used when the worker was lost, not the code.
     """
-    plan = await load_plan_version(conn, row["plan_id"])
-    latest = await store.fetch_all(conn, "latest_attempts", {"run_id": run["id"]})
-    states = {r["step_id"]: StepState(r["status"], r["attempt"], r["output_hash"]) for r in latest}
     trace_id = run["trace_id"]
     if row["status"] == "SUCCESS":
-        await queue_ready_steps(conn, settings, run["id"], trace_id, row["plan_id"], plan, states)
-        if run_succeeded(plan, states):
+        if run["steps_left"] is not None and run["steps_left"] <= 0:
             await finish_run(conn, run, "SUCCEEDED", None)
             return "SUCCEEDED"
+        index = await load_plan_index(conn, row["plan_id"])
+        after, needed = index.around(row["step_id"])
+        if after:
+            latest = await store.fetch_all(conn, "latest_attempts_of", {
+                "run_id": run["id"], "step_ids": list(needed)})
+            states = {r["step_id"]: StepState(r["status"], r["attempt"], r["output_hash"])
+                      for r in latest}
+            await queue_ready_steps(conn, settings, run["id"], trace_id, row["plan_id"], index,
+                                    states, candidates=after)
         return None
     if row["attempt"] < row["max_attempts"]:
         await queue_attempt(conn, _retry_base(row, trace_id), attempt=row["attempt"] + 1,

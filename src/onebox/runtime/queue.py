@@ -40,21 +40,12 @@ async def _claim_once(
     db: Database, settings: Settings, owner: str, limit: int, run_id: uuid.UUID | None
 ) -> list[store.Row]:
     async with db.transaction() as conn:
-        rows = await store.fetch_all(conn, "claim_steps", {
+        # A claim need not wait for its WAL flush: if the server crashes before the flush, the
+        # attempts are PENDING again and the worker's later writes carry a fencing token the
+        # database never saw, so they are refused. Results (archive) stay synchronous.
+        await conn.execute("SET LOCAL synchronous_commit TO OFF")
+        return await store.fetch_all(conn, "claim_steps", {
             "owner": owner, "limit": limit, "lease_s": settings.runtime.lease_s, "run_id": run_id})
-        if not rows:
-            return []
-        started = await store.fetch_all(conn, "mark_runs_running", {
-            "run_ids": list({r["run_id"] for r in rows})})
-        for run in started:
-            await store.append_event(conn, run["id"], "run_started", {"worker": owner},
-                                     trace_id=run["trace_id"])
-        for row in rows:
-            await store.append_event(conn, row["run_id"], "step_started", {
-                "execution_id": str(row["id"]), "step_id": row["step_id"],
-                "attempt": row["attempt"], "worker": owner, "fencing_token": row["fencing_token"],
-            }, trace_id=row["trace_id"], session_id=row["session_id"], execution_id=row["id"])
-        return rows
 
 
 async def renew_leases(

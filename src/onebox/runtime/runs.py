@@ -90,7 +90,10 @@ async def approve_step(
     Returns the run's status afterwards.
     """
     async with db.transaction() as conn:
-        run = await _lock_run(conn, run_id)
+        run = await store.fetch_one(conn, "lock_run_for_archive", {
+            "run_id": run_id, "succeeded": int(approve)})
+        if run is None:
+            raise NotFound(f"run {run_id} does not exist", field="run_id")
         waiting = await store.fetch_one(conn, "waiting_approval", {"run_id": run_id, "step_id": step_id})
         if waiting is None:
             raise Conflict(f"step {step_id} of run {run_id} is not waiting for an approval "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,17 +23,45 @@ class StepState:
     output_hash: str | None
 
 
-def ready_steps(plan: Plan, states: Mapping[str, StepState]) -> list[Step]:
-    """Steps with no attempt yet whose dependencies all succeeded, in plan order."""
+def ready_steps(
+    plan: Plan, states: Mapping[str, StepState], candidates: Collection[str] | None = None
+) -> list[Step]:
+    """Steps with no attempt yet whose dependencies all succeeded, in plan order.
+
+    ``candidates`` limits the check to those step ids (the dependents of a step that just
+    succeeded), so ``states`` needs only them and their dependencies.
+    """
     return [
         s for s in plan.steps
-        if s.id not in states
+        if (candidates is None or s.id in candidates)
+        and s.id not in states
         and all(d in states and states[d].status == "SUCCESS" for d in s.depends_on)
     ]
 
 
-def run_succeeded(plan: Plan, states: Mapping[str, StepState]) -> bool:
-    return all(s.id in states and states[s.id].status == "SUCCESS" for s in plan.steps)
+@dataclass(frozen=True)
+class PlanIndex:
+    """A plan with what the scheduler looks up on every step: computed once per version."""
+
+    plan: Plan
+    numbers: Mapping[str, int]
+    dependents: Mapping[str, tuple[str, ...]]
+
+    @classmethod
+    def of(cls, plan: Plan) -> PlanIndex:
+        deps: dict[str, list[str]] = {s.id: [] for s in plan.steps}
+        for s in plan.steps:
+            for d in s.depends_on:
+                deps[d].append(s.id)
+        return cls(plan, plan.step_numbers(), {k: tuple(v) for k, v in deps.items()})
+
+    def around(self, step_id: str) -> tuple[tuple[str, ...], set[str]]:
+        """The dependents of ``step_id`` and every step whose state decides if they are ready."""
+        after = self.dependents[step_id]
+        needed = set(after)
+        for sid in after:
+            needed.update(self.plan.step(sid).depends_on)
+        return after, needed
 
 
 def backoff_s(attempt: int, rng: random.Random | None = None) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ from onebox.agent.hashing import canonical_hash
 from onebox.agent.plan import Plan, Step
 from onebox.config import Settings
 from onebox.errors import PlanError
-from onebox.runtime.schedule import StepState, ready_steps, step_input_hash
+from onebox.runtime.schedule import PlanIndex, StepState, ready_steps, step_input_hash
 from onebox.store import runs as store
 from onebox.store.db import Database
 
@@ -76,7 +77,7 @@ async def submit_plan_in(
         "tenant_id": tenant_id,
     }, trace_id=trace_id)
     plan_id = await create_plan_version(conn, run_id, trace_id, plan, version=1, reason="submitted")
-    await queue_ready_steps(conn, settings, run_id, trace_id, plan_id, plan, {})
+    await queue_ready_steps(conn, settings, run_id, trace_id, plan_id, PlanIndex.of(plan), {})
     return Submitted(run_id, trace_id)
 
 
@@ -107,7 +108,8 @@ async def create_plan_version(
         "id": plan_id, "run_id": run_id, "version": version, "spec": Jsonb(spec),
         "spec_hash": canonical_hash(spec), "reason": reason,
     })
-    await store.execute(conn, "set_current_plan", {"run_id": run_id, "plan_id": plan_id})
+    await store.execute(conn, "set_current_plan", {
+        "run_id": run_id, "plan_id": plan_id, "steps_left": len(plan.steps)})
     await store.append_event(conn, run_id, "plan_created", {
         "plan_id": str(plan_id), "version": version, "reason": reason,
         "steps": [s.id for s in plan.steps],
@@ -121,13 +123,14 @@ async def queue_ready_steps(
     run_id: uuid.UUID,
     trace_id: str,
     plan_id: uuid.UUID,
-    plan: Plan,
+    index: PlanIndex,
     states: dict[str, StepState],
+    candidates: Collection[str] | None = None,
 ) -> list[str]:
     """Insert a PENDING first attempt for every step that became ready; return their ids."""
-    numbers = plan.step_numbers()
+    numbers = index.numbers
     queued = []
-    for step in ready_steps(plan, states):
+    for step in ready_steps(index.plan, states, candidates):
         approval = step.kind == "approval"
         execution_id = await queue_attempt(conn, {
             "run_id": run_id, "plan_id": plan_id, "trace_id": trace_id, "step_id": step.id,
@@ -156,21 +159,20 @@ async def request_approval(
 async def queue_attempt(
     conn: store.Conn, base: dict[str, Any], *, attempt: int, delay_s: float, hold: bool = False
 ) -> uuid.UUID:
-    """Insert one PENDING attempt (and its event), and wake the workers.
+    """Insert one PENDING attempt with its event, and wake the workers.
 
     ``hold=True`` queues it unclaimable (an approval waiting for a person).
     """
     execution_id = uuid.uuid4()
-    session_id = session_id_for(base["run_id"])
-    await store.execute(conn, "insert_step", {
-        **base, "id": execution_id, "session_id": session_id, "attempt": attempt,
-        "delay_s": delay_s, "waiting_for": "approval" if hold else None, "details": Jsonb({}),
-    })
-    await store.append_event(conn, base["run_id"], "step_queued", {
+    payload = {
         "execution_id": str(execution_id), "step_id": base["step_id"],
         "step_number": base["step_number"], "attempt": attempt, "tool": base["tool_name"],
         "input_hash": base["input_hash"], "delay_s": delay_s, "plan_id": str(base["plan_id"]),
         "max_attempts": base["max_attempts"],
-    }, trace_id=base["trace_id"], session_id=session_id, execution_id=execution_id)
-    await store.notify_work(conn)
+    }
+    await store.execute(conn, "insert_step", {
+        **base, "id": execution_id, "session_id": session_id_for(base["run_id"]),
+        "attempt": attempt, "delay_s": delay_s, "waiting_for": "approval" if hold else None,
+        "details": Jsonb({}), "payload": Jsonb(payload),
+    })
     return execution_id

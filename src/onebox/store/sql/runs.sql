@@ -16,7 +16,8 @@ INSERT INTO onebox.plans (id, run_id, version, spec, spec_hash, reason)
 VALUES (%(id)s, %(run_id)s, %(version)s, %(spec)s, %(spec_hash)s, %(reason)s);
 
 -- name: set_current_plan
-UPDATE onebox.runs SET current_plan_id = %(plan_id)s, updated_at = now() WHERE id = %(run_id)s;
+UPDATE onebox.runs SET current_plan_id = %(plan_id)s, steps_left = %(steps_left)s, updated_at = now()
+WHERE id = %(run_id)s;
 
 -- name: insert_event
 INSERT INTO onebox.agent_events (run_id, session_id, trace_id, execution_id, type, payload)
@@ -24,15 +25,25 @@ VALUES (%(run_id)s, %(session_id)s, %(trace_id)s, %(execution_id)s, %(type)s, %(
 RETURNING seq;
 
 -- name: insert_step
-INSERT INTO onebox.task_execution
-    (id, run_id, plan_id, session_id, trace_id, step_id, step_number, attempt, tool_name,
-     input_hash, status, max_attempts, available_at, waiting_for, details)
-VALUES (%(id)s, %(run_id)s, %(plan_id)s, %(session_id)s, %(trace_id)s, %(step_id)s,
-        %(step_number)s, %(attempt)s, %(tool_name)s, %(input_hash)s, 'PENDING',
-        %(max_attempts)s, now() + make_interval(secs => %(delay_s)s), %(waiting_for)s,
-        %(details)s);
+-- One attempt, its step_queued event, and a wake-up for idle workers: one round trip.
+WITH ins AS (
+    INSERT INTO onebox.task_execution
+        (id, run_id, plan_id, session_id, trace_id, step_id, step_number, attempt, tool_name,
+         input_hash, status, max_attempts, available_at, waiting_for, details)
+    VALUES (%(id)s, %(run_id)s, %(plan_id)s, %(session_id)s, %(trace_id)s, %(step_id)s,
+            %(step_number)s, %(attempt)s, %(tool_name)s, %(input_hash)s, 'PENDING',
+            %(max_attempts)s, now() + make_interval(secs => %(delay_s)s), %(waiting_for)s,
+            %(details)s)
+    RETURNING id, run_id, session_id, trace_id
+), ev AS (
+    INSERT INTO onebox.agent_events (run_id, session_id, trace_id, execution_id, type, payload)
+    SELECT run_id, session_id, trace_id, id, 'step_queued', %(payload)s FROM ins
+)
+SELECT pg_notify('onebox_steps', '') FROM ins;
 
 -- name: claim_steps
+-- Claim ready attempts as leases (fencing token + 1), start their runs, and write the
+-- step_started / run_started events: one round trip.
 WITH picked AS (
     SELECT t.id FROM onebox.task_execution t
     WHERE t.status = 'PENDING' AND t.waiting_for IS NULL AND t.available_at <= now()
@@ -40,18 +51,29 @@ WITH picked AS (
     ORDER BY t.available_at, t.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE onebox.task_execution t
+    SET status = 'RUNNING', lease_owner = %(owner)s,
+        lease_expires_at = now() + make_interval(secs => %(lease_s)s),
+        fencing_token = t.fencing_token + 1, started_at = now(), updated_at = now()
+    FROM picked WHERE t.id = picked.id
+    RETURNING t.*
+), started AS (
+    UPDATE onebox.runs r
+    SET status = 'RUNNING', started_at = coalesce(r.started_at, now()), updated_at = now()
+    WHERE r.id IN (SELECT run_id FROM claimed) AND r.status = 'PENDING'
+    RETURNING r.id, r.trace_id
+), run_events AS (
+    INSERT INTO onebox.agent_events (run_id, trace_id, type, payload)
+    SELECT id, trace_id, 'run_started', jsonb_build_object('worker', %(owner)s::text) FROM started
+), step_events AS (
+    INSERT INTO onebox.agent_events (run_id, session_id, trace_id, execution_id, type, payload)
+    SELECT run_id, session_id, trace_id, id, 'step_started',
+           jsonb_build_object('execution_id', id::text, 'step_id', step_id, 'attempt', attempt,
+                              'worker', %(owner)s::text, 'fencing_token', fencing_token)
+    FROM claimed ORDER BY id
 )
-UPDATE onebox.task_execution t
-SET status = 'RUNNING', lease_owner = %(owner)s,
-    lease_expires_at = now() + make_interval(secs => %(lease_s)s),
-    fencing_token = t.fencing_token + 1, started_at = now(), updated_at = now()
-FROM picked WHERE t.id = picked.id
-RETURNING t.*;
-
--- name: mark_runs_running
-UPDATE onebox.runs SET status = 'RUNNING', started_at = coalesce(started_at, now()), updated_at = now()
-WHERE id = ANY(%(run_ids)s) AND status = 'PENDING'
-RETURNING id, trace_id;
+SELECT * FROM claimed ORDER BY available_at, id;
 
 -- name: renew_leases
 UPDATE onebox.task_execution t
@@ -64,19 +86,44 @@ RETURNING t.id, t.fencing_token, r.status AS run_status;
 -- name: lock_run
 SELECT * FROM onebox.runs WHERE id = %(run_id)s FOR UPDATE;
 
--- name: finish_step
-UPDATE onebox.task_execution
-SET status = %(status)s, exit_code = %(exit_code)s, output_hash = %(output_hash)s,
-    duration_ms = %(duration_ms)s, memory_used_mb = %(memory_used_mb)s,
-    cpu_usage_percent = %(cpu_usage_percent)s, stdout = %(stdout)s, stderr = %(stderr)s,
-    error = %(error)s, details = details || %(details)s, finished_at = now(), updated_at = now(),
-    lease_owner = NULL, lease_expires_at = NULL
-WHERE id = %(id)s AND fencing_token = %(fencing_token)s AND status = 'RUNNING'
+-- name: lock_run_for_archive
+-- Lock the run row first (see onebox.runtime.archive) and count a success.
+UPDATE onebox.runs SET steps_left = steps_left - %(succeeded)s::int
+WHERE id = %(run_id)s
 RETURNING *;
+
+-- name: finish_step
+-- Write the attempt's result only while the caller's fencing token is current, with its
+-- event: one round trip. No row back means the lease was lost.
+WITH done AS (
+    UPDATE onebox.task_execution
+    SET status = %(status)s, exit_code = %(exit_code)s, output_hash = %(output_hash)s,
+        duration_ms = %(duration_ms)s, memory_used_mb = %(memory_used_mb)s,
+        cpu_usage_percent = %(cpu_usage_percent)s, stdout = %(stdout)s, stderr = %(stderr)s,
+        error = %(error)s, details = details || %(details)s, finished_at = now(),
+        updated_at = now(), lease_owner = NULL, lease_expires_at = NULL
+    WHERE id = %(id)s AND fencing_token = %(fencing_token)s AND status = 'RUNNING'
+    RETURNING *
+), ev AS (
+    INSERT INTO onebox.agent_events (run_id, session_id, trace_id, execution_id, type, payload)
+    SELECT run_id, session_id, trace_id, id, %(event_type)s,
+           jsonb_build_object('execution_id', id::text, 'step_id', step_id, 'attempt', attempt,
+                              'status', status, 'exit_code', exit_code,
+                              'output_hash', output_hash, 'duration_ms', duration_ms,
+                              'memory_used_mb', memory_used_mb,
+                              'cpu_usage_percent', cpu_usage_percent, 'error', error)
+    FROM done
+)
+SELECT * FROM done;
 
 -- name: latest_attempts
 SELECT DISTINCT ON (step_id) step_id, status, attempt, output_hash, id
 FROM onebox.task_execution WHERE run_id = %(run_id)s
+ORDER BY step_id, attempt DESC;
+
+-- name: latest_attempts_of
+SELECT DISTINCT ON (step_id) step_id, status, attempt, output_hash, id
+FROM onebox.task_execution WHERE run_id = %(run_id)s AND step_id = ANY(%(step_ids)s)
 ORDER BY step_id, attempt DESC;
 
 -- name: plan_by_id
