@@ -69,7 +69,10 @@ class BwrapSandbox(SandboxBackend):
         self.host_cpuinfo = _read_text("/proc/cpuinfo")
         self.cpus_available = sorted(os.sched_getaffinity(0))
         self.sessions = SessionTable(
-            settings.workspaces_dir, self.cfg.idle_timeout_s, self._make_ws, self._drop_ws
+            settings.workspaces_dir,
+            self.cfg.idle_timeout_s,
+            self.make_workspace,
+            self.drop_workspace,
         )
         self.egress = EgressProxy(self.cfg.egress_allow_private)
         self.pool = WarmPool(self, self.cfg.pool_size)
@@ -157,7 +160,7 @@ class BwrapSandbox(SandboxBackend):
 
     # -- sessions and workspaces ---------------------------------------------
 
-    async def _make_ws(self, path: Path) -> None:
+    async def make_workspace(self, path: Path) -> None:
         """Create or adopt a workspace; with disk caps, (re)mount its image on it."""
         path.mkdir(mode=0o755, exist_ok=True)
         if self.disk_enabled and not os.path.ismount(path):
@@ -168,7 +171,7 @@ class BwrapSandbox(SandboxBackend):
                 await self.disk.attach(path, self.cfg.disk_mb)
         os.chown(path, *self.owner)
 
-    async def _drop_ws(self, path: Path) -> None:
+    async def drop_workspace(self, path: Path) -> None:
         await self.successors.drop(path.name)
         if self.disk_enabled:
             await self.disk.detach(path)
@@ -280,7 +283,7 @@ class BwrapSandbox(SandboxBackend):
             raise
         finally:
             running.discard(blocked)
-            self._cleanup_later(blocked)
+            self.discard_later(blocked)
         blocked_net = blocked.egress.attempts() if blocked.egress is not None else ()
         enforcement = enforcement_of(self, limits)
         if proxy:
@@ -295,12 +298,13 @@ class BwrapSandbox(SandboxBackend):
             return CgroupUsage(None, None, False)
         return self.cgroups.usage(exec_id)
 
-    async def _discard_run_dir(self, blocked: Blocked) -> None:
+    async def discard(self, blocked: Blocked) -> None:
+        """Release what a spawned sandbox holds: its egress listener, cgroup and run dir."""
         await self._cleanup_run(blocked.tag, blocked.egress)
 
-    def _cleanup_later(self, blocked: Blocked) -> None:
+    def discard_later(self, blocked: Blocked) -> None:
         """Remove the cgroup and run dir after the result is returned (close() waits for it)."""
-        task = asyncio.get_running_loop().create_task(self._discard_run_dir(blocked))
+        task = asyncio.get_running_loop().create_task(self.discard(blocked))
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
 

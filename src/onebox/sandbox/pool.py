@@ -90,10 +90,10 @@ class WarmPool:
     async def _make_entry(self) -> WarmEntry:
         slot = self.dir / uuid.uuid4().hex[:16]
         try:
-            await self.backend._make_ws(slot)
+            await self.backend.make_workspace(slot)
             blocked = await self.backend.spawn(slot, self.limits, None)
         except BaseException:
-            await self.backend._drop_ws(slot)
+            await self.backend.drop_workspace(slot)
             raise
         return WarmEntry(slot, blocked)
 
@@ -120,8 +120,8 @@ class WarmPool:
         entry = self._entries.pop(0)
         if entry.blocked.proc.poll() is not None:
             entry.blocked.discard()
-            await self.backend._discard_run_dir(entry.blocked)
-            await self.backend._drop_ws(entry.slot)
+            await self.backend.discard(entry.blocked)
+            await self.backend.drop_workspace(entry.slot)
             return None
         target = self.backend.sessions.path(request.session_id)
         try:
@@ -130,8 +130,8 @@ class WarmPool:
             logger.exception("could not hand a warm sandbox over; the pool is disabled")
             self._broken = True
             entry.blocked.discard()
-            await self.backend._discard_run_dir(entry.blocked)
-            await self.backend._drop_ws(entry.slot)
+            await self.backend.discard(entry.blocked)
+            await self.backend.drop_workspace(entry.slot)
             return None
         session = self.backend.sessions.adopt(request.session_id, target)
         return entry.blocked, session, False
@@ -158,10 +158,10 @@ class WarmPool:
                 await self._filler
         for entry in self._entries:
             entry.blocked.discard()
-            await self.backend._discard_run_dir(entry.blocked)
-            await self.backend._drop_ws(entry.slot)
+            await self.backend.discard(entry.blocked)
+            await self.backend.drop_workspace(entry.slot)
         self._entries.clear()
         if self.dir.is_dir():
             for leftover in list(self.dir.iterdir()):
-                await self.backend._drop_ws(leftover)
+                await self.backend.drop_workspace(leftover)
             shutil.rmtree(self.dir, ignore_errors=True)

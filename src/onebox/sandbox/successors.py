@@ -92,11 +92,11 @@ class SessionSuccessors:
         blocked = task.result()
         if blocked is not None:
             blocked.discard()
-            self.backend._cleanup_later(blocked)
+            self.backend.discard_later(blocked)
 
     async def _discard(self, blocked: Blocked) -> None:
         blocked.discard()
-        await self.backend._discard_run_dir(blocked)
+        await self.backend.discard(blocked)
 
     async def drop(self, sid: str) -> None:
         """Discard the session's waiting sandbox now (cleanup, reaping, close)."""
