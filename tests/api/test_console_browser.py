@@ -109,3 +109,29 @@ async def test_console_asks_for_a_key_and_hides_other_tenants(api_no_worker: Api
     assert await page.query_selector(f"tr[data-run='{theirs}']") is None
     await page.goto(f"{api_no_worker.url}/ui/#/runs/{theirs}")
     await page.wait_for_selector(".error-box:has-text('not_found')")
+
+
+async def test_knowledge_search_and_memory_browser_pages(kapi: Api, browser: Any) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    async with kapi.client() as c:
+        await c.post("/v1/knowledge/documents", json={
+            "source": "runbook.md", "collection": "ops", "title": "Runbook",
+            "text": "Restart the queue worker with onebox worker. Backups run nightly at 02:00."})
+        await c.post("/v1/memory", json={"scope": "team", "content": "Ana owns the deploy key."})
+        await c.post("/v1/memory", json={"scope": "team", "content": "Standup is at 09:30."})
+    page = await open_console(browser, kapi)
+    await page.goto(f"{kapi.url}/ui/#/knowledge")
+    await page.wait_for_selector("#kb-collection option[value=ops]", state="attached")
+    await page.fill("#kb-query", "when do backups run?")
+    await page.click("form button[type=submit]")
+    await page.wait_for_selector("#kb-results .hit:has-text('nightly at 02:00')")
+    await page.screenshot(path=str(ARTIFACTS / "console-knowledge.png"), full_page=True)
+    await page.goto(f"{kapi.url}/ui/#/memory")
+    await page.wait_for_selector("button[data-scope=team]")
+    await page.wait_for_selector("#mem-rows tr:has-text('Ana owns the deploy key.')")
+    assert len(await page.query_selector_all("#mem-rows tr")) == 2
+    await page.fill("#mem-query", "who owns the deploy key?")
+    await page.press("#mem-query", "Enter")
+    await page.wait_for_selector(".hit:has-text('Ana owns the deploy key.')")
+    await page.screenshot(path=str(ARTIFACTS / "console-memory.png"), full_page=True)
+    assert page.errors == []
