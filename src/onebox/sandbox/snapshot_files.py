@@ -72,7 +72,8 @@ def _scan_dir(dir_fd: int, root: Path, rel: str, out: list[Entry], max_entries: 
             finally:
                 os.close(sub_fd)
         elif stat.S_ISREG(st.st_mode):
-            out.append(Entry(path, "file", mode, st.st_size, _hash_at(dir_fd, child.name)))
+            sha256 = HASHES.get(st) or _hash_at(dir_fd, child.name)
+            out.append(Entry(path, "file", mode, st.st_size, sha256))
         elif stat.S_ISLNK(st.st_mode):
             out.append(Entry(path, "symlink", 0,
                              target=os.readlink(child.name, dir_fd=dir_fd)))
@@ -115,10 +116,6 @@ def _hash_at(dir_fd: int, name: str) -> str:
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise OSError(f"{name} is no longer a regular file")
-    known = HASHES.get(st)
-    if known is not None:
-        os.close(fd)
-        return known
     started_ns = time.time_ns()
     digest = hashlib.sha256()
     with os.fdopen(fd, "rb") as fh:

@@ -46,6 +46,10 @@ class Manifest:
     entries: tuple[Entry, ...]
 
     def to_bytes(self) -> bytes:
+        return self._canonical
+
+    @cached_property
+    def _canonical(self) -> bytes:
         doc = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
@@ -68,6 +72,10 @@ class Manifest:
 
     def object_keys(self) -> tuple[str, ...]:
         """Every object this snapshot needs: its blobs and its manifest, sorted."""
+        return self._object_keys
+
+    @cached_property
+    def _object_keys(self) -> tuple[str, ...]:
         blobs = {blob_key(e.sha256) for e in self.files() if e.sha256}
         return tuple(sorted(blobs | {manifest_key(self.sha256)}))
 
