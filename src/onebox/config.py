@@ -132,6 +132,10 @@ class Settings(BaseSettings):
     snapshot_keep_last: int = Field(0, ge=0, description="snapshots kept per session; 0 = all")
     snapshot_ttl_days: float | None = Field(None, gt=0, description="drop older snapshots")
     log_level: str = "WARNING"
+    otel_exporter_otlp_endpoint: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT",
+                                            "otel_exporter_otlp_endpoint"),
+        description="export spans (run, step, sandbox.exec) over OTLP/HTTP; needs onebox[otel]")
 
     @model_validator(mode="before")
     @classmethod

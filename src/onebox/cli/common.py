@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from onebox.config import Settings, load_settings
 from onebox.errors import OneboxError, ValidationError
+from onebox.runtime.tracing import LOG_FORMAT, ContextFilter, configure_exporter
 
 T = TypeVar("T")
 out = Console(highlight=False)
@@ -30,7 +31,10 @@ def settings() -> Settings:
         s = load_settings()
     except Exception as exc:  # pydantic errors name the variable; show them as config errors
         fail(f"invalid configuration: {exc}", code=2)
-    logging.basicConfig(level=s.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=s.log_level.upper(), format=LOG_FORMAT)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(ContextFilter())
+    configure_exporter(s.otel_exporter_otlp_endpoint)
     return s
 
 

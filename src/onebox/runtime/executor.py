@@ -9,6 +9,7 @@ from onebox.agent.plan import Step
 from onebox.config import Settings
 from onebox.errors import SandboxError
 from onebox.runtime.archive import Outcome, outcome_from_result
+from onebox.runtime.tracing import span
 from onebox.sandbox.base import ExecRequest, Limits, NetworkPolicy, SandboxBackend
 from onebox.store import runs as store
 
@@ -60,7 +61,8 @@ async def execute_step(
             + ("" if step.code else " without code") + " need the agent runtime; "
             "plan files run code steps (tool + code)"))
     try:
-        result = await backend.execute(request)
+        with span("sandbox.exec", row["trace_id"], backend=backend.name, session=row["session_id"]):
+            result = await backend.execute(request)
     except SandboxError as exc:
         log.warning("sandbox could not run step %s: %s", row["step_id"], exc)
         return Outcome("FAILED", error=f"sandbox error: {exc}", details=details)

@@ -17,6 +17,7 @@ from onebox.agent.plan import Plan
 from onebox.config import Settings
 from onebox.runtime.runs import get_run
 from onebox.runtime.submit import Submitted, submit_plan
+from onebox.runtime.tracing import bound, span
 from onebox.runtime.worker import Worker
 from onebox.sandbox.base import SandboxBackend
 from onebox.store import runs as store
@@ -61,9 +62,12 @@ class Runtime:
         """Work on one run in this process until it reaches a terminal state; return the run."""
         worker = Worker(self.db, self.backend, self.settings, run_id=run_id)
         stop = asyncio.Event()
+        run = await get_run(self.db, run_id)
         watcher = asyncio.create_task(_watch(progress, run_id)) if progress else None
         try:
-            await worker.serve(stop)
+            with bound(run_id=run_id, trace_id=run["trace_id"]), \
+                    span("run", run["trace_id"], run_id=run_id, run_name=run["name"]):
+                await worker.serve(stop)
         finally:
             if watcher is not None:
                 watcher.cancel()

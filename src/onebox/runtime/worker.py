@@ -24,6 +24,7 @@ from onebox.runtime.executor import build_request, execute_step, request_details
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
 from onebox.runtime.schedules import fire_due
 from onebox.runtime.sessions import release_finished_sessions, touch_session
+from onebox.runtime.tracing import bound, span
 from onebox.runtime.watchdog import flag_stale_runs
 from onebox.sandbox.base import SandboxBackend
 from onebox.store import runs as store
@@ -97,6 +98,12 @@ class Worker:
         return row is None or row["status"] in store.TERMINAL_RUN_STATES
 
     async def _attempt(self, row: store.Row) -> None:
+        with bound(run_id=row["run_id"], step=row["step_id"], trace_id=row["trace_id"]), \
+                span("step", row["trace_id"], run_id=row["run_id"], step_id=row["step_id"],
+                     attempt=row["attempt"], worker=self.owner):
+            await self._attempt_traced(row)
+
+    async def _attempt_traced(self, row: store.Row) -> None:
         try:
             outcome = await self._run_in_sandbox(row)
             terminal = await archive_step(self.db, self.settings, row, outcome)
