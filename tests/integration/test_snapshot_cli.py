@@ -82,8 +82,8 @@ async def recorded(db: Database, settings: Settings) -> dict[str, Any]:
     return {"execution_id": exec_id, "pre": pre, "post": post}
 
 
-async def test_list_show_and_restore(settings: Settings, recorded: dict[str, Any],
-                                     tmp_path: Path) -> None:
+async def test_list_show_and_restore(db: Database, settings: Settings,
+                                     recorded: dict[str, Any], tmp_path: Path) -> None:
     listed = await onebox_json(settings, "snapshot", "list", "--session", "cli-s")
     assert [s["id"] for s in listed["snapshots"]] == [str(recorded["post"]), str(recorded["pre"])]
     first = listed["snapshots"][0]
@@ -93,6 +93,12 @@ async def test_list_show_and_restore(settings: Settings, recorded: dict[str, Any
     by_exec = await onebox_json(settings, "snapshot", "list", "--execution",
                                 str(recorded["execution_id"]))
     assert len(by_exec["snapshots"]) == 2
+    run_id = (await db.fetch("SELECT run_id FROM onebox.task_execution WHERE id = %s",
+                             (recorded["execution_id"],)))[0]["run_id"]
+    by_run = await onebox_json(settings, "snapshot", "list", "--run", str(run_id))
+    assert by_run == by_exec
+    none = await onebox_json(settings, "snapshot", "list", "--run", str(uuid.uuid4()))
+    assert none == {"snapshots": []}
     shown = await onebox_json(settings, "snapshot", "show", str(recorded["post"])[:8])
     assert shown["entries"] == [{"path": "out.txt", "type": "file", "mode": shown["entries"][0]
                                  ["mode"], "size": 2, "sha256": shown["entries"][0]["sha256"]}]

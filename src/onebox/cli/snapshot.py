@@ -57,14 +57,17 @@ def snapshot() -> None:
 @snapshot.command("list")
 @click.option("--session", "session_id", help="only this sandbox session")
 @click.option("--execution", "execution_id", help="only the snapshots of this step execution")
+@click.option("--run", "run_id", help="only the snapshots of this run's steps")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
 @json_option
-def list_cmd(session_id: str | None, execution_id: str | None, limit: int, as_json: bool) -> None:
+def list_cmd(session_id: str | None, execution_id: str | None, run_id: str | None, limit: int,
+             as_json: bool) -> None:
     """List snapshots, newest first."""
     async def go() -> list[dict[str, Any]]:
         async with opened(settings()) as (db, _store), db.connection() as conn:
             found = await rows.list_snapshots(conn, session_id=session_id, limit=limit,
-                                              execution_id=_uuid(execution_id, "execution"))
+                                              execution_id=_uuid(execution_id, "execution"),
+                                              run_id=_uuid(run_id, "run"))
             return [public(r) for r in found]
 
     found = run(go())

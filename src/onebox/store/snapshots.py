@@ -159,11 +159,13 @@ async def list_snapshots(
     *,
     session_id: str | None = None,
     execution_id: uuid.UUID | None = None,
+    run_id: uuid.UUID | None = None,
     limit: int = 50,
 ) -> list[Row]:
-    """Newest first; filtered by session and/or by the step execution they belong to."""
+    """Newest first; filtered by session, step execution and/or run."""
     cur = await conn.execute(Q["list"], {
-        "session_id": session_id, "execution_id": execution_id, "limit": limit,
+        "session_id": session_id, "execution_id": execution_id, "run_id": run_id,
+        "limit": limit,
     })
     return list(await cur.fetchall())
 

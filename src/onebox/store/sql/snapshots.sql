@@ -92,13 +92,18 @@ SELECT * FROM onebox.snapshots WHERE id = %(id)s;
 SELECT * FROM onebox.snapshots WHERE id::text LIKE %(prefix)s || '%%' ORDER BY created_at LIMIT 2;
 
 -- name: list
+-- Filters are optional (NULL = any). A step's snapshots are the ones it created and the
+-- ones it links to (a reused snapshot was created by an earlier step).
+WITH steps AS (
+    SELECT t.id, t.snapshot_id, t.pre_snapshot_id FROM onebox.task_execution t
+    WHERE (%(execution_id)s::uuid IS NOT NULL OR %(run_id)s::uuid IS NOT NULL)
+      AND (%(execution_id)s::uuid IS NULL OR t.id = %(execution_id)s)
+      AND (%(run_id)s::uuid IS NULL OR t.run_id = %(run_id)s))
 SELECT s.* FROM onebox.snapshots s
 WHERE (%(session_id)s::text IS NULL OR s.session_id = %(session_id)s)
-  AND (%(execution_id)s::uuid IS NULL OR s.execution_id = %(execution_id)s
-       OR s.id IN (SELECT t.snapshot_id FROM onebox.task_execution t
-                   WHERE t.id = %(execution_id)s
-                   UNION SELECT t.pre_snapshot_id FROM onebox.task_execution t
-                   WHERE t.id = %(execution_id)s))
+  AND ((%(execution_id)s::uuid IS NULL AND %(run_id)s::uuid IS NULL)
+       OR s.execution_id IN (SELECT id FROM steps)
+       OR s.id IN (SELECT snapshot_id FROM steps UNION SELECT pre_snapshot_id FROM steps))
 ORDER BY s.created_at DESC, s.id
 LIMIT %(limit)s;
 
