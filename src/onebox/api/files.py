@@ -1,19 +1,19 @@
 """Reading a sandbox workspace from the host without trusting it.
 
 Sandboxed code owns the workspace, so every name in it may be a symlink
-planted to point at host files. Listing uses ``lstat`` only; reading opens each
-path component with ``O_NOFOLLOW`` relative to its parent directory.
+planted to point at host files. Listing uses ``lstat`` only; reading goes through
+:func:`onebox.sandbox.snapshot_files.open_regular` (``O_NOFOLLOW`` on every component).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
 from onebox.errors import NotFound, ValidationError
+from onebox.sandbox.snapshot_files import open_regular
 
 MAX_LIST = 5000
 MAX_READ_BYTES = 256 << 20
@@ -59,27 +59,13 @@ def read_file(root: Path, relpath: str) -> bytes:
     """The bytes of one regular file in the workspace; symlinks anywhere on the path refuse."""
     parts = safe_parts(relpath)
     try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        raise NotFound(f"file {relpath!r} does not exist (the workspace is empty)",
-                       field="path") from None
-    try:
-        for name in parts[:-1]:
-            nxt = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        fd = open_regular(root, "/".join(parts))
     except OSError:
         raise NotFound(f"file {relpath!r} does not exist or is not a regular file",
                        field="path") from None
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    with os.fdopen(leaf, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise NotFound(f"{relpath!r} is not a regular file", field="path")
-        if st.st_size > MAX_READ_BYTES:
-            raise ValidationError(f"{relpath!r} is {st.st_size} bytes; the API serves files up "
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_READ_BYTES:
+            raise ValidationError(f"{relpath!r} is {size} bytes; the API serves files up "
                                   f"to {MAX_READ_BYTES} bytes", field="path")
         return handle.read(MAX_READ_BYTES + 1)[:MAX_READ_BYTES]
