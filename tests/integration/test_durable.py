@@ -104,6 +104,27 @@ async def test_retry_a_dead_run_keeps_finished_steps(rt: Runtime) -> None:
         await runs_api.retry_run(rt.db, rt.settings, (await rt.submit(plan)).run_id)
 
 
+async def test_retry_restores_the_released_workspace_from_its_snapshot(rt: Runtime) -> None:
+    rt.settings.runtime.max_attempts = 1
+    plan = plan_of(
+        {"id": "write", "tool": "bash", "code": "echo 42 > data.txt"},
+        {"id": "flaky", "tool": "bash", "depends_on": ["write"],
+         "code": "test -f marker || { touch marker; exit 1; }; cat data.txt"})
+    dead = await rt.run_plan(plan)
+    assert dead["status"] == "DEAD"
+    workspace = rt.backend.workspace(f"run-{dead['id']}")
+    assert not workspace.exists()  # released with the run
+    await runs_api.retry_run(rt.db, rt.settings, dead["id"])
+    final = await rt.drive(dead["id"])
+    assert final["status"] == "SUCCEEDED", final["error"]
+    steps = await runs_api.run_steps(rt.db, dead["id"])
+    assert [(s["step_id"], s["attempt"], s["status"]) for s in steps] == [
+        ("write", 1, "SUCCESS"), ("flaky", 1, "FAILED"), ("flaky", 2, "SUCCESS")]
+    assert steps[-1]["stdout"] == "42\n"
+    types = [e["type"] for e in await runs_api.run_events(rt.db, dead["id"])]
+    assert "workspace_restored" in types
+
+
 async def test_watchdog_flags_a_silent_run_once(rt: Runtime) -> None:
     sub = await rt.submit(plan_of({"id": "a", "tool": "bash", "code": "true"}))
     await rt.db.fetch("UPDATE onebox.agent_events SET created_at = now() - interval '2 hours' "

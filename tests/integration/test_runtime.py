@@ -26,7 +26,7 @@ async def rt(db: Database, settings: Settings) -> Runtime:
 
     settings.runtime.poll_s = 0.1
     backend = get_backend(settings)
-    yield Runtime(settings, db, backend)
+    yield Runtime(settings, db, backend)  # objects: the fs store under this test's home
     await backend.close()
 
 
@@ -54,6 +54,12 @@ async def test_quickstart_produces_rows_and_events_in_order(rt: Runtime) -> None
         assert s["session_id"] == f"run-{final['id']}"
     assert "Best region" in steps[-1]["stdout"]
     assert len({s["input_hash"] for s in steps}) == 4
+    assert all(s["snapshot_id"] is not None for s in steps)
+    # the first step starts from an empty workspace (no pre snapshot); the others from the
+    # outputs of earlier steps: make_csv's post snapshot is the stats steps' pre snapshot
+    assert steps[0]["pre_snapshot_id"] is None
+    assert steps[1]["pre_snapshot_id"] == steps[2]["pre_snapshot_id"] == steps[0]["snapshot_id"]
+    assert steps[3]["pre_snapshot_id"] is not None
 
     events = await events_of(rt.db, final["id"])
     types = [e["type"] for e in events]
@@ -72,6 +78,18 @@ async def test_quickstart_produces_rows_and_events_in_order(rt: Runtime) -> None
     assert seq("step_succeeded", "make_csv") < seq("step_queued", "units_stats")
     assert max(seq("step_succeeded", "revenue_by_region"),
                seq("step_succeeded", "units_stats")) < seq("step_queued", "report")
+
+
+async def test_quickstart_steps_replay_with_matching_hashes(rt: Runtime) -> None:
+    from onebox.runtime.archive import output_hash
+    from onebox.sandbox.replay import replay
+
+    final = await rt.run_plan(load_plan(QUICKSTART))
+    assert final["status"] == "SUCCEEDED"
+    for step in await runs_api.run_steps(rt.db, final["id"]):
+        report = await replay(rt.db, rt.backend, rt.objects, step["id"], hash_output=output_hash)
+        assert report.match, (step["step_id"], report.stdout_diff, report.stderr_diff)
+        assert report.replayed_output_hash == step["output_hash"]
 
 
 async def test_steps_share_the_workspace_and_run_in_parallel(rt: Runtime) -> None:

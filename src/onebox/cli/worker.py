@@ -37,7 +37,8 @@ async def serve_worker(settings: Settings, *, concurrency: int | None, drain_s: 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with await Runtime.open(settings) as rt:
-        worker = Worker(rt.db, rt.backend, settings, concurrency=concurrency, name=name)
+        worker = Worker(rt.db, rt.backend, settings, concurrency=concurrency, name=name,
+                        objects=rt.objects)
         common.err.print(f"worker {worker.owner} started (concurrency {worker.concurrency}, "
                          f"backend {rt.backend.name}); SIGTERM drains", markup=False)
         await worker.serve(stop, drain_s=drain_s)

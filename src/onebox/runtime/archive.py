@@ -50,11 +50,14 @@ class Outcome:
 
 
 def output_hash(result: ExecResult) -> str:
-    """sha256 of what a step produced: exit code, stdout, stderr and the files it changed."""
-    files = sorted([f.path, f.change, f.sha256] for f in result.files_written)
+    """sha256 of what a step printed and returned: exit code, stdout and stderr.
+
+    Files are not part of it: steps of a run share one workspace, so a workspace diff
+    cannot tell which of two parallel steps wrote a file. The files a step leaves are
+    covered by its post-execution snapshot (``snapshot_id``, content-addressed).
+    """
     return canonical_hash({
         "exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
-        "files": files,
     })
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from onebox.agent.plan import Plan
 from onebox.config import Settings
+from onebox.objects.base import ObjectStore
+from onebox.objects.registry import get_object_store
 from onebox.runtime.runs import get_run
 from onebox.runtime.submit import Submitted, submit_plan
 from onebox.runtime.tracing import bound, span
@@ -29,8 +31,10 @@ Progress = Callable[[uuid.UUID], Awaitable[None]]
 
 
 class Runtime:
-    def __init__(self, settings: Settings, db: Database, backend: SandboxBackend) -> None:
+    def __init__(self, settings: Settings, db: Database, backend: SandboxBackend,
+                 objects: ObjectStore | None = None) -> None:
         self.settings, self.db, self.backend = settings, db, backend
+        self.objects = objects if objects is not None else get_object_store(settings)
 
     @classmethod
     async def open(cls, settings: Settings, *, backend: SandboxBackend | None = None) -> Runtime:
@@ -60,7 +64,7 @@ class Runtime:
 
     async def drive(self, run_id: uuid.UUID, *, progress: Progress | None = None) -> store.Row:
         """Work on one run in this process until it reaches a terminal state; return the run."""
-        worker = Worker(self.db, self.backend, self.settings, run_id=run_id)
+        worker = Worker(self.db, self.backend, self.settings, run_id=run_id, objects=self.objects)
         stop = asyncio.Event()
         run = await get_run(self.db, run_id)
         watcher = asyncio.create_task(_watch(progress, run_id)) if progress else None

@@ -19,6 +19,7 @@ import psycopg
 
 from onebox.config import Settings
 from onebox.errors import LeaseLost, OneboxError
+from onebox.objects.base import ObjectStore
 from onebox.runtime.archive import Outcome, archive_step, load_plan_version
 from onebox.runtime.executor import build_request, execute_step, request_details
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
@@ -26,6 +27,7 @@ from onebox.runtime.schedules import fire_due
 from onebox.runtime.sessions import release_finished_sessions, touch_session
 from onebox.runtime.tracing import bound, span
 from onebox.runtime.watchdog import flag_stale_runs
+from onebox.runtime.workspaces import StepWorkspace
 from onebox.sandbox.base import SandboxBackend
 from onebox.store import runs as store
 from onebox.store.db import Database
@@ -45,8 +47,10 @@ class Worker:
         concurrency: int | None = None,
         run_id: uuid.UUID | None = None,
         name: str | None = None,
+        objects: ObjectStore | None = None,
     ) -> None:
         self.db, self.backend, self.settings = db, backend, settings
+        self.workspaces = StepWorkspace(db, backend, objects, settings) if objects else None
         self.concurrency = concurrency or settings.runtime.concurrency
         self.run_id = run_id
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -125,17 +129,23 @@ class Worker:
             plan = await load_plan_version(conn, row["plan_id"])
             await touch_session(conn, row["session_id"], row["run_id"], self.backend.name)
         step = plan.step(row["step_id"])
+        if self.workspaces is not None:
+            await self.workspaces.prepare(row)
+            await self.workspaces.before(row)
         task = asyncio.create_task(execute_step(self.backend, self.settings, step, row))
         self._exec_tasks[row["id"]] = task
         try:
-            return await task
+            outcome = await task
         except asyncio.CancelledError:
             if row["id"] not in self._stop_reasons:
                 raise
             details = request_details(step, build_request(step, row, self.settings), self.settings)
-            return Outcome("FAILED", error=self._stop_reasons[row["id"]], details=details)
+            outcome = Outcome("FAILED", error=self._stop_reasons[row["id"]], details=details)
         finally:
             self._exec_tasks.pop(row["id"], None)
+        if self.workspaces is not None:
+            await self.workspaces.after(row, failed=outcome.status != "SUCCESS")
+        return outcome
 
     def _stop_step(self, execution_id: uuid.UUID, reason: str) -> None:
         task = self._exec_tasks.get(execution_id)
