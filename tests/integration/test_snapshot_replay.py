@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from psycopg.types.json import Jsonb
 from test_snapshot_archive import insert_execution  # noqa: I001 - sibling test module
 
 from onebox.config import Settings
@@ -196,3 +197,40 @@ async def test_replay_with_the_real_sandbox_backend(
     finally:
         await real.cleanup("real-1")
         await real.close()
+
+
+async def test_files_written_by_a_step_running_at_the_same_time_are_not_held_against_replay(
+    db: Database, store: FsObjectStore, backend: SubprocessBackend
+) -> None:
+    """Two steps share a session and overlap in time: A's post snapshot holds B's file.
+    Replaying A leaves B's file out; if B had not overlapped, the file would count."""
+    ws = backend.workspace("par")
+    ids = {}
+    for name in ("a", "b"):
+        code = f"open('{name}.txt', 'w').write('{name}')"
+        ids[name] = await insert_execution(db, "par", {"code": code, "language": "python"})
+        await archive.snapshot_before_step(db, store, ws, session_id="par",
+                                           execution_id=ids[name], policy="always")
+    for name in ("a", "b"):
+        await backend.execute(ExecRequest(session_id="par", code=f"open('{name}.txt', 'w')"
+                                                               f".write('{name}')"))
+    for name in ("a", "b"):
+        await archive.snapshot_step(db, store, ws, session_id="par", execution_id=ids[name],
+                                    policy="always", failed=False)
+    b_written = [{"path": "b.txt", "change": "created", "size": 1,
+                  "sha256": hashlib.sha256(b"b").hexdigest()}]
+    for name, start, end in (("a", "1 minute", "10 seconds"), ("b", "30 seconds", "5 seconds")):
+        await db.fetch(
+            "UPDATE onebox.task_execution SET status = 'SUCCESS', exit_code = 0, stdout = '', "
+            "stderr = '', step_id = %s, started_at = now() - %s::interval, "
+            "finished_at = now() - %s::interval, details = details || %s WHERE id = %s "
+            "RETURNING id", (f"step_{name}", start, end,
+                             Jsonb({"files_written": b_written if name == "b" else []}),
+                             ids[name]))
+    report = await replay(db, backend, store, ids["a"])
+    assert report.match, report.to_json()
+    assert (report.concurrent_steps, report.excluded_paths) == (("step_b",), ("b.txt",))
+    await db.fetch("UPDATE onebox.task_execution SET started_at = now(), finished_at = now() "
+                   "WHERE id = %s RETURNING id", (ids["b"],))
+    alone = await replay(db, backend, store, ids["a"])
+    assert not alone.match and alone.files.removed == ("b.txt",)

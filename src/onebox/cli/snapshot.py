@@ -76,7 +76,7 @@ def list_cmd(session_id: str | None, execution_id: str | None, run_id: str | Non
         return
     table = Table(expand=False)
     for col in ("id", "session", "kind", "status", "files", "bytes", "stored", "created"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in found:
         table.add_row(str(r["id"]), r["session_id"], r["kind"], r["status"], str(r["file_count"]),
                       _size(r["bytes"]), _size(r["stored_bytes"]),
@@ -235,6 +235,10 @@ def _print_replay(report: ReplayReport) -> None:
               "derived": "the session's previous snapshot (no pre-execution snapshot recorded)"}
     out.print(f"replayed {report.execution_id} in session {report.session_id} "
               f"from {source[report.pre_source]}")
+    if report.concurrent_steps:
+        out.print(f"not compared: {', '.join(report.excluded_paths)} (written by "
+                  f"{', '.join(report.concurrent_steps)}, running at the same time)",
+                  markup=False)
     if report.match:
         out.print(f"[green]match[/]  output hash {report.replayed_output_hash or '-'}")
         return

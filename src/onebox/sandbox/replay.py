@@ -18,13 +18,20 @@ import difflib
 import os
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from onebox.errors import SandboxError, ValidationError
 from onebox.objects.base import ObjectStore
-from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
+from onebox.sandbox.base import (
+    ExecRequest,
+    ExecResult,
+    FileChange,
+    Limits,
+    NetworkPolicy,
+    SandboxBackend,
+)
 from onebox.sandbox.snapshot_manifest import Manifest, TreeDiff, diff
 from onebox.sandbox.snapshots import RestoreReport, load_manifest, restore, scan
 from onebox.store import snapshots as rows
@@ -57,6 +64,8 @@ class ReplayReport:
     files: TreeDiff
     files_compared_with: Literal["snapshot", "files_written"]
     result: ExecResult = field(repr=False)
+    concurrent_steps: tuple[str, ...] = ()
+    excluded_paths: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +78,8 @@ class ReplayReport:
                             "replayed": self.replayed_output_hash},
             "stdout_diff": self.stdout_diff, "stderr_diff": self.stderr_diff,
             "files": self.files.to_json(), "files_compared_with": self.files_compared_with,
+            "concurrent_steps": list(self.concurrent_steps),
+            "excluded_paths": list(self.excluded_paths),
         }
 
 
@@ -121,6 +132,8 @@ async def replay(
         execution = await rows.get_execution(conn, execution_id)
         pre_id, pre_source = await _resolve_inputs(conn, execution)
         post = await rows.get(conn, execution["snapshot_id"]) if execution["snapshot_id"] else None
+        concurrent = _concurrent(await rows.concurrent_writes(conn, execution_id))
+        pre_sha = str((await rows.get(conn, pre_id))["sha256"]).strip() if pre_id else None
     request_fields = _request_fields(execution)
     opened = await restore_into_session(db, store, backend, pre_id,
                                         session_id=new_session_id("replay"))
@@ -128,11 +141,53 @@ async def replay(
         result = await backend.execute(ExecRequest(session_id=opened.session_id, **request_fields))
         after = await asyncio.to_thread(scan, opened.workspace)
         files, compared_with = await _compare_files(store, post, execution, after, result)
+        own = await _own_writes(store, pre_sha, after, result)
     finally:
         if not keep_session:
             await backend.cleanup(opened.session_id)
-    return _report(execution, opened.session_id, pre_id, pre_source, result, files,
-                   compared_with, hash_output)
+    excluded = _excluded(concurrent, own)
+    return _report(execution, opened.session_id, pre_id, pre_source, result,
+                   _without(files, excluded), compared_with, hash_output,
+                   Concurrent(concurrent.steps, excluded))
+
+
+async def _own_writes(
+    store: ObjectStore, pre_sha: str | None, after: Manifest, result: ExecResult
+) -> set[str]:
+    """Every path the replayed step created, changed or deleted: it ran alone."""
+    before = await load_manifest(store, pre_sha) if pre_sha else Manifest(())
+    changes = diff(before, after)
+    return ({f.path for f in result.files_written}
+            | set(changes.added) | set(changes.removed) | set(changes.changed))
+
+
+@dataclass(frozen=True)
+class Concurrent:
+    """Steps that ran in the same session at the same time, and the files they wrote.
+
+    Their writes land in the shared workspace while this step runs, so they appear in
+    its post-execution snapshot and recorded files_written; replay leaves them out."""
+
+    steps: tuple[str, ...] = ()
+    paths: frozenset[str] = frozenset()
+
+
+def _concurrent(found: list[rows.Row]) -> Concurrent:
+    paths = {f["path"] for row in found for f in row["files_written"] or ()}
+    return Concurrent(tuple(str(row["step_id"]) for row in found), frozenset(paths))
+
+
+def _excluded(concurrent: Concurrent, own: set[str]) -> frozenset[str]:
+    """What concurrent steps wrote and the replayed step did not (with their directories)."""
+    others = concurrent.paths - own
+    dirs = {str(p) for path in others for p in PurePosixPath(path).parents} - {"."}
+    own_dirs = {str(p) for path in own for p in PurePosixPath(path).parents}
+    return frozenset(others | (dirs - own_dirs - own))
+
+
+def _without(files: TreeDiff, paths: frozenset[str]) -> TreeDiff:
+    return TreeDiff(*(tuple(p for p in group if p not in paths)
+                      for group in (files.added, files.removed, files.changed)))
 
 
 async def _resolve_inputs(
@@ -184,22 +239,55 @@ async def _compare_files(
 def _report(
     execution: rows.Row, session_id: str, pre_id: uuid.UUID | None, pre_source: PreSource,
     result: ExecResult, files: TreeDiff, compared_with: Literal["snapshot", "files_written"],
-    hash_output: Callable[[ExecResult], str] | None,
+    hash_output: Callable[[ExecResult], str] | None, concurrent: Concurrent,
 ) -> ReplayReport:
     stdout_diff = _text_diff(execution["stdout"], result.stdout, "stdout")
     stderr_diff = _text_diff(execution["stderr"], result.stderr, "stderr")
-    recorded_hash = execution["output_hash"]
     replayed_hash = hash_output(result) if hash_output is not None else None
-    hashes_agree = recorded_hash is None or replayed_hash is None or recorded_hash == replayed_hash
     match = (execution["exit_code"] == result.exit_code and not stdout_diff and not stderr_diff
-             and files.empty and hashes_agree)
+             and files.empty and _hashes_agree(execution, result, hash_output, concurrent.paths))
     return ReplayReport(
         execution_id=execution["id"], session_id=session_id, pre_snapshot_id=pre_id,
         pre_source=pre_source, match=match, recorded_exit_code=execution["exit_code"],
-        replayed_exit_code=result.exit_code, recorded_output_hash=recorded_hash,
+        replayed_exit_code=result.exit_code, recorded_output_hash=execution["output_hash"],
         replayed_output_hash=replayed_hash, stdout_diff=stdout_diff, stderr_diff=stderr_diff,
         files=files, files_compared_with=compared_with, result=result,
+        concurrent_steps=concurrent.steps, excluded_paths=tuple(sorted(concurrent.paths)),
     )
+
+
+def _hashes_agree(
+    execution: rows.Row, result: ExecResult, hash_output: Callable[[ExecResult], str] | None,
+    excluded: frozenset[str],
+) -> bool:
+    """Equal output hashes; with concurrent steps, equal over this step's own files.
+
+    The recorded side is rebuilt from the row (exit code, stdout, stderr, files_written);
+    when that does not reproduce the recorded hash (a truncated stdout), only the raw
+    hashes count."""
+    recorded = execution["output_hash"]
+    if hash_output is None or recorded is None or hash_output(result) == recorded:
+        return True
+    original = _recorded_result(execution)
+    if not excluded or original is None or hash_output(original) != recorded:
+        return False
+    return hash_output(_drop(original, excluded)) == hash_output(_drop(result, excluded))
+
+
+def _recorded_result(execution: rows.Row) -> ExecResult | None:
+    try:
+        written = tuple(FileChange(**f) for f in (execution["details"] or {})
+                        .get("files_written") or ())
+    except TypeError:
+        return None
+    return ExecResult(ok=execution["status"] == "SUCCESS", exit_code=execution["exit_code"],
+                      stdout=execution["stdout"] or "", stderr=execution["stderr"] or "",
+                      duration_ms=0.0, files_written=written)
+
+
+def _drop(result: ExecResult, paths: frozenset[str]) -> ExecResult:
+    return replace(result, files_written=tuple(f for f in result.files_written
+                                               if f.path not in paths))
 
 
 def _text_diff(recorded: str | None, replayed: str, name: str) -> str:

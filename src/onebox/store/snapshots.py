@@ -178,6 +178,12 @@ async def get_execution(conn: Conn, execution_id: uuid.UUID) -> Row:
     return dict(row)
 
 
+async def concurrent_writes(conn: Conn, execution_id: uuid.UUID) -> list[Row]:
+    """Attempts that ran in the same session at the same time, with their files_written."""
+    cur = await conn.execute(Q["concurrent_writes"], {"id": execution_id})
+    return list(await cur.fetchall())
+
+
 async def latest_before(conn: Conn, session_id: str, before: datetime) -> Row | None:
     """The session's newest READY snapshot taken before ``before``."""
     cur = await conn.execute(Q["latest_before"], {"session_id": session_id, "before": before})

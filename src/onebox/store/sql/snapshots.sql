@@ -134,3 +134,14 @@ WHERE (s.status = 'PENDING' AND s.created_at < now() - make_interval(secs => %(p
         WHERE n > %(keep_last)s::int))
 RETURNING s.id;
 
+
+-- name: concurrent_writes
+-- Other attempts in the same session whose run time overlapped this one's, with the
+-- files they wrote: their writes can show up in this step's workspace and records.
+SELECT o.id, o.step_id, o.details -> 'files_written' AS files_written
+FROM onebox.task_execution t
+JOIN onebox.task_execution o ON o.session_id = t.session_id AND o.id <> t.id
+WHERE t.id = %(id)s AND t.started_at IS NOT NULL AND o.started_at IS NOT NULL
+  AND o.started_at < coalesce(t.finished_at, now())
+  AND coalesce(o.finished_at, now()) > t.started_at
+ORDER BY o.started_at;
