@@ -19,8 +19,7 @@ from onebox.store.db import Database
 from onebox.store.queries import load_queries
 
 Q = load_queries("api")
-RUN_STATUSES = ("PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "DEAD")
-WARNING_EVENTS = {"BLOCKED_EXTERNAL_ACCESS", "step_lease_expired"}
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "DEAD")
 
 
 async def require_run(db: Database, run_id: uuid.UUID, tenant_id: str) -> None:
@@ -86,7 +85,7 @@ async def run_detail(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
         "run": public_run(run),
         "plans": [dict(p, steps=_plan_steps(p["spec"])) for p in plans],
         "steps": views,
-        "warnings": run_warnings(run, notes),
+        "warnings": run_warnings(run, await db.fetchone(Q["last_event"], {"run_id": run_id})),
         "waiting_approvals": [v["step_id"] for v in views if v["waiting_approval"]],
         "session_id": session_id_for(run_id),
     }
@@ -164,18 +163,22 @@ def step_warnings(
                 else str(payload.get("host"))
             out.append({"kind": "blocked_network", "message": f"blocked network access to "
                         f"{where} ({payload.get('reason', 'not allowed')})"})
+        elif note["type"] == "workspace_restored":
+            out.append({"kind": "session_reset", "message": "the session's workspace was gone "
+                        f"and was restored from snapshot {payload.get('snapshot_id')}"})
         elif note["type"] == "step_lease_expired":
             out.append({"kind": "stale", "message": "the worker running this attempt was lost; "
                         "its lease expired and the step was retried"})
     return out
 
 
-def run_warnings(run: dict[str, Any], notes: list[dict[str, Any]]) -> list[dict[str, str]]:
-    stale = [n for n in notes if n["type"] == "run_stale"]
-    if stale and run["status"] in ("PENDING", "RUNNING", "WAITING"):
-        return [{"kind": "stale", "message": "no progress for a long time "
-                 f"(last event at {stale[-1]['created_at']:%Y-%m-%d %H:%M:%S})"}]
-    return []
+def run_warnings(run: dict[str, Any], last: dict[str, Any] | None) -> list[dict[str, str]]:
+    """A run is stale while its last event is the watchdog's `run_stale`."""
+    if last is None or last["type"] != "run_stale" or run["status"] in TERMINAL:
+        return []
+    since = (last["payload"] or {}).get("silent_since") or last["created_at"]
+    return [{"kind": "stale", "message": f"no progress since {since}: no worker has reported "
+             "on this run; check that a worker is running (`onebox worker`)"}]
 
 
 async def step_row(db: Database, run_id: uuid.UUID, execution_id: uuid.UUID) -> dict[str, Any]:

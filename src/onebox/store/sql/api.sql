@@ -66,7 +66,7 @@ FROM onebox.llm_calls WHERE run_id = %(run_id)s ORDER BY id;
 -- name: run_warning_events
 SELECT seq, type, execution_id, payload, created_at FROM onebox.agent_events
 WHERE run_id = %(run_id)s
-  AND type IN ('BLOCKED_EXTERNAL_ACCESS', 'step_lease_expired', 'run_stale', 'session_reset')
+  AND type IN ('BLOCKED_EXTERNAL_ACCESS', 'step_lease_expired', 'workspace_restored')
 ORDER BY seq;
 
 -- name: step_execution
@@ -197,3 +197,7 @@ SELECT scope, count(*) AS memories, max(created_at) AS last_at
 FROM onebox.memories
 WHERE left(scope, length(%(prefix)s)) = %(prefix)s
 GROUP BY scope ORDER BY scope;
+
+-- name: last_event
+SELECT seq, type, payload, created_at FROM onebox.agent_events
+WHERE run_id = %(run_id)s ORDER BY seq DESC LIMIT 1;
