@@ -35,14 +35,26 @@ def test_weights_decide_between_retrievers() -> None:
     ("1 in 5 million have it.", "1 in 2 million have it."),
     ("Statins are not effective here.", "Statins are effective here."),
     ("他会来。", "他不会来。"),
+    ("Active Ly49Q induces neutrophil polarization.", "Active Ly49Q prevents neutrophil polarization."),
+    ("Algerian physicians are the largest group.", "Nigerian physicians are the largest group."),
+    ("Ca2+ cycling is a UCP1-dependent mechanism.", "Ca2+ cycling is a UCP1-independent mechanism."),
+    ("Ethanol stress lowers the expression of PSP.", "Ethanol stress reduces the expression of SRL."),
+    ("Therapy A is more effective than therapy B.", "Therapy B is more effective than therapy A."),
+    ("Having a partner improves outcomes.", "Having a partner worsens outcomes."),
 ])
 def test_guard_flags_opposites(a: str, b: str) -> None:
     assert contradiction(a, b) is not None
 
 
-def test_guard_accepts_rewording() -> None:
-    assert contradiction("What port does the server use?",
-                         "Which port is the server listening on?") is None
+@pytest.mark.parametrize(("a", "b"), [
+    ("What port does the server use?", "Which port is the server listening on?"),
+    ("Who wrote the novel War and Peace?", "Who is the author of the novel War and Peace?"),
+    ("What is the boiling point of water at sea level?",
+     "At sea level, what is the boiling point of water?"),
+    ("Ana's office is in room 12.", "The office of Ana is room 12."),
+])
+def test_guard_accepts_rewording(a: str, b: str) -> None:
+    assert contradiction(a, b) is None
 
 
 def test_cjk_bigrams_and_sentences() -> None:

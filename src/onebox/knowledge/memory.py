@@ -8,8 +8,8 @@
 A duplicate (same content hash, or raw cosine >= ``dedup_similarity`` with no
 contradiction cue between the two texts) returns the existing id with
 ``deduplicated: True``. A near-identical memory that contradicts an older one
-(different numbers, negation, antonyms; cosine >= ``supersede_similarity``)
-supersedes it: the old row gets ``invalid_at`` and ``superseded_by``, and stops
+(different numbers, negation, antonyms; cosine >= ``supersede_similarity``; at
+most four words changed, i.e. a revision of the same statement) supersedes it: the old row gets ``invalid_at`` and ``superseded_by``, and stops
 being recalled. Nothing is deleted except by :meth:`MemoryStore.forget`.
 """
 
@@ -27,7 +27,7 @@ from onebox.errors import ValidationError
 from onebox.knowledge.embedder import CachedEmbedder, content_hash, vector_literal
 from onebox.knowledge.fts import build_fts_query
 from onebox.knowledge.fusion import FusionMethod, fuse
-from onebox.knowledge.guard import contradiction
+from onebox.knowledge.guard import contradiction, small_edit
 from onebox.knowledge.queries import sql
 from onebox.knowledge.text import first_sentence, segment_for_fts
 from onebox.store.db import Database
@@ -72,7 +72,7 @@ class MemoryStore:
     def __init__(
         self, db: Database, embedder: CachedEmbedder, dedup_similarity: float = 0.97,
         supersede_similarity: float = 0.92,
-        weights: dict[str, float] | None = None, method: FusionMethod = "rrf",
+        weights: dict[str, float] | None = None, method: FusionMethod = "score",
     ) -> None:
         self.db = db
         self.embedder = embedder
@@ -103,7 +103,8 @@ class MemoryStore:
             if clash is None and row["similarity"] >= self.dedup_similarity:
                 return {"id": str(row["id"]), "deduplicated": True,
                         "reason": f"cosine {row['similarity']:.3f}"}
-            if clash and auto_supersede and row["similarity"] >= self.supersede_similarity:
+            if (clash and auto_supersede and row["similarity"] >= self.supersede_similarity
+                    and small_edit(text, row["content"])):
                 replaced.append(str(row["id"]))
         new_id = str(uuid.uuid4())
         async with self.db.transaction() as conn:

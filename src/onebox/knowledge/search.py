@@ -42,7 +42,7 @@ class SearchFilters:
 @dataclass(frozen=True)
 class SearchOptions:
     weights: dict[str, float] = field(default_factory=lambda: {"fulltext": 0.3, "vector": 0.7})
-    method: FusionMethod = "rrf"
+    method: FusionMethod = "score"
     candidates: int = 50  # per retriever, before fusion
 
 

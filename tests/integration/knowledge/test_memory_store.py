@@ -46,6 +46,15 @@ async def test_contradicting_fact_supersedes_old_one(knowledge: Knowledge) -> No
     assert {h.id for h in every} == {old["id"], new["id"]}
 
 
+async def test_related_but_different_statement_does_not_supersede(knowledge: Knowledge) -> None:
+    memory = knowledge.memory
+    first = await memory.remember("chat", "I ran 5 km this morning before work.")
+    second = await memory.remember("chat", "Yesterday I swam 20 laps at the pool after lunch.")
+    assert second["superseded"] == []
+    row = await memory.get(first["id"])
+    assert row is not None and row["invalid_at"] is None
+
+
 async def test_recall_is_isolated_per_user_and_counts_access(knowledge: Knowledge) -> None:
     memory = knowledge.memory
     ana = await memory.remember("team", "My API token expires in March.", user_id="ana")
