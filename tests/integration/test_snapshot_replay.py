@@ -158,6 +158,9 @@ async def test_a_step_without_recorded_code_cannot_be_replayed(
     exec_id = await insert_execution(db, "s5", {"language": "python"})
     with pytest.raises(ValidationError, match="details.code"):
         await replay(db, backend, store, exec_id)
+    approval = await insert_execution(db, "s5", {"language": "approval", "code": None})
+    with pytest.raises(ValidationError, match="'approval', which runs no code"):
+        await replay(db, backend, store, approval)
 
 
 async def test_restore_into_a_new_session(

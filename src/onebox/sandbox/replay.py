@@ -205,7 +205,13 @@ async def _resolve_inputs(
 def _request_fields(execution: rows.Row) -> dict[str, Any]:
     details = execution["details"] or {}
     code, language = details.get("code"), details.get("language")
-    if not isinstance(code, str) or language not in ("python", "bash", "node"):
+    if language is not None and language not in ("python", "bash", "node"):
+        raise ValidationError(
+            f"step execution {execution['id']} used the tool {language!r}, which runs no "
+            "code in the sandbox; only python, bash and node steps can be replayed",
+            field="details.language",
+        )
+    if not isinstance(code, str) or language is None:
         raise ValidationError(
             f"step execution {execution['id']} did not record its code and language "
             "(task_execution.details.code/.language), so it cannot be replayed",
