@@ -66,7 +66,12 @@ async def search_runs(
 ) -> list[dict[str, Any]]:
     return await db.fetch(Q["search_runs"], {
         "tenant_id": tenant_id, "statuses": statuses or None, "since": since, "until": until,
-        "text": text or None, "before": before, "limit": limit})
+        "text": _like_escape(text) if text else None, "before": before, "limit": limit})
+
+
+def _like_escape(text: str) -> str:
+    """Search text is matched literally: % and _ are not wildcards."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 async def run_detail(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
