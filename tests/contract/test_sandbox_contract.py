@@ -267,3 +267,25 @@ async def test_no_network_by_default(backend: SandboxBackend) -> None:
     )
     r = await run(backend, _sid("nonet", backend), code)
     assert "refused" in r.stdout  # type: ignore[attr-defined]
+
+
+async def test_workspace_survives_a_restart_of_the_backend(tmp_path: Path) -> None:
+    """An interrupted run resumes in a new process: its session's files are still there."""
+    for name in BACKENDS:
+        if name == "linux" and linux_available():
+            continue
+        sandbox = SandboxSettings(backend=name, pool_size=0, disk_mb=16)
+        settings = load_settings(home=tmp_path / name, sandbox=sandbox)
+        first = get_backend(settings)
+        await first.execute(ExecRequest(session_id="resume", code="open('a.txt','w').write('1')"))
+        await first.close()
+        second = get_backend(settings)
+        try:
+            r = await second.execute(
+                ExecRequest(session_id="resume", code="print(open('a.txt').read())")
+            )
+            assert r.ok and r.stdout == "1\n", r.stderr
+            assert not r.session_reset
+        finally:
+            await second.cleanup("resume")
+            await second.close()

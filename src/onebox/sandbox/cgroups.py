@@ -72,6 +72,7 @@ class CgroupManager:
             parent = ROOT / ctrl / _own_path(ctrl).lstrip("/")
             if not os.access(parent, os.W_OK):
                 return None
+            _sweep_stale(parent)
             bases[ctrl] = parent / f"onebox-{tag}"
         return cls(1, bases)
 
@@ -196,6 +197,19 @@ class CgroupManager:
                     if child.is_dir():
                         child.rmdir()
                 base.rmdir()
+
+
+def _sweep_stale(parent: Path) -> None:
+    """Remove empty ``onebox-<pid>-<n>`` cgroups of processes that are gone."""
+    for base in parent.glob("onebox-*"):
+        pid = base.name.split("-")[1]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        with contextlib.suppress(OSError):
+            for child in base.iterdir():
+                if child.is_dir():
+                    child.rmdir()
+            base.rmdir()
 
 
 def _counter(text: str, key: str) -> int:

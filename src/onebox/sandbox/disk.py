@@ -67,11 +67,15 @@ class LoopDiskQuota:
             os.chmod(workspace, 0o755)
             os.rmdir(workspace / "lost+found")
 
-    async def detach(self, workspace: Path) -> None:
-        """Unmount (lazily, so a straggler cannot block it) and delete the image."""
+    async def unmount(self, workspace: Path) -> None:
+        """Unmount (lazily, so a straggler cannot block it); the image and its files stay."""
         if os.path.ismount(workspace):
             with contextlib.suppress(OSError):
                 await _run("umount", "-l", str(workspace))
+
+    async def detach(self, workspace: Path) -> None:
+        """Unmount and delete the image: the session's files are gone."""
+        await self.unmount(workspace)
         self.image_of(workspace).unlink(missing_ok=True)
 
     def close(self) -> None:

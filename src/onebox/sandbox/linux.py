@@ -152,7 +152,8 @@ class BwrapSandbox(SandboxBackend):
                 kill_tree(blocked)
         if self.disk_enabled:
             for session_id in self.sessions.ids():
-                await self.disk.detach(self.workspace(session_id))
+                # Keep the images: a later process re-mounts them (interrupted runs resume).
+                await self.disk.unmount(self.workspace(session_id))
         self.disk.close()
         if self.cgroups is not None:
             self.cgroups.close()
