@@ -472,3 +472,18 @@ async def test_proxy_tunnels_connect_to_a_listed_domain(
         "hello from the host",
     ], r.stderr
     assert "/tunnel" in hits
+
+
+async def test_proxy_forwards_a_post_with_the_checked_host_only(
+    linux: BwrapSandbox, host_server: tuple[int, list[str]]
+) -> None:
+    port, hits = host_server
+    code = (
+        "import urllib.request\n"
+        f"req = urllib.request.Request('http://localhost:{port}/post', data=b'payload-123',\n"
+        "                             headers={'Host': 'internal.example.net'})\n"
+        "print(urllib.request.urlopen(req, timeout=5).read().decode())\n"
+    )
+    r = await sh(linux, code, domains=(f"localhost:{port}",))
+    assert r.stdout.strip() == "payload-123", r.stderr
+    assert f"POST /post host=localhost:{port}" in hits

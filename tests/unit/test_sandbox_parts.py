@@ -118,3 +118,16 @@ def test_write_files_refuses_links_and_escapes(tmp_path: Path) -> None:
     assert list(outside.iterdir()) == []
     write_files(ws, {"a/b/c.txt": b"ok"}, None)
     assert (ws / "a" / "b" / "c.txt").read_bytes() == b"ok"
+
+
+def test_proxied_http_cannot_switch_virtual_host_or_keep_alive() -> None:
+    head = (
+        b"GET http://api.example.com/x HTTP/1.1\r\nHost: internal.example.net\r\n"
+        b"Connection: keep-alive\r\nProxy-Authorization: secret\r\nAccept: */*\r\n\r\n"
+    )
+    _, host, _, upstream = parse_target(head)
+    assert host == "api.example.com"
+    lines = upstream.split(b"\r\n")
+    assert b"Host: api.example.com" in lines and b"Connection: close" in lines
+    assert not any(b"internal" in ln or b"Proxy-" in ln or b"keep-alive" in ln for ln in lines)
+    assert b"Accept: */*" in lines

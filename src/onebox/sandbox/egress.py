@@ -93,7 +93,32 @@ def parse_target(head: bytes) -> tuple[str, str, int, bytes]:
     authority, _, path = target[7:].partition("/")
     host, port = _split_hostport(authority, 80)
     origin = f"{method} /{path} {version}\r\n".encode("latin-1")
-    return method, host, port, origin + rest
+    return method, host, port, origin + _upstream_headers(rest, authority)
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            value = int(line.split(b":", 1)[1].strip())
+            if value < 0:
+                raise ValueError("negative Content-Length")
+            return value
+    return 0
+
+
+HOP_HEADERS = (b"host:", b"connection:", b"proxy-connection:", b"proxy-authorization:",
+               b"keep-alive:")  # fmt: skip
+
+
+def _upstream_headers(rest: bytes, authority: str) -> bytes:
+    """The client's headers with Host forced to the checked authority and one request only.
+
+    A different Host header (or a second request on a kept-alive connection) could
+    otherwise reach another virtual host on the same allowed address.
+    """
+    lines = [ln for ln in rest.split(b"\r\n") if ln and not ln.lower().startswith(HOP_HEADERS)]
+    lines += [b"Host: " + authority.encode("latin-1"), b"Connection: close"]
+    return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
 def _split_hostport(text: str, default: int) -> tuple[str, int]:
@@ -149,6 +174,10 @@ class ExecutionEgress:
         if len(head) > HEAD_LIMIT:
             raise ValueError("request head too large")
         method, host, port, upstream_head = parse_target(head)
+        if method != "CONNECT" and b"transfer-encoding:" in head.lower():
+            writer.write(b"HTTP/1.1 411 Length Required\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            return
         ip = await self._check(host, port)
         if ip is None:
             writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
@@ -159,9 +188,14 @@ class ExecutionEgress:
         )
         if method == "CONNECT":
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        else:
-            up_writer.write(upstream_head)
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            return
+        up_writer.write(upstream_head)
+        length = _content_length(head)
+        if length:
+            up_writer.write(await reader.readexactly(length))
+        await _pipe(up_reader, writer)
+        up_writer.close()
 
     async def _check(self, host: str, port: int) -> str | None:
         """The address to connect to, or None after recording why not."""
