@@ -135,3 +135,30 @@ async def test_knowledge_search_and_memory_browser_pages(kapi: Api, browser: Any
     await page.wait_for_selector(".hit:has-text('Ana owns the deploy key.')")
     await page.screenshot(path=str(ARTIFACTS / "console-memory.png"), full_page=True)
     assert page.errors == []
+
+
+async def test_plan_versions_after_a_replan_are_shown_as_tabs(api_no_worker: Api,
+                                                               browser: Any) -> None:
+    import uuid
+
+    from onebox.agent.plan import parse_plan
+    from onebox.runtime.submit import create_plan_version
+
+    async with api_no_worker.client() as c:
+        submitted = (await c.post("/v1/runs", json={"plan": PLAN})).json()
+    replan = parse_plan({"name": "console approval", "steps": [
+        {"id": "slow", "tool": "python", "code": "print('slow')"},
+        {"id": "fixed", "tool": "bash", "code": "echo fixed", "depends_on": ["slow"]},
+    ]})
+    async with api_no_worker.rt.db.transaction() as conn:
+        await create_plan_version(conn, uuid.UUID(submitted["run_id"]), submitted["trace_id"],
+                                  replan, version=2, reason="replanned: gate removed")
+    page = await open_console(browser, api_no_worker)
+    await page.goto(f"{api_no_worker.url}/ui/#/runs/{submitted['run_id']}")
+    await page.wait_for_selector("#dag g[data-step=fixed]")
+    assert await page.query_selector("#dag g[data-step=gate]") is None
+    await page.click("button[data-version='1']")
+    await page.wait_for_selector("#dag g[data-step=gate]")
+    assert await page.query_selector("#dag g[data-step=fixed]") is None
+    await page.screenshot(path=str(ARTIFACTS / "console-plan-v1.png"), full_page=True)
+    assert page.errors == []
