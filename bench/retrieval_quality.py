@@ -90,9 +90,12 @@ async def locomo_recall(knowledge: Knowledge, samples: list[dict[str, Any]], k: 
     for i, sample in enumerate(samples):
         scope = f"bench-locomo-{i}"
         turns = locomo_turns(sample)
-        await knowledge.embedder.passages([" ".join(t[2].split()) for t in turns])  # batched
-        for dia_id, date, content in turns:
-            made = await memory.remember(scope, content, metadata={"dia_id": dia_id, "date": date})
+        contexts = [None, *[t[2] for t in turns[:-1]]]  # each turn is indexed with the one before
+        await knowledge.embedder.passages(
+            [_indexed(t[2], c) for t, c in zip(turns, contexts, strict=True)])  # batched
+        for (dia_id, date, content), context in zip(turns, contexts, strict=True):
+            made = await memory.remember(scope, content, metadata={"dia_id": dia_id, "date": date},
+                                         context=context)
             stats["turns"] += 1
             stats["deduplicated"] += bool(made["deduplicated"])
             stats["superseded"] += len(made.get("superseded", []))
@@ -110,6 +113,11 @@ async def locomo_recall(knowledge: Knowledge, samples: list[dict[str, Any]], k: 
     return {f"recall@{k}": mean(every), "questions": len(every),
             "by_category": {str(c): {"recall": mean(v), "n": len(v)} for c, v in sorted(per_cat.items())},
             **stats}
+
+
+def _indexed(content: str, context: str | None) -> str:
+    text = " ".join(content.split())
+    return f"{' '.join(context.split())}\n{text}" if context else text
 
 
 REWORDINGS = [
@@ -157,7 +165,8 @@ async def cache_eval(knowledge: Knowledge, claims: dict[str, str]) -> dict[str, 
         hits += hit is not None and hit.answer == f"answer {i}"
     return {"threshold": cache.min_similarity,
             "contradicting_pairs": len(pairs), "false_hits": false_hits,
-            "pairs_above_threshold_without_guard": unguarded,
+            "would_hit_without_guard": unguarded,
+            "pair_definition": "distinct claims, cosine >= threshold, 1-4 words differ",
             "rewordings": len(REWORDINGS), "reworded_hits": hits}
 
 

@@ -85,16 +85,23 @@ class MemoryStore:
         self, scope: str, content: str, user_id: str = "", metadata: dict[str, Any] | None = None,
         kind: MemoryKind = "short", supersedes: str | None = None,
         execution_id: str | None = None, valid_from: datetime | None = None,
-        auto_supersede: bool = True,
+        auto_supersede: bool = True, context: str | None = None,
     ) -> dict[str, Any]:
-        """Store a memory, or return the existing duplicate's id with ``deduplicated: True``."""
+        """Store a memory, or return the existing duplicate's id with ``deduplicated: True``.
+
+        ``context`` (e.g. the conversation turn this one answers) is indexed with the
+        content, for embedding and full-text, and kept in ``metadata["context"]``.
+        """
         text = _check(scope, content)
+        indexed = f"{normalise(context)}\n{text}" if context and context.strip() else text
+        if indexed != text:
+            metadata = {**(metadata or {}), "context": normalise(context or "")}
         digest = content_hash(text)
         same = await self.db.fetchone(sql("memory.find_hash"),
                                       {"scope": scope, "user_id": user_id, "hash": digest})
         if same:
             return {"id": str(same["id"]), "deduplicated": True, "reason": "same content"}
-        vector = (await self.embedder.passages([text]))[0]
+        vector = (await self.embedder.passages([indexed]))[0]
         near = await self.db.fetch(sql("memory.nearest"), {
             "q": vector_literal(vector), "scope": scope, "user_id": user_id, "n": 5})
         replaced = [supersedes] if supersedes else []
@@ -112,7 +119,7 @@ class MemoryStore:
                 "id": new_id, "scope": scope, "user_id": user_id, "kind": kind,
                 "content": text, "hash": digest, "summary": first_sentence(text),
                 "entities": entities_of(text), "metadata": Jsonb(metadata or {}),
-                "embedding": vector_literal(vector), "seg": segment_for_fts(text),
+                "embedding": vector_literal(vector), "seg": segment_for_fts(indexed),
                 "execution_id": execution_id, "valid_from": valid_from})
             await conn.execute(sql("fts.add_memory_terms"),
                                {"ids": [new_id], "space": space_of(scope)})
