@@ -99,6 +99,9 @@ async def test_list_show_and_restore(db: Database, settings: Settings,
     assert by_run == by_exec
     none = await onebox_json(settings, "snapshot", "list", "--run", str(uuid.uuid4()))
     assert none == {"snapshots": []}
+    changes = await onebox_json(settings, "snapshot", "diff", str(recorded["pre"]),
+                                str(recorded["post"]))
+    assert changes == {"added": ["out.txt"], "removed": [], "changed": []}
     shown = await onebox_json(settings, "snapshot", "show", str(recorded["post"])[:8])
     assert shown["entries"] == [{"path": "out.txt", "type": "file", "mode": shown["entries"][0]
                                  ["mode"], "size": 2, "sha256": shown["entries"][0]["sha256"]}]

@@ -17,6 +17,7 @@ from onebox.errors import ValidationError
 from onebox.objects import ObjectStore, get_object_store
 from onebox.sandbox import snapshot_archive as archive
 from onebox.sandbox.replay import ReplayReport
+from onebox.sandbox.snapshot_manifest import diff
 from onebox.sandbox.snapshots import RestoreReport, load_manifest
 from onebox.store import snapshots as rows
 from onebox.store.db import Database
@@ -108,6 +109,32 @@ def show_cmd(snapshot_id: str, as_json: bool) -> None:
         detail = entry.get("target") or _size(entry.get("size", 0))
         out.print(f"  {entry['type']:<7} {entry['mode']:04o}  {entry['path']}  {detail}",
                   markup=False)
+
+
+@snapshot.command("diff")
+@click.argument("before_id")
+@click.argument("after_id")
+@json_option
+def diff_cmd(before_id: str, after_id: str, as_json: bool) -> None:
+    """Paths added, removed or changed from one snapshot to another (e.g. a step's pre and
+    post snapshots: what the step did to its workspace)."""
+    async def go() -> dict[str, list[str]]:
+        async with opened(settings()) as (db, store):
+            async with db.connection() as conn:
+                before, after = await rows.get(conn, before_id), await rows.get(conn, after_id)
+            old = await load_manifest(store, str(before["sha256"]).strip())
+            new = await load_manifest(store, str(after["sha256"]).strip())
+            return diff(old, new).to_json()
+
+    data = run(go())
+    if as_json:
+        print_json(data)
+        return
+    for label, mark in (("added", "+"), ("removed", "-"), ("changed", "~")):
+        for path in data[label]:
+            out.print(f"{mark} {path}", markup=False)
+    if not any(data.values()):
+        out.print("identical")
 
 
 @snapshot.command("restore")
