@@ -289,3 +289,12 @@ async def test_workspace_survives_a_restart_of_the_backend(tmp_path: Path) -> No
         finally:
             await second.cleanup("resume")
             await second.close()
+
+
+async def test_many_new_sessions_in_a_row(backend: SandboxBackend) -> None:
+    """New sessions are served by pre-created sandboxes while the pool refills behind them."""
+    for i in range(10):
+        sid = _sid(f"row{i}", backend)
+        r = await run(backend, sid, f"open('x','w').write('{i}'); print(open('x').read())")
+        assert r.ok and r.stdout == f"{i}\n", r.stderr  # type: ignore[attr-defined]
+        assert (backend.workspace(sid) / "x").read_text() == str(i)

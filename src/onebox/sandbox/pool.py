@@ -26,7 +26,7 @@ from onebox.sandbox import policy
 from onebox.sandbox.base import ExecRequest, Limits
 from onebox.sandbox.disk import LoopDiskQuota
 from onebox.sandbox.sessions import Session
-from onebox.sandbox.spawner import Blocked
+from onebox.sandbox.spawner import Blocked, wait_until_set_up
 
 if TYPE_CHECKING:
     from onebox.sandbox.linux import BwrapSandbox
@@ -114,6 +114,12 @@ class WarmPool:
         try:
             await self.backend.make_workspace(slot)
             blocked = await self.backend.spawn(slot, self.limits, None)
+            try:
+                await wait_until_set_up(blocked)
+            except BaseException:
+                blocked.discard()
+                await self.backend.discard(blocked)
+                raise
         except BaseException:
             await self.backend.drop_workspace(slot)
             raise

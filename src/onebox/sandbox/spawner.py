@@ -26,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onebox.errors import SandboxUnavailable
@@ -51,6 +52,7 @@ class Blocked:
     spawned_at: float = field(default_factory=time.monotonic)
     tag: str = ""
     egress: ExecutionEgress | None = None
+    block_fd_inside: int = -1
 
     def discard(self) -> None:
         """Kill it without running anything, and reap it."""
@@ -120,7 +122,7 @@ def _popen(bwrap: str, args_fd: int, command: Sequence[str], fds: SpawnFds) -> B
             os.close(fd)
     for fd in (in_w, out_r, err_r):
         os.set_blocking(fd, False)
-    return Blocked(proc, 0, fds.block_w, in_w, out_r, err_r)
+    return Blocked(proc, 0, fds.block_w, in_w, out_r, err_r, block_fd_inside=fds.block_r)
 
 
 async def spawn_blocked(
@@ -292,6 +294,34 @@ async def _finish_io(
     for fd in (blocked.stdout_r, blocked.stderr_r):
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+READ_SYSCALLS = {"0", "63"}  # read(2) on x86_64, arm64
+
+
+def _waiting_on_block_fd(blocked: Blocked) -> bool:
+    try:
+        fields = Path(f"/proc/{blocked.child_pid}/syscall").read_text().split()
+    except OSError:
+        return False
+    return (
+        len(fields) > 1
+        and fields[0] in READ_SYSCALLS
+        and int(fields[1], 16) == blocked.block_fd_inside
+    )
+
+
+async def wait_until_set_up(blocked: Blocked, timeout_s: float = INFO_TIMEOUT_S) -> None:
+    """Wait until bwrap has built the sandbox (mounts done) and sits in read(block_fd).
+
+    The info fd only says the sandbox's init exists; a pre-created sandbox whose
+    host paths are about to be moved must have bound them first.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not _waiting_on_block_fd(blocked):
+        if blocked.proc.poll() is not None or time.monotonic() > deadline:
+            raise SandboxUnavailable(_startup_error(blocked))
+        await asyncio.sleep(0.001)
 
 
 def kill_tree(blocked: Blocked) -> None:
