@@ -55,8 +55,8 @@ async def _api(db: Database, settings: Settings, e5: EmbeddingModel | None,
     rt = Runtime(settings, db, backend)
     keys = {t: (await create_key(db, tenant_id=t, name=f"{t}-test"))[0] for t in ("acme", "globex")}
     stop = asyncio.Event()
-    runner = asyncio.create_task(Worker(db, backend, settings).serve(stop, drain_s=2)) \
-        if worker else None
+    work = Worker(db, backend, settings, objects=rt.objects)
+    runner = asyncio.create_task(work.serve(stop, drain_s=2)) if worker else None
     try:
         async with serving(create_app(settings, runtime=rt, embedding=e5)) as url:
             yield Api(url, rt, keys, settings, e5)
@@ -65,6 +65,7 @@ async def _api(db: Database, settings: Settings, e5: EmbeddingModel | None,
         if runner is not None:
             await runner
         await backend.close()
+        await rt.objects.close()
 
 
 @pytest.fixture

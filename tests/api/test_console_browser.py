@@ -74,6 +74,7 @@ async def test_runs_list_run_page_live_and_approval(api: Api, browser: Any) -> N
     await page.wait_for_selector(f"{node}[data-status=SUCCESS]", timeout=30_000)
     color = await page.eval_on_selector(f"{node} rect", "r => getComputedStyle(r).fill")
     assert color == "rgb(31, 157, 85)", color  # --ok green
+    await page.wait_for_selector("[data-attempt='slow#1'] a:has-text('⤓')")  # snapshot link
 
     await page.wait_for_selector("[data-approval=gate]", timeout=30_000)
     assert await page.get_attribute("#dag g[data-step=gate]", "data-status") == "WAITING"

@@ -29,6 +29,10 @@ async def test_submit_run_and_read_it_back(api: Api) -> None:
         assert [p["version"] for p in detail["plans"]] == [1]
         assert detail["plans"][0]["steps"][1]["depends_on"] == ["write"]
         assert detail["run"]["idempotency_key"] == "k1"
+        snaps = (await c.get(f"/v1/runs/{run_id}/snapshots")).json()["snapshots"]
+        assert str(steps["write"]["snapshot_id"]) in [s["id"] for s in snaps]
+        tgz = await c.get(f"/v1/snapshots/{steps['write']['snapshot_id']}/download")
+        assert tgz.status_code == 200 and tgz.content[:2] == b"\x1f\x8b"
         files = (await c.get(f"/v1/runs/{run_id}/files")).json()["files"]
         assert [f["path"] for f in files if f["type"] == "file"] == ["out.txt"] or files == []
 

@@ -95,6 +95,6 @@ def _state(settings: Settings, runtime: Runtime, embedding: EmbeddingModel | Non
 
 async def _work(state: ApiState, stop: asyncio.Event) -> None:
     """`onebox up`: a worker in this process, sharing the runtime's database and sandbox."""
-    runner = Worker(state.db, state.backend, state.settings)
+    runner = Worker(state.db, state.backend, state.settings, objects=state.objects())
     log.info("worker %s started in the API process", runner.owner)
     await runner.serve(stop, drain_s=5.0)

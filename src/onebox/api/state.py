@@ -11,7 +11,7 @@ from onebox.api.events import EventHub
 from onebox.config import Settings
 from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import EmbeddingModel, embedding_model_from_settings
-from onebox.objects import ObjectStore, get_object_store
+from onebox.objects import ObjectStore
 from onebox.runtime.service import Runtime
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
@@ -26,7 +26,6 @@ class ApiState:
     embedding: EmbeddingModel | None = None
     _knowledge: Knowledge | None = None
     _embedding: EmbeddingModel | None = None
-    _objects: ObjectStore | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -48,16 +47,12 @@ class ApiState:
             return self._knowledge
 
     def objects(self) -> ObjectStore:
-        if self._objects is None:
-            self._objects = get_object_store(self.settings)
-        return self._objects
+        return self.runtime.objects
 
     async def close(self) -> None:
         await self.hub.close()
         if self._embedding is not None:
             await self._embedding.close()
-        if self._objects is not None:
-            await self._objects.close()
         if self.owns_runtime:
             await self.runtime.close()
 
