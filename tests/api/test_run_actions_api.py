@@ -68,3 +68,20 @@ async def test_retried_step_and_stale_run_warnings(api: Api) -> None:
         assert [w["kind"] for w in stale] == ["stale"]
         await c.post(f"/v1/runs/{gated}/steps/gate/approve")
         assert (await c.get(f"/v1/runs/{gated}")).json()["warnings"] == []
+
+
+async def test_blocked_network_is_a_visible_warning_and_a_metric(api: Api) -> None:
+    code = ("import urllib.request\ntry:\n"
+            "    urllib.request.urlopen('http://blocked.example.org/', timeout=5)\n"
+            "except Exception as e:\n    print('refused', type(e).__name__)\n")
+    plan = {"name": "egress", "steps": [{"id": "fetch", "tool": "python",
+                                         "allow_domains": ["example.com"], "code": code}]}
+    async with api.client() as c:
+        run_id = (await c.post("/v1/runs", json={"plan": plan})).json()["run_id"]
+        detail = await wait_status(c, run_id, "SUCCEEDED", "DEAD")
+        warnings = detail["steps"][-1]["warnings"]
+        blocked = [w for w in warnings if w["kind"] == "blocked_network"]
+        assert blocked and "blocked.example.org:80" in blocked[0]["message"], warnings
+        assert detail["steps"][-1]["resources"]["allow_domains"] == ["example.com"]
+        text = (await c.get("/metrics")).text
+        assert "onebox_blocked_network_attempts_total 1\n" in text
