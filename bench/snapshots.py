@@ -123,26 +123,30 @@ async def insert_execution(db: Database, session_id: str) -> uuid.UUID:
     return exec_id
 
 
-async def step_overhead(db: Database, work: Path, steps: int) -> dict[str, Any]:
-    """Per-step cost of policy 'always' on a small workspace (20 files, ~200 KB)."""
-    store = FsObjectStore(work / "objects-small")
-    ws = work / "small"
-    make_workspace(ws, 20, 10_000)
+async def step_overhead(
+    db: Database, work: Path, steps: int, *, files: int = 20, file_bytes: int = 10_000
+) -> dict[str, Any]:
+    """Per-step cost of policy 'always' (snapshot before and after, one file changed)."""
+    store = FsObjectStore(work / f"objects-{files}")
+    ws = work / f"steps-{files}"
+    make_workspace(ws, files, file_bytes)
+    await asyncio.sleep(2.1)  # files younger than the hash cache's racy window are re-read
     timings = []
     for n in range(steps):
-        exec_id = await insert_execution(db, "bench")
+        exec_id = await insert_execution(db, f"bench-{files}")
         t0 = time.perf_counter()
-        await archive.snapshot_before_step(db, store, ws, session_id="bench",
+        await archive.snapshot_before_step(db, store, ws, session_id=f"bench-{files}",
                                            execution_id=exec_id, policy="always")
         pre_s = time.perf_counter() - t0
         (ws / "dir00" / "file0000.bin").write_bytes(os.urandom(10_000) + bytes([n % 256]))
         t1 = time.perf_counter()
-        await archive.snapshot_step(db, store, ws, session_id="bench", execution_id=exec_id,
-                                    policy="always", failed=False)
+        await archive.snapshot_step(db, store, ws, session_id=f"bench-{files}",
+                                    execution_id=exec_id, policy="always", failed=False)
         timings.append(pre_s + time.perf_counter() - t1)
     ms = sorted(t * 1000 for t in timings[2:])  # the first steps warm caches and connections
     return {
-        "workspace": {"files": 20, "bytes": 200_000}, "steps": steps, "policy": "always",
+        "workspace": {"files": files, "bytes": files * file_bytes}, "steps": steps,
+        "policy": "always",
         "median_ms": round(statistics.median(ms), 2),
         "p90_ms": round(ms[int(len(ms) * 0.9) - 1], 2),
     }
@@ -204,6 +208,8 @@ async def main() -> None:
             "large_workspace": await large_workspace(db, work, args.files, args.file_kb,
                                                      FsObjectStore(work / "objects")),
             "step_overhead": await step_overhead(db, work, args.steps),
+            "step_overhead_100mb": await step_overhead(db, work, 8, files=args.files,
+                                                       file_bytes=args.file_kb * 1024),
         }
         if args.s3:
             result["large_workspace_s3_moto"] = await s3_workspace(db, work, args.files,
