@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from onebox.config import Settings, load_settings
-from onebox.errors import OneboxError, ValidationError
+from onebox.errors import ConfigError, OneboxError, ValidationError
 from onebox.runtime.tracing import LOG_FORMAT, ContextFilter, configure_exporter
 
 T = TypeVar("T")
@@ -43,7 +43,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return asyncio.run(coro)
     except OneboxError as exc:
-        fail(exc.message, code=2 if isinstance(exc, ValidationError) else 1)
+        fail(exc.message, code=exit_code(exc))
     except KeyboardInterrupt:
         fail("interrupted", code=130)
 
@@ -53,7 +53,12 @@ def run_sync(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except OneboxError as exc:
-        fail(exc.message, code=2 if isinstance(exc, ValidationError) else 1)
+        fail(exc.message, code=exit_code(exc))
+
+
+def exit_code(exc: OneboxError) -> int:
+    """2 for what the user can fix in their input or configuration, 1 for everything else."""
+    return 2 if isinstance(exc, (ValidationError, ConfigError)) else 1
 
 
 def fail(message: str, *, code: int = 1) -> NoReturn:

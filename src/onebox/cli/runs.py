@@ -15,8 +15,12 @@ from onebox.cli import common
 from onebox.cli.render import runs_table, steps_table, timeline
 from onebox.config import Settings
 from onebox.errors import PlanError
+from onebox.llm.registry import chat_model_from_settings
 from onebox.runtime import runs as runs_api
+from onebox.runtime.agent_runs import submit_task
+from onebox.runtime.explain import explain
 from onebox.runtime.service import Runtime
+from onebox.runtime.submit import Submitted
 from onebox.store.db import Database
 
 SQL_HINT = (
@@ -27,7 +31,7 @@ SQL_HINT = (
 
 
 def register(main: click.Group) -> None:
-    for command in (run_cmd, show_cmd, runs_cmd, cancel_cmd, approve_cmd, retry_cmd):
+    for command in (run_cmd, show_cmd, runs_cmd, cancel_cmd, approve_cmd, retry_cmd, explain_cmd):
         main.add_command(command)
 
 
@@ -41,12 +45,21 @@ def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | 
             as_json: bool) -> None:
     """Run a plan file (YAML or JSON), or ask the agent to do TARGET in words."""
     settings = common.settings()
-    if not Path(target).exists():
-        _ask_agent(target)
-    plan = load_plan_or_fail(Path(target))
-    status = common.run(_run_plan(settings, plan, detach=detach, name=name,
-                                  idempotency_key=idempotency_key, as_json=as_json))
+    if Path(target).exists():
+        plan = load_plan_or_fail(Path(target))
+        status = common.run(_run_plan(settings, plan, detach=detach, name=name,
+                                      idempotency_key=idempotency_key, as_json=as_json))
+    elif _looks_like_a_path(target):
+        common.fail(f"plan file {target} does not exist", code=2)
+    else:
+        common.run_sync(lambda: chat_model_from_settings(settings.llm))  # says what to set
+        status = common.run(_run_task(settings, target, detach=detach, name=name,
+                                      idempotency_key=idempotency_key, as_json=as_json))
     raise click.exceptions.Exit(0 if status in ("SUCCEEDED", "PENDING") else 1)
+
+
+def _looks_like_a_path(target: str) -> bool:
+    return " " not in target.strip() and target.endswith((".yaml", ".yml", ".json"))
 
 
 def load_plan_or_fail(path: Path) -> Plan:
@@ -56,15 +69,6 @@ def load_plan_or_fail(path: Path) -> Plan:
         common.fail(f"plan {path} refused, nothing was run: {exc.message}", code=2)
 
 
-def _ask_agent(task: str) -> None:
-    common.fail(
-        f"'{task}' is not a plan file. Running a task in words needs the agent and an "
-        "OpenAI-compatible model, which this version of onebox does not include yet; "
-        "write the steps as a plan file (see examples/quickstart.yaml) and run that.",
-        code=2,
-    )
-
-
 async def _run_plan(settings: Settings, plan: Any, *, detach: bool, name: str | None,
                     idempotency_key: str | None, as_json: bool) -> str:
     async with await Runtime.open(settings) as rt:
@@ -72,19 +76,36 @@ async def _run_plan(settings: Settings, plan: Any, *, detach: bool, name: str | 
         if detach:
             _print_submitted(submitted, as_json)
             return "PENDING"
-        if as_json:
-            final = await rt.drive(submitted.run_id)
-        else:
+        if not as_json:
             common.out.print(f"run [bold cyan]{submitted.run_id}[/] started "
                              f"({len(plan.steps)} steps, backend {rt.backend.name})")
-            final = await _drive_live(rt, submitted.run_id)
-        tl = await runs_api.run_timeline(rt.db, submitted.run_id)
-        if as_json:
-            common.print_json(tl)
-        else:
-            common.out.print(timeline(tl["run"], tl["steps"]))
-            _print_sql_hint(rt.db, submitted.run_id)
-        return str(final["status"])
+        return await _finish(rt, submitted.run_id, as_json)
+
+
+async def _run_task(settings: Settings, task: str, *, detach: bool, name: str | None,
+                    idempotency_key: str | None, as_json: bool) -> str:
+    async with await Runtime.open(settings) as rt:
+        run_id, existing = await submit_task(rt.db, task, name=name,
+                                             idempotency_key=idempotency_key)
+        trace = (await runs_api.get_run(rt.db, run_id))["trace_id"]
+        if detach:
+            _print_submitted(Submitted(run_id, trace, existing), as_json)
+            return "PENDING"
+        if not as_json:
+            common.out.print(f"run [bold cyan]{run_id}[/] started: the agent plans "
+                             f"'{task}' with {settings.llm.model}")
+        return await _finish(rt, run_id, as_json)
+
+
+async def _finish(rt: Runtime, run_id: uuid.UUID, as_json: bool) -> str:
+    final = await rt.drive(run_id) if as_json else await _drive_live(rt, run_id)
+    tl = await runs_api.run_timeline(rt.db, run_id)
+    if as_json:
+        common.print_json(tl)
+    else:
+        common.out.print(timeline(tl["run"], tl["steps"]))
+        _print_sql_hint(rt.db, run_id)
+    return str(final["status"])
 
 
 def _print_submitted(submitted: Any, as_json: bool) -> None:
@@ -191,6 +212,30 @@ def cancel_cmd(run_id: str) -> None:
 
     common.run(cancel())
 
+
+
+@click.command("explain")
+@click.argument("run_id")
+@common.json_option
+def explain_cmd(run_id: str, as_json: bool) -> None:
+    """Why each step ran, was skipped, retried or replaced, from the stored events."""
+    settings = common.settings()
+    rid = _run_id(run_id)
+
+    async def go() -> list[dict[str, Any]]:
+        db = await Database.open(settings)
+        try:
+            return await explain(db, rid)
+        finally:
+            await db.close()
+
+    rows = common.run(go())
+    if as_json:
+        common.print_json({"run_id": rid, "decisions": rows})
+        return
+    width = max((len(str(r["step"] or "-")) for r in rows), default=1)
+    for r in rows:
+        click.echo(f"{str(r['step'] or '-'):<{width}}  {r['kind']:<8} {r['reason']}")
 
 
 @click.command("approve")

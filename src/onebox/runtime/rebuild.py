@@ -30,6 +30,7 @@ class RebuiltRun:
     plan_versions: dict[int, str] = field(default_factory=dict)
     attempts: dict[str, dict[str, Any]] = field(default_factory=dict)
     open_approvals: set[str] = field(default_factory=set)
+    source: str = "plan"
 
 
 def fold(run_id: uuid.UUID, events: list[dict[str, Any]]) -> RebuiltRun:
@@ -41,7 +42,9 @@ def fold(run_id: uuid.UUID, events: list[dict[str, Any]]) -> RebuiltRun:
 
 
 def _apply(state: RebuiltRun, kind: str, p: dict[str, Any]) -> None:
-    if kind == "plan_created":
+    if kind == "run_submitted":
+        state.source = p.get("source", "plan")
+    elif kind == "plan_created":
         state.plan_versions[p["version"]] = p["plan_id"]
         state.current_plan_id = p["plan_id"]
     elif kind == "step_queued":
@@ -51,7 +54,11 @@ def _apply(state: RebuiltRun, kind: str, p: dict[str, Any]) -> None:
             "exit_code": None, "output_hash": None, "duration_ms": None,
             "memory_used_mb": None, "cpu_usage_percent": None, "error": None}
     elif kind == "step_started":
-        state.attempts[p["execution_id"]]["status"] = "RUNNING"
+        attempt = state.attempts.setdefault(p["execution_id"], {  # agent steps start unqueued
+            "step_id": p["step_id"], "attempt": p["attempt"], "step_number": p.get("step_number"),
+            "input_hash": p.get("input_hash"), "exit_code": None, "output_hash": None,
+            "duration_ms": None, "memory_used_mb": None, "cpu_usage_percent": None, "error": None})
+        attempt["status"] = "RUNNING"
     elif kind in ("step_succeeded", "step_failed", "step_timed_out", "step_lease_expired"):
         attempt = state.attempts[p["execution_id"]]
         attempt.update({k: p.get(k) for k in ATTEMPT_FIELDS if k in p})
@@ -64,7 +71,8 @@ def _apply(state: RebuiltRun, kind: str, p: dict[str, Any]) -> None:
     elif kind in ("approval_granted", "approval_rejected"):
         state.open_approvals.discard(p["step_id"])
         if not state.open_approvals and state.status == "WAITING":
-            state.status = "RUNNING"
+            # a plan run continues at once; a task run waits for a worker to resume its agent
+            state.status = "PENDING" if state.source == "task" else "RUNNING"
     elif kind == "run_retried":
         state.status, state.error = "PENDING", None
     elif kind in TERMINAL_EVENTS and state.status not in TERMINAL_EVENTS.values():

@@ -111,6 +111,12 @@ async def approve_step(
                                  {"step_id": step_id, **decision}, **ids)
         await store.append_event(conn, run_id, "step_succeeded" if approve else "step_failed",
                                  step_payload(row), **ids)
+        if run["source"] == "task":
+            # the agent decides what the answer means: its driver resumes the run
+            await store.execute(conn, "set_run_status", {
+                "run_id": run_id, "status": "PENDING", "from_states": ["WAITING"]})
+            await store.notify_work(conn)
+            return "PENDING"
         open_left = await store.fetch_one(conn, "open_approvals", {"run_id": run_id})
         if open_left is not None and open_left["n"] == 0:
             await store.execute(conn, "set_run_status", {

@@ -11,7 +11,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from onebox.agent.hashing import canonical_hash
-from onebox.agent.plan import Plan, Step
+from onebox.agent.plan import Plan
 from onebox.config import Settings
 from onebox.errors import PlanError
 from onebox.runtime.schedule import PlanIndex, StepState, ready_steps, step_input_hash
@@ -99,6 +99,15 @@ def check_runnable(plan: Plan) -> None:
                                 "file directly", step=step.id, field=name)
 
 
+async def create_plan_version_once(
+    conn: store.Conn, run_id: uuid.UUID, trace_id: str, plan: Plan, *, version: int, reason: str
+) -> None:
+    """Store plan ``version`` unless it is stored already (an agent run replaying its log)."""
+    if await store.fetch_one(conn, "plan_version_id", {"run_id": run_id, "version": version}):
+        return
+    await create_plan_version(conn, run_id, trace_id, plan, version=version, reason=reason)
+
+
 async def create_plan_version(
     conn: store.Conn, run_id: uuid.UUID, trace_id: str, plan: Plan, *, version: int, reason: str
 ) -> uuid.UUID:
@@ -139,20 +148,22 @@ async def queue_ready_steps(
             "max_attempts": 1 if approval else step.max_attempts or settings.runtime.max_attempts,
         }, attempt=1, delay_s=0.0, hold=approval)
         if approval:
-            await request_approval(conn, run_id, trace_id, step, execution_id)
+            await request_approval(conn, run_id, trace_id, step.id, step.input.get("prompt"),
+                                   execution_id, description=step.description)
         queued.append(step.id)
     return queued
 
 
 async def request_approval(
-    conn: store.Conn, run_id: uuid.UUID, trace_id: str, step: Step, execution_id: uuid.UUID
+    conn: store.Conn, run_id: uuid.UUID, trace_id: str, step_id: str, prompt: Any,
+    execution_id: uuid.UUID, *, description: str | None = None,
 ) -> None:
     """An approval step waits, unclaimable, until a person decides; the run shows WAITING."""
     await store.execute(conn, "set_run_status", {
         "run_id": run_id, "status": "WAITING", "from_states": ["PENDING", "RUNNING"]})
     await store.append_event(conn, run_id, "approval_requested", {
-        "step_id": step.id, "execution_id": str(execution_id),
-        "prompt": step.input.get("prompt"), "description": step.description,
+        "step_id": step_id, "execution_id": str(execution_id), "prompt": prompt,
+        "description": description,
     }, trace_id=trace_id, execution_id=execution_id)
 
 

@@ -19,7 +19,16 @@ import psycopg
 
 from onebox.config import Settings
 from onebox.errors import LeaseLost, OneboxError
+from onebox.llm.base import ChatModel
+from onebox.llm.registry import chat_model_from_settings
 from onebox.objects.base import ObjectStore
+from onebox.runtime.agent_runs import (
+    TaskDriver,
+    claim_task_runs,
+    fail_task_run,
+    release_run_leases,
+    renew_run_leases,
+)
 from onebox.runtime.archive import Outcome, archive_step, load_plan_version
 from onebox.runtime.executor import build_request, execute_step, request_details
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
@@ -48,8 +57,11 @@ class Worker:
         run_id: uuid.UUID | None = None,
         name: str | None = None,
         objects: ObjectStore | None = None,
+        model: ChatModel | None = None,
     ) -> None:
         self.db, self.backend, self.settings = db, backend, settings
+        self._model = model
+        self._drivers: dict[uuid.UUID, asyncio.Task[None]] = {}
         self.workspaces = StepWorkspace(db, backend, objects, settings) if objects else None
         self.concurrency = concurrency or settings.runtime.concurrency
         self.run_id = run_id
@@ -72,7 +84,8 @@ class Worker:
             while not stop.is_set():
                 try:
                     await self._fill()
-                    if self.run_id is not None and not self._running and await self._run_done():
+                    idle = not self._running and not self._drivers
+                    if self.run_id is not None and idle and await self._run_done():
                         await release_finished_sessions(self.db, self.backend, run_id=self.run_id)
                         break
                 except psycopg.OperationalError as exc:
@@ -84,10 +97,43 @@ class Worker:
             await self._drain(drain_s)
 
     async def _fill(self) -> None:
-        free = self.concurrency - len(self._running)
+        free = self.concurrency - len(self._running) - len(self._drivers)
         for row in await claim_steps(self.db, self.settings, self.owner, free, run_id=self.run_id):
             self._rows[row["id"]] = row
             self._running[row["id"]] = asyncio.create_task(self._attempt(row))
+        free = self.concurrency - len(self._running) - len(self._drivers)
+        for run in await claim_task_runs(self.db, self.settings, self.owner, free,
+                                         run_id=self.run_id):
+            self._drivers[run["id"]] = asyncio.create_task(self._drive_task(run))
+
+    async def _drive_task(self, run: store.Row) -> None:
+        """Drive an agent run; a failure of the agent's own (no model, bad plans) ends it."""
+        driver: TaskDriver | None = None
+        try:
+            with bound(run_id=run["id"], trace_id=run["trace_id"]), \
+                    span("run", run["trace_id"], run_id=run["id"], worker=self.owner):
+                driver = TaskDriver(self.db, self.backend, self.settings, self.chat_model(),
+                                    run, self.owner)
+                await driver.drive()
+        except LeaseLost as exc:
+            log.warning("%s", exc)
+        except OneboxError as exc:
+            log.error("agent run %s failed: %s", run["id"], exc.message)
+            await fail_task_run(self.db, run, f"{exc.code}: {exc.message}")
+        except psycopg.Error as exc:
+            log.error("agent run %s interrupted by the database (%s); its lease will expire "
+                      "and a worker resumes it", run["id"], exc)
+        finally:
+            if driver is not None:
+                await driver.steps.close()
+            self._drivers.pop(run["id"], None)
+            await release_finished_sessions(self.db, self.backend, run_id=run["id"])
+            self._wake.set()
+
+    def chat_model(self) -> ChatModel:
+        if self._model is None:
+            self._model = chat_model_from_settings(self.settings.llm)
+        return self._model
 
     async def _idle(self, stop: asyncio.Event) -> None:
         self._wake.clear()
@@ -172,7 +218,12 @@ class Worker:
                 log.warning("heartbeat of worker %s failed: %s (retrying)", self.owner, exc)
 
     async def _renew(self) -> None:
-        """Stop steps whose run was cancelled or whose lease was lost."""
+        """Stop steps (and agent runs) whose run was cancelled or whose lease was lost."""
+        runs = list(self._drivers)
+        held_runs = await renew_run_leases(self.db, self.settings, self.owner, runs)
+        for run_id in runs:
+            if held_runs.get(run_id) in (None, "CANCELLED"):
+                self._drivers[run_id].cancel()
         ids = list(self._rows)
         held = await renew_leases(self.db, self.settings, self.owner, ids)
         for execution_id in ids:
@@ -181,6 +232,16 @@ class Worker:
                 self._stop_step(execution_id, "lease lost to another worker")
             elif status == "CANCELLED":
                 self._stop_step(execution_id, "the run was cancelled")
+
+    async def _stop_drivers(self) -> None:
+        """Agent runs resume from their log anywhere: stop them and hand their leases back."""
+        if not self._drivers:
+            return
+        runs, tasks = list(self._drivers), list(self._drivers.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await release_run_leases(self.db, self.owner, runs)
 
     async def _listen(self) -> None:
         """LISTEN for newly queued steps so idle workers wake at once instead of polling."""
@@ -195,6 +256,7 @@ class Worker:
                 await asyncio.sleep(self.settings.runtime.poll_s)
 
     async def _drain(self, drain_s: float) -> None:
+        await self._stop_drivers()
         if not self._running:
             return
         log.info("draining: waiting up to %.0f s for %d running step(s)", drain_s, len(self._running))

@@ -1,0 +1,236 @@
+"""Performing the agent's step actions: sandboxed code, knowledge, memory, approvals.
+
+Every step instance attempt becomes a ``task_execution`` row (its ``step_id`` is the
+instance, ``each[2]`` in a fan-out), started before the work and finished in the same
+transaction that stores the agent's observation of it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from psycopg.types.json import Jsonb
+
+from onebox.agent.actions import (
+    AskApproval,
+    ExecuteStep,
+    Observation,
+    Recall,
+    Remember,
+    SearchKnowledge,
+    StepAction,
+    StepResult,
+)
+from onebox.agent.hashing import canonical_hash
+from onebox.agent.plan import Step
+from onebox.config import Settings
+from onebox.errors import OneboxError, SandboxError
+from onebox.runtime.archive import EVENT_OF_STATUS, Outcome, load_plan_index, outcome_from_result
+from onebox.runtime.executor import build_request, request_details
+from onebox.runtime.submit import queue_attempt, request_approval, session_id_for
+from onebox.store import catalog
+from onebox.store import runs as store
+
+if TYPE_CHECKING:
+    from onebox.knowledge.service import Knowledge
+    from onebox.runtime.agent_runs import TaskDriver
+
+Finisher = Callable[[store.Conn], Awaitable[uuid.UUID | None]]
+IO_DIR = ".onebox"
+
+
+@dataclass(frozen=True)
+class Performed:
+    """An observation, and what to write in the transaction that stores it."""
+
+    observation: Observation
+    finish: Finisher | None = None
+
+
+class StepPerformer:
+    def __init__(self, driver: TaskDriver, settings: Settings) -> None:
+        self.driver, self.settings = driver, settings
+        self._knowledge: Knowledge | None = None
+
+    async def perform(self, action: StepAction) -> Performed:
+        row = await self._start(action)
+        try:
+            if isinstance(action, ExecuteStep):
+                result, outcome = await self._execute(action, row)
+            else:
+                result, outcome = await self._knowledge_step(action)
+        except OneboxError as exc:
+            outcome = Outcome("FAILED", error=f"{exc.code}: {exc.message}")
+            result = StepResult(action.id, ok=False, error=outcome.error)
+        return Performed(result, self._finisher(row, outcome))
+
+    async def _start(self, action: StepAction) -> store.Row:
+        d = self.driver
+        async with d.fenced() as conn:
+            earlier = await store.fetch_all(conn, "step_attempts", {
+                "run_id": d.run_id, "step_id": action.instance})
+            for stale in (r for r in earlier if r["status"] == "RUNNING"):
+                lost = await store.fetch_one(conn, "abandon_agent_step", {"id": stale["id"]})
+                if lost is not None:
+                    await store.append_event(conn, d.run_id, "step_failed", _payload(lost),
+                                             trace_id=lost["trace_id"], execution_id=lost["id"])
+            plan_id, number = await self._plan_position(conn, action)
+            step = getattr(action, "step", None)
+            row = await store.fetch_one(conn, "start_agent_step", {
+                "id": uuid.uuid4(), "run_id": d.run_id, "plan_id": plan_id,
+                "session_id": session_id_for(d.run_id), "trace_id": d.run["trace_id"],
+                "step_id": action.instance, "step_number": number,
+                "attempt": len(earlier) + 1, "owner": d.owner,
+                "tool_name": (step.tool or step.kind) if step is not None else action.type,
+                "input_hash": canonical_hash(_action_input(action)),
+                "details": Jsonb({"action_id": action.id, "decision": action.decision.to_dict()}),
+            })
+        assert row is not None
+        return row
+
+    async def _plan_position(self, conn: store.Conn, action: StepAction) -> tuple[uuid.UUID, int]:
+        found = await store.fetch_one(conn, "plan_version_id", {
+            "run_id": self.driver.run_id, "version": action.plan_version})
+        assert found is not None, f"plan version {action.plan_version} was not stored"
+        index = await load_plan_index(conn, found["id"])
+        return found["id"], index.numbers.get(action.step_id, len(index.numbers) + 1)
+
+    async def _execute(self, action: ExecuteStep, row: store.Row) -> tuple[StepResult, Outcome]:
+        d = self.driver
+        step = await self._runnable(action.step)
+        key = action.instance.replace("/", "_")
+        inputs_path, result_path = f"{IO_DIR}/{key}.inputs.json", f"{IO_DIR}/{key}.result.json"
+        base = build_request(step, row, self.settings)
+        request = type(base)(**{**base.__dict__,
+                                "files": {inputs_path: json.dumps(action.inputs, default=str)
+                                          .encode()},
+                                "env": {"ONEBOX_INPUTS": f"/workspace/{inputs_path}",
+                                        "ONEBOX_RESULT": f"/workspace/{result_path}"}})
+        details = request_details(step, request, self.settings)
+        try:
+            exec_result = await d.backend.execute(request)
+        except SandboxError as exc:
+            outcome = Outcome("FAILED", error=f"sandbox error: {exc}", details=details)
+            return StepResult(action.id, ok=False, error=outcome.error), outcome
+        declared = _read_json(d.backend.workspace(row["session_id"]) / result_path)
+        outcome = outcome_from_result(exec_result, details)
+        files = tuple(f.path for f in exec_result.files_written if not f.path.startswith(IO_DIR))
+        return StepResult(
+            action.id, ok=outcome.status == "SUCCESS", exit_code=exec_result.exit_code,
+            stdout=exec_result.stdout, stderr=exec_result.stderr, result=declared, files=files,
+            error=None if outcome.status == "SUCCESS" else outcome.error,
+            timed_out=exec_result.timed_out, duration_ms=exec_result.duration_ms), outcome
+
+    async def _runnable(self, step: Step) -> Step:
+        """The code step the sandbox runs for a code, tool or http step."""
+        if step.kind == "tool":
+            async with self.driver.db.connection() as conn:
+                tool = await catalog.get_tool(conn, str(step.input["name"]))
+            return catalog.expand_tool_step(tool, step)
+        if step.kind == "http":
+            return step.model_copy(update={"kind": "code", "tool": "python",
+                                           "code": _http_code(step.input)})
+        return step
+
+    async def _knowledge_step(self, action: StepAction) -> tuple[StepResult, Outcome]:
+        k = await self.knowledge()
+        result: Any
+        if isinstance(action, SearchKnowledge):
+            result = [h.to_dict() for h in await k.search(action.query, action.top_k)]
+        elif isinstance(action, Remember):
+            result = await k.memory.remember(action.scope or "default", action.text)
+        elif isinstance(action, Recall):
+            recalled = await k.memory.recall(action.scope or "default", action.query, action.top_k)
+            result = [h.to_dict() for h in recalled]
+        else:
+            raise AssertionError(f"not a knowledge action: {action.type}")
+        text = json.dumps(result, default=str, ensure_ascii=False)
+        outcome = Outcome("SUCCESS", exit_code=0, stdout=text[-64_000:],
+                          output_hash=canonical_hash({"result": json.loads(text)}))
+        return StepResult(action.id, ok=True, exit_code=0, stdout=text, result=result), outcome
+
+    async def knowledge(self) -> Knowledge:
+        if self._knowledge is None:
+            from onebox.knowledge.service import Knowledge
+            from onebox.llm.embedding import embedding_model_from_settings
+
+            self._knowledge = Knowledge.build(
+                self.driver.db, embedding_model_from_settings(self.settings), self.settings)
+        return self._knowledge
+
+    def _finisher(self, row: store.Row, outcome: Outcome) -> Finisher:
+        async def finish(conn: store.Conn) -> uuid.UUID | None:
+            done = await store.fetch_one(conn, "finish_step", {
+                "id": row["id"], "fencing_token": row["fencing_token"], "status": outcome.status,
+                "exit_code": outcome.exit_code, "output_hash": outcome.output_hash,
+                "duration_ms": outcome.duration_ms, "memory_used_mb": outcome.memory_used_mb,
+                "cpu_usage_percent": outcome.cpu_usage_percent, "stdout": outcome.stdout,
+                "stderr": outcome.stderr, "error": outcome.error,
+                "details": Jsonb(outcome.details), "event_type": EVENT_OF_STATUS[outcome.status]})
+            return None if done is None else done["id"]
+        return finish
+
+    async def approval(self, action: AskApproval) -> Performed | None:
+        """The decision on an approval, or None after asking for one (the run then waits)."""
+        d = self.driver
+        async with d.fenced() as conn:
+            rows = await store.fetch_all(conn, "step_attempts", {
+                "run_id": d.run_id, "step_id": action.instance})
+            decided = [r for r in rows if r["status"] in ("SUCCESS", "FAILED")]
+            if decided:
+                last = decided[-1]
+                approved = last["status"] == "SUCCESS"
+                return Performed(StepResult(
+                    action.id, ok=approved, error=last["error"],
+                    result={"approved": approved, "by": last["details"].get("by"),
+                            "comment": last["details"].get("comment")}))
+            if not rows:
+                plan_id, number = await self._plan_position(conn, action)
+                execution_id = await queue_attempt(conn, {
+                    "run_id": d.run_id, "plan_id": plan_id, "trace_id": d.run["trace_id"],
+                    "step_id": action.instance, "step_number": number, "tool_name": "approval",
+                    "input_hash": canonical_hash({"prompt": action.prompt}), "max_attempts": 1,
+                }, attempt=1, delay_s=0.0, hold=True)
+                await request_approval(conn, d.run_id, d.run["trace_id"], action.instance,
+                                       action.prompt, execution_id)
+        return None
+
+    async def close(self) -> None:
+        if self._knowledge is not None:
+            await self._knowledge.embedder.model.close()
+
+
+def _action_input(action: StepAction) -> dict[str, Any]:
+    data = action.to_dict()
+    return {k: v for k, v in data.items() if k not in ("id", "decision", "attempt")}
+
+
+def _payload(row: store.Row) -> dict[str, Any]:
+    return {"execution_id": str(row["id"]), "step_id": row["step_id"], "attempt": row["attempt"],
+            "status": row["status"], "error": row["error"]}
+
+
+def _read_json(path: Any) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _http_code(spec: dict[str, Any]) -> str:
+    """Python that performs the request through the egress proxy and prints the body."""
+    return (
+        "import json, urllib.request\n"
+        f"spec = json.loads({json.dumps(json.dumps(spec, default=str))})\n"
+        "body = spec.get('body')\n"
+        "data = body.encode() if isinstance(body, str) else "
+        "(json.dumps(body).encode() if body is not None else None)\n"
+        "req = urllib.request.Request(spec['url'], data=data, method=spec.get('method', 'GET'),"
+        " headers=spec.get('headers') or {})\n"
+        "with urllib.request.urlopen(req, timeout=float(spec.get('timeout_s', 30))) as r:\n"
+        "    print(r.read().decode('utf-8', 'replace'))\n"
+    )
