@@ -23,8 +23,9 @@ import uuid
 from pathlib import Path
 
 from onebox.config import Settings
+from onebox.errors import PolicyViolation
 from onebox.sandbox import policy
-from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
+from onebox.sandbox.base import ExecRequest, ExecResult, FileChange, Health, SandboxBackend
 from onebox.sandbox.capture import BoundedCapture
 from onebox.sandbox.sessions import SessionTable
 from onebox.sandbox.workspace import diff, snapshot, write_files
@@ -116,8 +117,6 @@ class ProcessSandbox(SandboxBackend):
 
     async def execute(self, request: ExecRequest) -> ExecResult:
         if request.network.enabled:
-            from onebox.errors import PolicyViolation
-
             raise PolicyViolation(
                 "the process backend cannot restrict network access; use the linux backend",
                 field="network.allow_domains",
@@ -159,8 +158,8 @@ class ProcessSandbox(SandboxBackend):
         self,
         run: _Run,
         limits: policy.ResolvedLimits,
-        changes: tuple,
-        reset: bool,  # type: ignore[type-arg]
+        changes: tuple[FileChange, ...],
+        reset: bool,
     ) -> ExecResult:
         error = None
         if run.timed_out:
