@@ -112,3 +112,9 @@ async def test_sse_streams_live_and_resumes_from_last_event_id(api: Api) -> None
         assert got == seqs[: len(got)], "events missing, duplicated or out of order"
         assert rest[-1]["event"] == "run_succeeded"
         assert all(e["data"]["run_id"] == run_id for e in rest)
+        for _ in range(100):  # a closed stream unsubscribes: nothing leaks per connection
+            if "onebox_sse_subscribers 0\n" in (await c.get("/metrics")).text:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("SSE subscribers leaked after the clients disconnected")
