@@ -196,7 +196,7 @@ async def _resolve_inputs(
     if execution["pre_snapshot_id"] is not None:
         return execution["pre_snapshot_id"], "recorded"
     if execution["session_id"]:
-        earlier = await rows.latest_before(conn, execution["session_id"], execution["created_at"])
+        earlier = await rows.latest_before(conn, execution["session_id"], execution["started_at"])
         if earlier is not None:
             return earlier["id"], "derived"
     return None, "empty"

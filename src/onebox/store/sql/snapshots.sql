@@ -109,7 +109,8 @@ LIMIT %(limit)s;
 
 -- name: execution
 SELECT id, run_id, session_id, step_id, attempt, status, exit_code, output_hash, stdout,
-       stderr, details, snapshot_id, pre_snapshot_id, created_at
+       stderr, details, snapshot_id, pre_snapshot_id, created_at,
+       coalesce(started_at, created_at) AS started_at
 FROM onebox.task_execution WHERE id = %(id)s;
 
 -- name: latest_before
