@@ -193,6 +193,9 @@ class BwrapSandbox(SandboxBackend):
         except BaseException:
             self.sessions.release(session)
             raise
+        # A session past its first call is likely to get another: build that sandbox
+        # while this one runs (a brand-new session from the pool gets it afterwards).
+        self.successors.prepare(session)
         return blocked, session, reset
 
     async def spawn(
