@@ -92,3 +92,5 @@ async def test_metrics_health_and_openapi(api_no_worker: Api) -> None:
         assert "python" in [t["name"] for t in tools]
         console = await c.get("/ui/")
         assert console.status_code == 200 and "app.js" in console.text
+        assert "default-src 'self'" in console.headers["content-security-policy"]
+        assert console.headers["x-content-type-options"] == "nosniff"

@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from onebox.api.errors import BodyLimit, install_error_handlers
+from onebox.api.errors import BodyLimit, SecurityHeaders, install_error_handlers
 from onebox.api.events import EventHub
 from onebox.api.routes import knowledge, runs, sessions, system
 from onebox.api.state import ApiState
@@ -67,7 +67,7 @@ def create_app(
             await state.close()
 
     app = FastAPI(
-        title="onebox", version=API_VERSION, lifespan=lifespan,
+        title="onebox", version=API_VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
         description="One agent, one sandbox, one database: runs, live events, sessions, "
         "knowledge and memory. Authenticate with `Authorization: Bearer <API key>`.",
     )
@@ -84,6 +84,7 @@ def create_app(
 
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_request_bytes,
                        max_upload_bytes=settings.api.max_upload_bytes)
+    app.add_middleware(SecurityHeaders)
     return app
 
 

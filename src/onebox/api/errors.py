@@ -143,3 +143,32 @@ async def _too_large(send: Send, limit: int) -> None:
     await send({"type": "http.response.start", "status": 413,
                 "headers": response.raw_headers})
     await send({"type": "http.response.body", "body": response.body})
+
+
+SECURITY_HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"content-security-policy",
+     b"default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+     b"frame-ancestors 'none'"),
+]
+
+
+class SecurityHeaders:
+    """Headers every response carries: the console loads nothing from elsewhere, is never framed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  *SECURITY_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
