@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 .PHONY: demo test setup setup-dev system-deps lint bench clean
 
 demo: setup
-	$(BIN)/onebox doctor --brief
+	-$(BIN)/onebox doctor --brief
 	$(BIN)/onebox run examples/quickstart.yaml
 
 test: setup-dev
