@@ -90,6 +90,9 @@ async def test_metrics_health_and_openapi(api_no_worker: Api) -> None:
         assert "/v1/runs/{run_id}/events/stream" in spec["paths"]
         tools = (await c.get("/v1/tools")).json()["tools"]
         assert "python" in [t["name"] for t in tools]
+        ranked = (await c.get("/v1/tools/rank", params={"format": "CSV", "max_cost": "LOW"})).json()
+        assert "python" in [t["name"] for t in ranked["tools"]]
+        assert all(t["cost_class"] in ("FREE", "LOW") for t in ranked["tools"])
         console = await c.get("/ui/")
         assert console.status_code == 200 and "app.js" in console.text
         assert "default-src 'self'" in console.headers["content-security-policy"]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from onebox.api.auth import Caller, State
@@ -47,3 +48,17 @@ async def tools(state: State, caller: Caller) -> dict[str, Any]:
     async with state.db.connection() as conn:
         found = await catalog.list_tools(conn)
     return {"tools": [t.model_dump(mode="json") for t in found]}
+
+
+@router.get("/v1/tools/rank", tags=["tools"],
+            summary="Tools for a file format within a cost class, best success rate first")
+async def rank_tools(
+    state: State, caller: Caller,
+    format: Annotated[str, Query(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9._-]+$")],
+    max_cost: Literal["FREE", "LOW", "MEDIUM", "HIGH"] = "HIGH",
+    limit: Annotated[int, Query(ge=1, le=100)] = 10,
+) -> dict[str, Any]:
+    async with state.db.connection() as conn:
+        ranked = await catalog.rank_tools(conn, format=format.lower(), max_cost=max_cost,
+                                          limit=limit)
+    return {"format": format.lower(), "tools": [dataclasses.asdict(t) for t in ranked]}
