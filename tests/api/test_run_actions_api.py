@@ -29,8 +29,9 @@ async def test_reject_fails_the_run_and_approve_after_that_is_a_conflict(api: Ap
         assert again.status_code == 409 and again.json()["field"] == "step_id"
         detail = (await c.get(f"/v1/runs/{run_id}")).json()
         gate = next(s for s in detail["steps"] if s["step_id"] == "gate")
-        assert gate["decision"]["approval"] == {"approved": False, "by": "api:acme",
-                                                 "comment": "not today"}
+        key_prefix = api.keys["acme"][:12]
+        assert gate["decision"]["approval"] == {
+            "approved": False, "by": f"acme-test (key {key_prefix})", "comment": "not today"}
         bad = await c.post(f"/v1/runs/{run_id}/steps/no such step/approve")
         assert bad.status_code == 422
 

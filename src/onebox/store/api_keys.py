@@ -32,6 +32,15 @@ class Principal:
 
     key_id: uuid.UUID | None
     tenant_id: str
+    key_name: str | None = None
+    key_prefix: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Who did it, for audit records: the key's name and prefix (or the tenant)."""
+        if self.key_prefix is None:
+            return f"tenant {self.tenant_id} (no auth)"
+        return f"{self.key_name} (key {self.key_prefix})"
 
 
 def hash_key(key: str) -> str:
@@ -85,4 +94,5 @@ async def authenticate(db: Database, key: str) -> Principal | None:
     if not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
     row = await db.fetchone(Q["authenticate"], {"key_hash": hash_key(key)})
-    return None if row is None else Principal(row["id"], row["tenant_id"])
+    return None if row is None else Principal(row["id"], row["tenant_id"], row["name"],
+                                              row["prefix"])

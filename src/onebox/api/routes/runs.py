@@ -115,14 +115,14 @@ async def _sse(events: AsyncIterator[dict[str, Any] | None]) -> AsyncIterator[st
 @router.post("/{run_id}/cancel", summary="Cancel an unfinished run")
 async def cancel(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
     await service.require_run(state.db, run_id, caller.tenant_id)
-    await runtime_runs.cancel_run(state.db, run_id, reason=f"cancelled via API ({caller.tenant_id})")
+    await runtime_runs.cancel_run(state.db, run_id, reason=f"cancelled by {caller.label}")
     return {"run_id": run_id, "status": "CANCELLED"}
 
 
 async def _decide(run_id: uuid.UUID, step_id: str, approve: bool, body: Decision | None,
                   state: State, caller: Caller) -> dict[str, Any]:
     await service.require_run(state.db, run_id, caller.tenant_id)
-    by = (body.by if body and body.by else None) or f"api:{caller.tenant_id}"
+    by = f"{body.by} via {caller.label}" if body and body.by else caller.label
     status = await runtime_runs.approve_step(
         state.db, state.settings, run_id, step_id, approve=approve, by=by,
         comment=body.comment if body else None)

@@ -18,7 +18,7 @@ RETURNING id, tenant_id, name, prefix, created_at, last_used_at, revoked_at;
 
 -- name: authenticate
 WITH k AS (
-    SELECT id, tenant_id, last_used_at FROM onebox.api_keys
+    SELECT id, tenant_id, name, prefix, last_used_at FROM onebox.api_keys
     WHERE key_hash = %(key_hash)s AND revoked_at IS NULL
 ), touched AS (
     UPDATE onebox.api_keys a SET last_used_at = now()
@@ -26,7 +26,7 @@ WITH k AS (
       AND (k.last_used_at IS NULL OR k.last_used_at < now() - interval '30 seconds')
     RETURNING a.id
 )
-SELECT k.id, k.tenant_id FROM k;
+SELECT k.id, k.tenant_id, k.name, k.prefix FROM k;
 
 -- name: count_keys
 SELECT count(*) AS n FROM onebox.api_keys WHERE revoked_at IS NULL;
