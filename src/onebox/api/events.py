@@ -22,8 +22,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
 
@@ -94,8 +92,9 @@ class EventHub:
         while True:
             try:
                 await self._tick()
-            except psycopg.Error as exc:
-                log.warning("event hub: database error (%s); retrying", exc)
+            except Exception as exc:  # the hub must outlive any failure; subscribers wait on it
+                log.warning("event hub: %s: %s; retrying", type(exc).__name__, exc)
+                await asyncio.sleep(self.idle_poll_s)
             self._wake.clear()
             busy = self._subs or not self._ready.is_set()
             delay = max(self.poll_s if busy else self.idle_poll_s, GRACE_S)
@@ -147,7 +146,8 @@ class EventHub:
         for run_id, queues in self._subs.items():
             batch = Batch(lo, upto, tuple(by_run.get(run_id, ())))
             for queue in queues:
-                queue.put_nowait(batch)
+                if batch.events or queue.empty():  # a slow reader does not pile up empty ranges
+                    queue.put_nowait(batch)
 
 
 async def run_event_stream(
