@@ -224,7 +224,12 @@ class BwrapSandbox(SandboxBackend):
             if sfd is not None:
                 os.close(sfd)
         blocked.tag, blocked.egress = exec_id, egress
-        await self._confine(blocked, exec_id, limits)
+        try:
+            await self._confine(blocked, exec_id, limits)
+        except BaseException:  # including cancellation: never leave a sandbox behind
+            blocked.discard()
+            await self.discard(blocked)
+            raise
         return blocked
 
     async def _in_thread(self, func: Callable[..., None], *args: object) -> None:
@@ -253,7 +258,6 @@ class BwrapSandbox(SandboxBackend):
             cpus = policy.pick_cpus(self.cpus_available, limits.cpu_count, next(self._turn))
             os.sched_setaffinity(pid, cpus)
         except OSError as exc:
-            kill_tree(blocked)
             raise SandboxError(f"could not confine sandbox pid {pid}: {exc}") from exc
 
     async def _run(

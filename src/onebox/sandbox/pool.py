@@ -181,8 +181,9 @@ class WarmPool:
     async def close(self) -> None:
         self._closed = True
         if self._filler is not None:
-            self._filler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # Let the entry being built finish (then it is discarded below); cancelling
+            # bwrap mid-setup can orphan it.
+            with contextlib.suppress(Exception):
                 await self._filler
         for entry in self._entries:
             entry.blocked.discard()

@@ -140,11 +140,12 @@ async def spawn_blocked(
             os.close(fd)
     try:
         blocked.child_pid = await _read_child_pid(fds.info_r)
-    except BaseException as exc:
+    except (ValueError, KeyError, TimeoutError) as exc:
         message = _startup_error(blocked)
         blocked.discard()
-        if isinstance(exc, (ValueError, KeyError, TimeoutError)):
-            raise SandboxUnavailable(message) from exc
+        raise SandboxUnavailable(message) from exc
+    except BaseException:
+        blocked.discard()
         raise
     return blocked
 
