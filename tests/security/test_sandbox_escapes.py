@@ -487,3 +487,37 @@ async def test_proxy_forwards_a_post_with_the_checked_host_only(
     r = await sh(linux, code, domains=(f"localhost:{port}",))
     assert r.stdout.strip() == "payload-123", r.stderr
     assert f"POST /post host=localhost:{port}" in hits
+
+
+def test_sandboxes_die_with_a_killed_supervisor(tmp_path: Path) -> None:
+    """kill -9 of onebox itself leaves no sandboxed process running."""
+    marker = f"7{uuid.uuid4().int % 10**8}"
+    script = (
+        "import asyncio, sys\n"
+        "from onebox.config import SandboxSettings, load_settings\n"
+        "from onebox.sandbox.linux import BwrapSandbox\n"
+        "from onebox.sandbox.base import ExecRequest\n"
+        "async def main():\n"
+        f"    s = load_settings(home={str(tmp_path)!r}, sandbox=SandboxSettings(pool_size=0, disk_mb=16))\n"
+        "    b = BwrapSandbox(s)\n"
+        "    print('ready', flush=True)\n"
+        f"    await b.execute(ExecRequest(session_id='x', argv=('sleep', '{marker}')))\n"
+        "asyncio.run(main())\n"
+    )
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for _ in range(100):
+        if _host_pids_matching(f"sleep {marker}"):
+            break
+        time.sleep(0.05)
+    assert _host_pids_matching(f"sleep {marker}"), "the sandboxed command never started"
+    proc.kill()
+    proc.wait()
+    for _ in range(40):
+        if not _host_pids_matching(f"sleep {marker}"):
+            break
+        time.sleep(0.05)
+    assert _host_pids_matching(f"sleep {marker}") == []
+    subprocess.run(["umount", "-l", str(tmp_path / "workspaces" / "x")], capture_output=True)

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
     from onebox.sandbox.egress import ExecutionEgress
 
 INFO_TIMEOUT_S = 10.0
+# bwrap's --die-with-parent ties the sandbox to bwrap; this ties bwrap to onebox, so a
+# supervisor killed with SIGKILL takes its sandboxes with it (setpriv execs bwrap).
+_SETPRIV = shutil.which("setpriv")
+DEATH_SIGNAL_PREFIX: tuple[str, ...] = (_SETPRIV, "--pdeathsig", "KILL") if _SETPRIV else ()
 PIPE_GRACE_S = 5.0
 
 
@@ -104,7 +109,7 @@ def _popen(bwrap: str, args_fd: int, command: Sequence[str], fds: SpawnFds) -> B
     err_r, err_w = os.pipe()
     try:
         proc = subprocess.Popen(
-            [bwrap, "--args", str(args_fd), *command],
+            [*DEATH_SIGNAL_PREFIX, bwrap, "--args", str(args_fd), *command],
             stdin=in_r,
             stdout=out_w,
             stderr=err_w,
