@@ -20,6 +20,7 @@ class Api:
     keys: dict[str, str]
     settings: Settings
     e5: Any = None
+    model: Any = None
 
     def client(self, tenant: str | None = "acme", **kwargs: object) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.keys[tenant]}"} if tenant else {}

@@ -46,7 +46,7 @@ async def serving(app: object) -> AsyncIterator[str]:
 
 
 async def _api(db: Database, settings: Settings, e5: EmbeddingModel | None,
-               worker: bool) -> AsyncIterator[Api]:
+               worker: bool, model: object = None) -> AsyncIterator[Api]:
     from onebox.sandbox.registry import get_backend
 
     settings.runtime.poll_s = 0.1
@@ -55,7 +55,7 @@ async def _api(db: Database, settings: Settings, e5: EmbeddingModel | None,
     rt = Runtime(settings, db, backend)
     keys = {t: (await create_key(db, tenant_id=t, name=f"{t}-test"))[0] for t in ("acme", "globex")}
     stop = asyncio.Event()
-    work = Worker(db, backend, settings, objects=rt.objects)
+    work = Worker(db, backend, settings, objects=rt.objects, model=model)  # type: ignore[arg-type]
     runner = asyncio.create_task(work.serve(stop, drain_s=2)) if worker else None
     try:
         async with serving(create_app(settings, runtime=rt, embedding=e5)) as url:
@@ -86,4 +86,19 @@ async def api_no_worker(db: Database, settings: Settings) -> AsyncIterator[Api]:
 async def kapi(db: Database, settings: Settings, e5: EmbeddingModel) -> AsyncIterator[Api]:
     """The API with the real embedding model, for knowledge and memory."""
     async for value in _api(db, settings, e5, worker=False):
+        yield value
+
+
+@pytest.fixture
+async def agent_api(db: Database, settings: Settings) -> AsyncIterator[Api]:
+    """The API with a worker whose chat model is scripted (`api.model.add(...)`; no network)."""
+    from pydantic import SecretStr
+
+    from onebox.testing import ScriptedModel
+
+    settings.llm.model, settings.llm.base_url = "scripted", "http://127.0.0.1:9/v1"
+    settings.llm.api_key = SecretStr("test")
+    model = ScriptedModel()
+    async for value in _api(db, settings, None, worker=True, model=model):
+        value.model = model
         yield value

@@ -85,6 +85,9 @@ async def test_runs_list_run_page_live_and_approval(api: Api, browser: Any) -> N
     await page.click("#dag g[data-step=after]")
     await page.wait_for_selector("pre.stdout:has-text('after approval')")
     await page.screenshot(path=str(ARTIFACTS / "console-run-done.png"), full_page=True)
+    stray = await page.evaluate("[...document.querySelector('main').childNodes]"
+                                ".filter(n => n.nodeType === 3 && n.textContent.trim()).length")
+    assert stray == 0, "stray text (e.g. 'null') rendered in the page"
     async with api.client() as c:
         detail = await wait_status(c, run_id, "SUCCEEDED")
     gate = next(s for s in detail["steps"] if s["step_id"] == "gate")
@@ -162,4 +165,24 @@ async def test_plan_versions_after_a_replan_are_shown_as_tabs(api_no_worker: Api
     await page.wait_for_selector("#dag g[data-step=gate]")
     assert await page.query_selector("#dag g[data-step=fixed]") is None
     await page.screenshot(path=str(ARTIFACTS / "console-plan-v1.png"), full_page=True)
+    assert page.errors == []
+
+
+async def test_task_run_page_shows_the_task_and_the_agent_decisions(agent_api: Api,
+                                                                    browser: Any) -> None:
+    intent = {"goal": "say hi", "entities": [], "capabilities": ["bash"], "formats": [],
+              "risks": [], "fallbacks": []}
+    agent_api.model.add(intent, {"name": "hi", "steps": [
+        {"id": "hello", "tool": "bash", "code": "echo hi from the agent"}]})
+    async with agent_api.client() as c:
+        run_id = (await c.post("/v1/runs", json={"task": "greet me"})).json()["run_id"]
+        await wait_status(c, run_id, "SUCCEEDED")
+    page = await open_console(browser, agent_api)
+    await page.goto(f"{agent_api.url}/ui/#/runs/{run_id}")
+    await page.wait_for_selector("#run-task:has-text('greet me')")
+    await page.wait_for_selector("#agent-decisions summary:has-text('intent')")
+    await page.wait_for_selector("#agent-decisions summary:has-text('plan')")
+    await page.click("#agent-decisions details:nth-of-type(2) summary")
+    await page.wait_for_selector("#dag g[data-step=hello][data-status=SUCCESS]")
+    await page.screenshot(path=str(ARTIFACTS / "console-task-run.png"), full_page=True)
     assert page.errors == []

@@ -86,3 +86,31 @@ async def test_blocked_network_is_a_visible_warning_and_a_metric(api: Api) -> No
         assert detail["steps"][-1]["resources"]["allow_domains"] == ["example.com"]
         text = (await c.get("/metrics")).text
         assert "onebox_blocked_network_attempts_total 1\n" in text
+
+
+INTENT = {"goal": "count lines", "entities": [], "capabilities": ["python"], "formats": [],
+          "risks": [], "fallbacks": []}
+AGENT_PLAN = {"name": "agent-plan", "steps": [
+    {"id": "make", "tool": "python", "code": "open('f.txt','w').write('a\\nb\\nc\\n'); print('made')"},
+    {"id": "count", "tool": "bash", "code": "wc -l < f.txt", "depends_on": ["make"]},
+]}
+
+
+async def test_a_task_run_is_planned_by_the_agent_and_shows_its_decisions(agent_api: Api) -> None:
+    agent_api.model.add(INTENT, AGENT_PLAN)
+    async with agent_api.client() as c:
+        r = await c.post("/v1/runs", json={"task": "count the lines of a file",
+                                           "idempotency_key": "t1"})
+        assert r.status_code == 201, r.text
+        run_id = r.json()["run_id"]
+        again = await c.post("/v1/runs", json={"task": "count the lines of a file",
+                                               "idempotency_key": "t1"})
+        assert again.status_code == 200 and again.json()["run_id"] == run_id
+        detail = await wait_status(c, run_id, "SUCCEEDED", "FAILED", "DEAD")
+        assert detail["run"]["status"] == "SUCCEEDED", detail["run"]["error"]
+        assert detail["run"]["source"] == "task"
+        steps = {s["step_id"]: s for s in detail["steps"]}
+        assert steps["count"]["stdout"].strip() == "3"
+        assert [p["version"] for p in detail["plans"]] == [1]
+        assert [m["purpose"] for m in detail["model_calls"]] == ["intent", "plan"]
+        assert detail["model_calls"][1]["response"] is not None

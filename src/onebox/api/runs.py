@@ -14,6 +14,7 @@ from onebox.api.errors import LLMNotConfigured
 from onebox.config import Settings
 from onebox.errors import NotFound
 from onebox.runtime import runs as runtime_runs
+from onebox.runtime.agent_runs import submit_task
 from onebox.runtime.submit import Submitted, session_id_for, submit_plan
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
@@ -40,9 +41,11 @@ async def create_run(
 ) -> Submitted:
     if plan is None:
         check_llm(settings)
-        raise LLMNotConfigured(
-            f"task {task!r} needs the agent runtime for task runs, which this server does not "
-            "have; submit a plan instead", field="task")
+        run_id, existing = await submit_task(
+            db, str(task), name=name, idempotency_key=tenant_key(tenant_id, idempotency_key),
+            tenant_id=tenant_id)
+        run = await runtime_runs.get_run(db, run_id)
+        return Submitted(run_id, str(run["trace_id"]).strip(), existing)
     return await submit_plan(db, settings, parse_plan(plan), name=name,
                              idempotency_key=tenant_key(tenant_id, idempotency_key),
                              tenant_id=tenant_id)
@@ -92,6 +95,7 @@ async def run_detail(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
         "steps": views,
         "warnings": run_warnings(run, await db.fetchone(Q["last_event"], {"run_id": run_id})),
         "waiting_approvals": [v["step_id"] for v in views if v["waiting_approval"]],
+        "model_calls": [_call(c) for c in calls if c["step_id"] is None],
         "session_id": session_id_for(run_id),
     }
 
@@ -142,11 +146,14 @@ def _decision(details: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str,
     approval = {k: details[k] for k in ("approved", "by", "comment") if k in details}
     if not approval and not calls:
         return None
-    return {"approval": approval or None,
-            "model_calls": [{"purpose": c["purpose"], "model": c["model"],
-                             "response": c["response"], "error": c["error"],
-                             "latency_ms": c["latency_ms"], "created_at": c["created_at"]}
-                            for c in calls]}
+    return {"approval": approval or None, "model_calls": [_call(c) for c in calls]}
+
+
+def _call(row: dict[str, Any]) -> dict[str, Any]:
+    """One model call as a decision record: why it was made and what the model answered."""
+    keep = ("purpose", "action_id", "model", "response", "error", "prompt_tokens",
+            "completion_tokens", "latency_ms", "created_at")
+    return {k: row.get(k) for k in keep}
 
 
 def step_warnings(

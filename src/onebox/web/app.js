@@ -197,6 +197,7 @@ function runPage(runId, signal) {
         el("span", { class: "muted" }, "trace id"), el("span", { class: "mono" }, d.run.trace_id),
         el("span", { class: "muted" }, "created"), el("span", {}, fmtTime(d.run.created_at)),
         el("span", { class: "muted" }, "finished"), el("span", {}, fmtTime(d.run.finished_at)),
+        d.run.request && d.run.request.task ? [el("span", { class: "muted" }, "task"), el("span", { id: "run-task" }, d.run.request.task)] : null,
         d.run.error ? el("span", { class: "muted" }, "error") : null, d.run.error ? el("span", {}, d.run.error) : null),
       ...d.warnings.map(warningBox),
       ...d.steps.filter((st) => st.waiting_approval).map((st) => approvalBox(runId, st, load)),
@@ -208,7 +209,10 @@ function runPage(runId, signal) {
               onclick: () => { s.version = p.version; render(s); } }, `v${p.version}${p.reason ? ` · ${p.reason}` : ""}`))) : null,
             plan ? dagView(plan, latest, s.selected, select) : el("p", { class: "muted" }, "no plan yet")),
           el("div", { class: "card timeline" }, el("h2", {}, "Timeline"), timelineView(d.steps, s.selected, select))),
-        el("div", {}, stepPanel(d.steps.filter((st) => st.step_id === s.selected)))));
+        el("div", {}, stepPanel(d.steps.filter((st) => st.step_id === s.selected)))),
+      d.model_calls.length ? el("div", { class: "card", id: "agent-decisions" }, el("h2", {}, "Agent decisions"),
+        ...d.model_calls.map((c) => el("details", {}, el("summary", {}, `${c.purpose || "call"} · ${c.model} · ${fmtMs(c.latency_ms)}${c.error ? ` · error: ${c.error}` : ""}`),
+          el("pre", { class: "decision" }, JSON.stringify(c.response, null, 2))))) : "");
   }
 }
 
@@ -262,7 +266,7 @@ function dagView(plan, latest, selected, select) {
   });
   const defs = svg("defs", {}, svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
     svg("path", { d: "M0,0 L10,5 L0,10 z", fill: "#b8b8c2" })));
-  return svg("svg", { viewBox: `0 0 ${width} ${height}`, height: Math.min(height, 420), id: "dag" }, defs, ...edges, ...nodes);
+  return svg("svg", { viewBox: `0 0 ${width} ${height}`, width, height, id: "dag" }, defs, ...edges, ...nodes);
 }
 
 function timelineView(steps, selected, select) {
