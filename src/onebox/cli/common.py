@@ -9,7 +9,7 @@ import json
 import logging
 import sys
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -20,6 +20,7 @@ from rich.markup import escape
 from onebox.config import Settings, load_settings
 from onebox.errors import ConfigError, OneboxError, ValidationError
 from onebox.runtime.tracing import LOG_FORMAT, ContextFilter, configure_exporter
+from onebox.store.db import Database
 
 T = TypeVar("T")
 out = Console(highlight=False)
@@ -46,6 +47,19 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         fail(exc.message, code=exit_code(exc))
     except KeyboardInterrupt:
         fail("interrupted", code=130)
+
+
+def with_db(settings: Settings, work: Callable[[Database], Awaitable[T]]) -> T:
+    """Open the database, run ``work`` with it and close it: one command's worth of queries."""
+
+    async def go() -> T:
+        db = await Database.open(settings)
+        try:
+            return await work(db)
+        finally:
+            await db.close()
+
+    return run(go())
 
 
 def run_sync(fn: Callable[[], T]) -> T:

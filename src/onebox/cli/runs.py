@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import getpass
 import uuid
 from pathlib import Path
 from typing import Any
@@ -143,18 +143,11 @@ def show_cmd(run_id: str, as_json: bool) -> None:
     settings = common.settings()
     rid = _run_id(run_id)
 
-    async def show() -> None:
-        db = await Database.open(settings)
-        try:
-            tl = await runs_api.run_timeline(db, rid)
-        finally:
-            await db.close()
-        if as_json:
-            common.print_json(tl)
-        else:
-            common.out.print(timeline(tl["run"], tl["steps"]))
-
-    common.run(show())
+    tl = common.with_db(settings, lambda db: runs_api.run_timeline(db, rid))
+    if as_json:
+        common.print_json(tl)
+    else:
+        common.out.print(timeline(tl["run"], tl["steps"]))
 
 
 def _run_id(text: str) -> uuid.UUID:
@@ -179,20 +172,15 @@ def runs_cmd(status: str | None, shortcut: str | None, stale: bool, limit: int,
     settings = common.settings()
     wanted = (status or shortcut or "").upper() or None
 
-    async def runs() -> None:
-        db = await Database.open(settings)
-        try:
-            rows = await runs_api.list_runs(db, status=wanted, limit=limit, stale=stale)
-        finally:
-            await db.close()
-        if as_json:
-            common.print_json({"runs": rows})
-        elif not rows:
-            common.out.print("no runs yet: try `onebox run examples/quickstart.yaml`")
-        else:
-            common.out.print(runs_table(rows))
-
-    common.run(runs())
+    rows = common.with_db(settings, lambda db: runs_api.list_runs(
+        db, status=wanted, limit=limit, stale=stale))
+    if as_json:
+        common.print_json({"runs": rows})
+    elif not rows:
+        common.out.print("no runs match" if wanted or stale
+                         else "no runs yet: try `onebox run examples/quickstart.yaml`")
+    else:
+        common.out.print(runs_table(rows))
 
 
 @click.command("cancel")
@@ -202,16 +190,8 @@ def cancel_cmd(run_id: str) -> None:
     settings = common.settings()
     rid = _run_id(run_id)
 
-    async def cancel() -> None:
-        db = await Database.open(settings)
-        try:
-            await runs_api.cancel_run(db, rid)
-        finally:
-            await db.close()
-        click.echo(f"run {run_id} cancelled")
-
-    common.run(cancel())
-
+    common.with_db(settings, lambda db: runs_api.cancel_run(db, rid))
+    click.echo(f"run {run_id} cancelled")
 
 
 @click.command("explain")
@@ -222,14 +202,7 @@ def explain_cmd(run_id: str, as_json: bool) -> None:
     settings = common.settings()
     rid = _run_id(run_id)
 
-    async def go() -> list[dict[str, Any]]:
-        db = await Database.open(settings)
-        try:
-            return await explain(db, rid)
-        finally:
-            await db.close()
-
-    rows = common.run(go())
+    rows = common.with_db(settings, lambda db: explain(db, rid))
     if as_json:
         common.print_json({"run_id": rid, "decisions": rows})
         return
@@ -243,22 +216,15 @@ def explain_cmd(run_id: str, as_json: bool) -> None:
 @click.argument("step_id")
 @click.option("--reject", is_flag=True, help="reject instead: the run fails with your comment")
 @click.option("--comment", help="recorded with the decision")
-@click.option("--by", default=lambda: os.environ.get("USER") or "cli", show_default="$USER",
+@click.option("--by", default=getpass.getuser, show_default="your user name",
               help="who decided")
 def approve_cmd(run_id: str, step_id: str, reject: bool, comment: str | None, by: str) -> None:
     """Approve (or --reject) a step waiting for a person; the run resumes."""
     settings = common.settings()
     rid = _run_id(run_id)
 
-    async def decide() -> str:
-        db = await Database.open(settings)
-        try:
-            return await runs_api.approve_step(db, settings, rid, step_id, approve=not reject,
-                                               by=by, comment=comment)
-        finally:
-            await db.close()
-
-    status = common.run(decide())
+    status = common.with_db(settings, lambda db: runs_api.approve_step(
+        db, settings, rid, step_id, approve=not reject, by=by, comment=comment))
     click.echo(f"step {step_id} {'rejected' if reject else 'approved'}; run {run_id} is {status}")
 
 
@@ -269,13 +235,6 @@ def retry_cmd(run_id: str) -> None:
     settings = common.settings()
     rid = _run_id(run_id)
 
-    async def retry() -> list[str]:
-        db = await Database.open(settings)
-        try:
-            return await runs_api.retry_run(db, settings, rid)
-        finally:
-            await db.close()
-
-    steps = common.run(retry())
+    steps = common.with_db(settings, lambda db: runs_api.retry_run(db, settings, rid))
     click.echo(f"run {run_id} queued again: {', '.join(steps) or 'no failed steps'}; "
                "a worker (`onebox worker`) picks it up")

@@ -9,7 +9,6 @@ import click
 from onebox.cli import common
 from onebox.cli.runs import load_plan_or_fail
 from onebox.runtime import schedules
-from onebox.store.db import Database
 
 
 def register(main: click.Group) -> None:
@@ -30,15 +29,8 @@ def add_cmd(name: str, cron: str, plan_file: Path) -> None:
     settings = common.settings()
     plan = load_plan_or_fail(plan_file)
 
-    async def add() -> None:
-        db = await Database.open(settings)
-        try:
-            row = await schedules.add_schedule(db, name, cron, plan)
-        finally:
-            await db.close()
-        click.echo(f"schedule {name} added; first slot {row['next_at'].isoformat()}")
-
-    common.run(add())
+    row = common.with_db(settings, lambda db: schedules.add_schedule(db, name, cron, plan))
+    click.echo(f"schedule {name} added; first slot {row['next_at'].isoformat()}")
 
 
 @schedule_group.command("list")
@@ -47,23 +39,16 @@ def list_cmd(as_json: bool) -> None:
     """List schedules with their next slot and how often they fired."""
     settings = common.settings()
 
-    async def show() -> None:
-        db = await Database.open(settings)
-        try:
-            rows = await schedules.list_schedules(db)
-        finally:
-            await db.close()
-        if as_json:
-            common.print_json({"schedules": [{k: v for k, v in r.items() if k != "plan"}
-                                             for r in rows]})
-            return
-        for r in rows:
-            click.echo(f"{r['name']:20} {r['cron']:15} next {r['next_at'].isoformat()} "
-                       f"fired {r['fired']}x")
-        if not rows:
-            click.echo("no schedules")
-
-    common.run(show())
+    rows = common.with_db(settings, schedules.list_schedules)
+    if as_json:
+        common.print_json({"schedules": [{k: v for k, v in r.items() if k != "plan"}
+                                         for r in rows]})
+        return
+    for r in rows:
+        click.echo(f"{r['name']:20} {r['cron']:15} next {r['next_at'].isoformat()} "
+                   f"fired {r['fired']}x")
+    if not rows:
+        click.echo("no schedules")
 
 
 @schedule_group.command("remove")
@@ -72,12 +57,5 @@ def remove_cmd(name: str) -> None:
     """Remove a schedule (runs it already submitted are kept)."""
     settings = common.settings()
 
-    async def remove() -> None:
-        db = await Database.open(settings)
-        try:
-            await schedules.remove_schedule(db, name)
-        finally:
-            await db.close()
-        click.echo(f"schedule {name} removed")
-
-    common.run(remove())
+    common.with_db(settings, lambda db: schedules.remove_schedule(db, name))
+    click.echo(f"schedule {name} removed")

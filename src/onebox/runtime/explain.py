@@ -58,6 +58,6 @@ def _plan_decision(event: dict[str, Any]) -> dict[str, Any] | None:
 
 def _outcome(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"seq": e["seq"], "step": None, "kind": e["type"].removeprefix("run_"),
-             "reason": e["payload"].get("error") or e["payload"].get("status") or ""}
+             "reason": e["payload"].get("error") or "every step succeeded"}
             for e in events if e["type"] in ("run_succeeded", "run_failed", "run_dead",
                                             "run_cancelled")]
