@@ -298,3 +298,15 @@ async def test_many_new_sessions_in_a_row(backend: SandboxBackend) -> None:
         r = await run(backend, sid, f"open('x','w').write('{i}'); print(open('x').read())")
         assert r.ok and r.stdout == f"{i}\n", r.stderr  # type: ignore[attr-defined]
         assert (backend.workspace(sid) / "x").read_text() == str(i)
+
+
+async def test_large_stdin_and_missing_program(backend: SandboxBackend) -> None:
+    data = b"x" * (2 * 1024 * 1024)
+    r = await backend.execute(
+        ExecRequest(session_id=_sid("stdin", backend), argv=("wc", "-c"), stdin=data)
+    )
+    assert r.ok and r.stdout.strip() == str(len(data)), r.stderr
+    missing = await backend.execute(
+        ExecRequest(session_id=_sid("stdin", backend), argv=("no-such-program-xyz",))
+    )
+    assert not missing.ok and missing.exit_code == 127

@@ -529,16 +529,18 @@ async def test_nothing_is_left_behind_after_close(tmp_path: Path) -> None:
 
     sandbox = SandboxSettings(backend="linux", pool_size=2, disk_mb=16, timeout_s=20)
     backend = BwrapSandbox(load_settings(home=tmp_path, sandbox=sandbox))
-    calls = [
-        sh(backend, "while True: pass", session=f"busy{i % 4}", timeout_s=1)
-        if i % 3 == 0
-        else sh(backend, "import time; time.sleep(0.2)", session=f"busy{i % 4}", timeout_s=20)
-        for i in range(12)
-    ]
-    results = await asyncio.gather(*calls)
-    assert sum(r.timed_out for r in results) == 4
-    bases = list(backend.cgroups.bases.values()) if backend.cgroups else []
-    await backend.close()
+    try:
+        calls = [
+            sh(backend, "while True: pass", session=f"busy{i % 4}", timeout_s=1)
+            if i % 3 == 0
+            else sh(backend, "import time; time.sleep(0.2)", session=f"busy{i % 4}", timeout_s=20)
+            for i in range(12)
+        ]
+        results = await asyncio.gather(*calls)
+        assert sum(r.timed_out for r in results) == 4
+        bases = list(backend.cgroups.bases.values()) if backend.cgroups else []
+    finally:
+        await backend.close()
     children = subprocess.run(
         ["pgrep", "-P", str(os.getpid()), "-f", "bwrap"], capture_output=True, text=True
     ).stdout.split()

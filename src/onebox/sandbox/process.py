@@ -142,11 +142,14 @@ class ProcessSandbox(SandboxBackend):
         self, request: ExecRequest, limits: policy.ResolvedLimits, argv: list[str],
         env: dict[str, str], cwd: Path,
     ) -> _Run:  # fmt: skip
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=cwd, env=env, start_new_session=True,
-            preexec_fn=lambda: _limit_child(limits),  # noqa: PLW1509 - setrlimit only
-        )  # fmt: skip
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=cwd, env=env, start_new_session=True,
+                preexec_fn=lambda: _limit_child(limits),  # noqa: PLW1509 - setrlimit only
+            )  # fmt: skip
+        except OSError as exc:  # like a shell: 127 not found, 126 not executable
+            return _not_started(argv[0], exc, limits)
         groups = self._groups.setdefault(request.session_id, set())
         groups.add(proc.pid)
         try:
@@ -191,6 +194,13 @@ class _Run:
         self.duration_ms = 0.0
         self.maxrss_mb: float | None = None
         self.cpu_ms: float | None = None
+
+
+def _not_started(program: str, exc: OSError, limits: policy.ResolvedLimits) -> _Run:
+    run = _Run(limits.max_output_bytes)
+    run.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
+    run.err.feed(f"{program}: {exc.strerror}\n".encode())
+    return run
 
 
 def _pump(stream: object, capture: BoundedCapture) -> None:
