@@ -489,7 +489,7 @@ async def test_proxy_forwards_a_post_with_the_checked_host_only(
     assert f"POST /post host=localhost:{port}" in hits
 
 
-def test_sandboxes_die_with_a_killed_supervisor(tmp_path: Path) -> None:
+async def test_sandboxes_die_with_a_killed_supervisor(tmp_path: Path) -> None:
     """kill -9 of onebox itself leaves no sandboxed process running."""
     marker = f"7{uuid.uuid4().int % 10**8}"
     script = (
@@ -511,14 +511,14 @@ def test_sandboxes_die_with_a_killed_supervisor(tmp_path: Path) -> None:
     for _ in range(100):
         if _host_pids_matching(f"sleep {marker}"):
             break
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     assert _host_pids_matching(f"sleep {marker}"), "the sandboxed command never started"
     proc.kill()
     proc.wait()
     for _ in range(40):
         if not _host_pids_matching(f"sleep {marker}"):
             break
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     assert _host_pids_matching(f"sleep {marker}") == []
     subprocess.run(["umount", "-l", str(tmp_path / "workspaces" / "x")], capture_output=True)
 
