@@ -104,14 +104,15 @@ async def bench_bytes(db: Database, settings: Settings, sizes: list[int]) -> dic
         while rows := await claim_steps(db, settings, "bytes", 50, run_id=sub.run_id):
             for row in rows:
                 await archive_step(db, settings, row, ok_outcome())
-        row = await db.fetchone(
+        sizes_row = await db.fetchone(
             "SELECT (SELECT sum(pg_column_size(r.*)) FROM onebox.runs r WHERE id = %(id)s)"
             " + (SELECT sum(pg_column_size(p.*)) FROM onebox.plans p WHERE run_id = %(id)s)"
             " + (SELECT sum(pg_column_size(t.*)) FROM onebox.task_execution t WHERE run_id = %(id)s)"
             " + (SELECT sum(pg_column_size(e.*)) FROM onebox.agent_events e WHERE run_id = %(id)s)"
             " AS bytes", {"id": sub.run_id})
-        assert row is not None
-        out[str(n)] = {"bytes": int(row["bytes"]), "bytes_per_step": round(int(row["bytes"]) / n)}
+        assert sizes_row is not None
+        total = int(sizes_row["bytes"])
+        out[str(n)] = {"bytes": total, "bytes_per_step": round(total / n)}
     return out
 
 
@@ -126,7 +127,7 @@ async def bench_recovery(db: Database, settings: Settings, home: Path, rounds: i
     env = {**os.environ, "ONEBOX_HOME": str(home), "ONEBOX_DATABASE_URL": db.url}
     for key in [k for k in env if k.startswith("ONEBOX_RUNTIME__")]:
         del env[key]
-    times = []
+    times, sessions = [], []
     for _ in range(rounds):
         sub = await submit_plan(db, settings, parse_plan(
             {"steps": [{"id": "long", "tool": "bash", "code": "sleep 20"}]}))
@@ -145,10 +146,24 @@ async def bench_recovery(db: Database, settings: Settings, home: Path, rounds: i
         rescuer.wait()
         await db.fetch("UPDATE onebox.runs SET status = 'CANCELLED' WHERE id = %s RETURNING id",
                        (sub.run_id,))
+        sessions.append(f"run-{sub.run_id}")
+    await _remove_sessions(settings, sessions)
     return {"rounds": rounds, "seconds": [round(t, 2) for t in times],
             "median_s": round(statistics.median(times), 2), "max_s": round(max(times), 2),
             "lease_s": settings.runtime.lease_s, "heartbeat_s": settings.runtime.heartbeat_s,
             "target_s": 5.0}
+
+
+async def _remove_sessions(settings: Settings, sessions: list[str]) -> None:
+    """The killed workers could not clean up their sandboxes (mounted workspaces): do it."""
+    from onebox.sandbox.registry import get_backend
+
+    backend = get_backend(settings)
+    try:
+        for session_id in sessions:
+            await backend.cleanup(session_id)
+    finally:
+        await backend.close()
 
 
 async def _wait_running(db: Database, run_id: Any) -> None:
