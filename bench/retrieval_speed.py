@@ -73,7 +73,8 @@ async def build_scale_collection(knowledge: Knowledge, collection: str, n_chunks
             await conn.execute(sql("fts.add_kb_terms"), {"ids": ids, "space": space_of(collection)})
         if start % 10000 == 0:
             print(f"  scale: {start + batch}/{n_chunks} chunks", flush=True)
-    await db.fetch("ANALYZE onebox.kb_chunks")
+    async with db.connection() as conn:
+        await conn.execute("ANALYZE onebox.kb_chunks")
     seconds = time.perf_counter() - started
     return {"chunks": n_chunks, "reused": False, "insert_seconds": round(seconds, 1)}
 
