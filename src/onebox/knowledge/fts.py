@@ -5,12 +5,15 @@ onebox keeps per-space document frequencies (``onebox.fts_terms``) and scores
 BM25 in SQL. A query becomes: its lexemes with their idf (all of them are
 scored) and a ``tsquery`` OR-ing the lexemes rare enough to select candidates
 (a lexeme found in more than ``max_df_ratio`` of the rows selects nearly
-everything and adds little to the score, so it does not widen the scan).
+everything and adds little to the score, so it does not widen the scan). The
+rarest lexemes are taken first until their document frequencies add up to
+``candidate_budget`` rows, which bounds the work of one query on a large corpus.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from onebox.knowledge.queries import sql
 from onebox.knowledge.text import segment_for_fts
@@ -44,7 +47,8 @@ async def lexemes_of(db: Database, text: str) -> list[str]:
 
 
 async def build_fts_query(
-    db: Database, text: str, spaces: list[str], max_df_ratio: float = 0.25
+    db: Database, text: str, spaces: list[str], max_df_ratio: float = 0.25,
+    candidate_budget: int = 3_000,
 ) -> FtsQuery | None:
     """The BM25 query for ``text`` over ``spaces``; None when no lexeme occurs there."""
     lexemes = await lexemes_of(db, text)
@@ -54,7 +58,16 @@ async def build_fts_query(
     present = [r for r in rows if r["df"] > 0]
     if not present:
         return None
-    selective = [r for r in present if r["df"] <= max_df_ratio * r["n"]] or present
+    rare_first = sorted(present, key=lambda r: r["df"])
+    selective = [r for r in rare_first if r["df"] <= max_df_ratio * r["n"]] or rare_first[:1]
+    chosen: list[dict[str, Any]] = []
+    budget_used = 0
+    for r in selective:
+        if chosen and budget_used + r["df"] > candidate_budget:
+            break
+        chosen.append(r)
+        budget_used += r["df"]
+    selective = chosen
     tsquery = " | ".join(quote_lexeme(r["lexeme"]) for r in selective)
     return FtsQuery(
         lexemes=[r["lexeme"] for r in present],

@@ -33,7 +33,7 @@ from onebox.knowledge.text import first_sentence, segment_for_fts
 from onebox.store.db import Database
 
 MemoryKind = Literal["short", "long", "summary"]
-EXACT_SCAN_MAX_ROWS = 20_000
+EXACT_SCAN_MAX_ROWS = 2_000
 _ENTITY = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*|\b\d[\d.,:/-]*\b")
 
 
@@ -102,8 +102,9 @@ class MemoryStore:
         if same:
             return {"id": str(same["id"]), "deduplicated": True, "reason": "same content"}
         vector = (await self.embedder.passages([indexed]))[0]
-        near = await self.db.fetch(sql("memory.nearest"), {
-            "q": vector_literal(vector), "scope": scope, "user_id": user_id, "n": 5})
+        near = await self._search_vector(
+            "nearest", {"q": vector_literal(vector), "scope": scope, "user_id": user_id,
+                        "n": 5, "current": True})
         replaced = [supersedes] if supersedes else []
         for row in near:
             clash = contradiction(text, row["content"])
@@ -160,17 +161,24 @@ class MemoryStore:
 
     async def _vector(self, query: str, params: dict[str, Any]) -> list[tuple[Any, float]]:
         args = {**params, "q": vector_literal(await self.embedder.query(query))}
+        rows = await self._search_vector("vector", args)
+        return [(r["id"], float(r["score"])) for r in rows]
+
+    async def _search_vector(self, kind: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+        """HNSW when the scope is large (widened; exact if it comes back short), else exact.
+        ``kind`` is ``vector`` (ids + scores) or ``nearest`` (ids, contents, similarity)."""
+        exact, ann = (f"memory.{kind}_exact", f"memory.{kind}_ann") if kind == "vector" else (
+            "memory.nearest", "memory.nearest_ann")
         count = await self.db.fetchone(sql("memory.count_scope"),
-                                       {**params, "cap": EXACT_SCAN_MAX_ROWS + 1})
+                                       {**args, "cap": EXACT_SCAN_MAX_ROWS + 1})
         if count and count["n"] > EXACT_SCAN_MAX_ROWS:
             async with self.db.transaction() as conn:
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, 4 * params['n'])}")
-                cur = await conn.execute(sql("memory.vector_ann"), args)
+                await conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(40, 4 * args['n']))}")
+                cur = await conn.execute(sql(ann), args)
                 rows = await cur.fetchall()
-            if len(rows) >= params["n"]:
-                return [(r["id"], float(r["score"])) for r in rows]
-        rows = await self.db.fetch(sql("memory.vector_exact"), args)
-        return [(r["id"], float(r["score"])) for r in rows]
+            if len(rows) >= args["n"]:
+                return rows
+        return await self.db.fetch(sql(exact), args)
 
     async def get(self, memory_id: str) -> dict[str, Any] | None:
         return await self.db.fetchone(sql("memory.get"), {"id": memory_id})

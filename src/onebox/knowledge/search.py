@@ -88,7 +88,8 @@ async def search(
         lists["fulltext"] = await fulltext_candidates(db, query, params, n)
     if options.weights.get("vector", 0) > 0:
         vector = await embedder.query(query)
-        lists["vector"] = await vector_candidates(db, vector, params, n, filtered=_narrowed(filters))
+        filtered = await _needs_filter_check(db, filters, collections)
+        lists["vector"] = await vector_candidates(db, vector, params, n, filtered=filtered)
     fused = fuse(lists, options.weights, options.method)[:k]
     hits = await _load_hits(db, fused)
     return await reranker(query, hits) if reranker else hits
@@ -103,8 +104,19 @@ async def _collections(
     return [r["name"] for r in rows]
 
 
-def _narrowed(filters: SearchFilters) -> bool:
-    return bool(filters.metadata or filters.since or filters.until or filters.collections)
+async def _needs_filter_check(
+    db: Database, filters: SearchFilters, collections: list[str]
+) -> bool:
+    """Metadata/date filters always need the size check. A collection filter alone needs it
+    only when the chosen collections are a minority of the rows (sizes kept in fts_spaces)."""
+    if filters.metadata or filters.since or filters.until:
+        return True
+    if not filters.collections:
+        return False
+    rows = await db.fetch(sql("kb.collection_sizes"), {})
+    sizes = {r["space"]: int(r["n_rows"]) for r in rows}
+    chosen = sum(sizes.get(space_of(c), 0) for c in collections)
+    return chosen <= EXACT_SCAN_MAX_ROWS or chosen < sum(sizes.values()) / 2
 
 
 def _filter_params(filters: SearchFilters, collections: list[str]) -> dict[str, Any]:

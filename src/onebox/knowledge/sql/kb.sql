@@ -127,3 +127,6 @@ WHERE c.id = ANY(%(ids)s)
 -- name: invalidate_cache
 UPDATE onebox.answer_cache SET invalidated_at = now()
 WHERE source_doc_ids && %(doc_ids)s::uuid[] AND invalidated_at IS NULL
+
+-- name: collection_sizes
+SELECT space, n_rows FROM onebox.fts_spaces WHERE space LIKE 'kb:%%'

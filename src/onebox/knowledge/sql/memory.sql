@@ -11,6 +11,11 @@ SELECT id, content, 1 - (embedding <=> %(q)s::vector) AS similarity FROM onebox.
 WHERE scope = %(scope)s AND user_id = %(user_id)s AND invalid_at IS NULL
 ORDER BY (embedding <=> %(q)s::vector) + 0 LIMIT %(n)s
 
+-- name: nearest_ann
+SELECT id, content, 1 - (embedding <=> %(q)s::vector) AS similarity FROM onebox.memories
+WHERE scope = %(scope)s AND user_id = %(user_id)s AND invalid_at IS NULL
+ORDER BY embedding <=> %(q)s::vector LIMIT %(n)s
+
 -- name: insert
 INSERT INTO onebox.memories (id, scope, user_id, kind, content, content_hash, summary, entities,
                              metadata, embedding, tsv, fts_len, execution_id, valid_from)
