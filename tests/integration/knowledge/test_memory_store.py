@@ -101,3 +101,18 @@ async def test_compact_archives_and_restores(knowledge: Knowledge) -> None:
     assert live == set(ids) | {used["id"]}
     hits = await memory.recall("ops", "which day are deploys?", k=1)
     assert hits[0].content == "Deploys happen on Tuesdays."
+
+
+async def test_large_scope_path_uses_index_and_still_dedups(
+    knowledge: Knowledge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onebox.knowledge import memory as memory_module
+
+    monkeypatch.setattr(memory_module, "EXACT_SCAN_MAX_ROWS", 0)  # every scope counts as large
+    memory = knowledge.memory
+    first = await memory.remember("big", "The nightly backup runs at two in the morning.")
+    again = await memory.remember("big", "The nightly backups run at two in the morning.")
+    assert again == {"id": first["id"], "deduplicated": True, "reason": again["reason"]}
+    await memory.remember("big", "Bob prefers tea over coffee.")
+    hits = await memory.recall("big", "when does the backup run?", k=2)
+    assert hits[0].id == first["id"] and len(hits) == 2
