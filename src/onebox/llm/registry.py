@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from onebox.config import LLMSettings
 from onebox.errors import ConfigError
 from onebox.llm.base import ChatModel, ModelPrice
-from onebox.llm.openai import OpenAIChatModel
 
 ProviderFactory = Callable[[str, LLMSettings], ChatModel]
 
@@ -27,6 +26,8 @@ NOT_CONFIGURED = (
 
 
 def _openai_factory(model: str, settings: LLMSettings) -> ChatModel:
+    from onebox.llm.openai import OpenAIChatModel  # the SDK takes ~0.5 s to import: only when used
+
     key = settings.api_key.get_secret_value() if settings.api_key else None
     if key is None and settings.base_url is None:
         raise ConfigError(
