@@ -3,11 +3,15 @@
 Event ``seq`` numbers come from a sequence, so they are allocated in order but
 may commit out of order (two transactions, seq 9 committing after seq 10). A
 subscriber that read 10 and then resumed "after 10" would never see 9. The hub
-therefore only publishes up to a *safe horizon*: it reads the sequence's last
-value, then the set of transactions in progress; once every one of those has
-finished (checked on a later poll), every event up to that value is either
-committed or gone for good. Subscribers read the database only up to the
-horizon, so ``Last-Event-ID`` resumes without gaps or duplicates.
+therefore only publishes up to a *safe horizon*. Each poll reads the sequence's
+last value ``top`` (a candidate). A poll at least ``GRACE_S`` later records the
+transactions running at that moment (``pg_stat_activity.backend_xid``). Every
+writer that drew a seq <= ``top`` had its transaction id by then (a writer draws
+its seq and gets its id within the same INSERT, microseconds apart), so once none
+of the recorded transactions is running any more, every event up to ``top`` is
+committed or gone for good, and ``top`` becomes the horizon. Subscribers read the
+database only up to the horizon, so ``Last-Event-ID`` resumes without gaps or
+duplicates. A long transaction anywhere delays publication until it ends.
 """
 
 from __future__ import annotations
@@ -28,7 +32,15 @@ from onebox.store.queries import load_queries
 log = logging.getLogger(__name__)
 Q = load_queries("api")
 PAGE = 1000
-GRACE_S = 0.02  # a writer's nextval precedes its transaction id by microseconds
+GRACE_S = 0.05  # a writer's nextval precedes its transaction id by microseconds; margin for
+# a descheduled backend on a loaded machine
+
+
+@dataclass
+class Candidate:
+    top: int  # the sequence's last value when read
+    taken: float  # monotonic time of that read
+    waits_for: frozenset[str] | None = None  # xids running >= GRACE_S after `taken`
 
 
 @dataclass(frozen=True)
@@ -46,7 +58,7 @@ class EventHub:
         self.poll_s = poll_s
         self.idle_poll_s = idle_poll_s
         self.horizon: int | None = None
-        self._candidates: deque[tuple[int, int | None, float]] = deque(maxlen=64)
+        self._candidates: deque[Candidate] = deque(maxlen=256)
         self._subs: dict[uuid.UUID, set[asyncio.Queue[Batch]]] = {}
         self._ready = asyncio.Event()
         self._wake = asyncio.Event()
@@ -99,35 +111,34 @@ class EventHub:
             busy = self._subs or not self._ready.is_set()
             delay = max(self.poll_s if busy else self.idle_poll_s, GRACE_S)
             if busy and self._news_waiting():
-                delay = min(delay, 2 * GRACE_S)  # new events: confirm them right after the grace
+                delay = min(delay, GRACE_S)  # new events: confirm them right after the grace
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
 
     def _news_waiting(self) -> bool:
-        """A fresh candidate holds events past the horizon (and is not stuck behind a long
-        transaction, which would only make us poll fast for nothing)."""
+        """A fresh candidate holds events past the horizon (and the oldest is not stuck behind
+        a long transaction, which would only make us poll fast for nothing)."""
         if not self._candidates:
             return False
-        top, _, taken = self._candidates[-1]
-        fresh = time.monotonic() - self._candidates[0][2] < 1.0
-        return fresh and (self.horizon is None or top > self.horizon) and taken > 0
+        fresh = time.monotonic() - self._candidates[0].taken < 1.0
+        return fresh and (self.horizon is None or self._candidates[-1].top > self.horizon)
 
     async def _tick(self) -> None:
-        """Confirm earlier candidates whose writers have finished, then take a new candidate."""
-        seq_row = await self.db.fetchone(Q["event_horizon_seq"])
-        assert seq_row is not None
-        top = int(seq_row["last_value"]) if seq_row["is_called"] else 0
-        snap = await self.db.fetchone(Q["current_snapshot"])
-        assert snap is not None
-        xmin, xip = int(snap["xmin"]), [int(x) for x in snap["xip"]]
+        """Record what older candidates wait for, confirm those whose writers have all ended,
+        and take a new candidate."""
+        row = await self.db.fetchone(Q["event_horizon"])
+        assert row is not None
+        top = int(row["last_value"]) if row["is_called"] else 0
+        running = frozenset(row["running"])
         now = time.monotonic()
+        for candidate in self._candidates:
+            if candidate.waits_for is None and now - candidate.taken >= GRACE_S:
+                candidate.waits_for = running
         confirmed: int | None = None
-        while self._candidates:
-            _, last_writer, taken = self._candidates[0]
-            if now - taken < GRACE_S or (last_writer is not None and last_writer >= xmin):
-                break
-            confirmed = self._candidates.popleft()[0]
-        self._candidates.append((top, max(xip) if xip else None, now))
+        while self._candidates and self._candidates[0].waits_for is not None \
+                and not self._candidates[0].waits_for & running:
+            confirmed = self._candidates.popleft().top
+        self._candidates.append(Candidate(top, now))
         if confirmed is not None and (self.horizon is None or confirmed > self.horizon):
             await self._publish(confirmed)
 

@@ -117,12 +117,13 @@ LEFT JOIN onebox.runs r ON r.id = t.run_id
 LEFT JOIN onebox.sessions ss ON ss.id = s.session_id
 WHERE s.id = %(id)s AND coalesce(r.tenant_id, ss.tenant_id) = %(tenant_id)s;
 
--- name: event_horizon_seq
-SELECT last_value, is_called FROM onebox.agent_events_seq_seq;
-
--- name: current_snapshot
-SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin,
-       ARRAY(SELECT x::text FROM pg_snapshot_xip(pg_current_snapshot()) AS x) AS xip;
+-- name: event_horizon
+-- The sequence's last value, and the transaction ids running now (any database, any role
+-- onebox connects as): a snapshot's xip omits running ids above its xmax, this does not.
+SELECT s.last_value, s.is_called,
+       ARRAY(SELECT a.backend_xid::text FROM pg_stat_activity AS a
+             WHERE a.backend_xid IS NOT NULL) AS running
+FROM onebox.agent_events_seq_seq AS s;
 
 -- name: events_between
 SELECT seq, run_id, session_id, trace_id, execution_id, type, payload, created_at
