@@ -4,8 +4,10 @@ PostgreSQL ranks with ``ts_rank``, which has no inverse document frequency;
 onebox keeps per-space document frequencies (``onebox.fts_terms``) and scores
 BM25 in SQL. A query becomes: its lexemes with their idf (all of them are
 scored) and a ``tsquery`` OR-ing the lexemes rare enough to select candidates
-(a lexeme found in more than ``max_df_ratio`` of the rows selects nearly
-everything and adds little to the score, so it does not widen the scan). The
+(a lexeme found in more than ``max_df_ratio`` of the rows, and in more than
+1,000, selects nearly everything and adds little to the score, so it does not
+widen the scan; when every lexeme is that common there are no full-text
+candidates). At most ``CANDIDATE_CAP`` matching rows are scored. The
 rarest lexemes are taken first until their document frequencies add up to
 ``candidate_budget`` rows, which bounds the work of one query on a large corpus.
 """
@@ -21,6 +23,7 @@ from onebox.store.db import Database
 
 BM25_K1 = 1.2
 BM25_B = 0.75
+CANDIDATE_CAP = 5_000  # rows scored per query at most, whatever the lexemes
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,7 @@ class FtsQuery:
     def params(self) -> dict[str, object]:
         return {
             "lexemes": self.lexemes, "idfs": self.idfs, "tsquery": self.tsquery,
-            "avgdl": self.avgdl, "k1": BM25_K1, "b": BM25_B,
+            "avgdl": self.avgdl, "k1": BM25_K1, "b": BM25_B, "cap": CANDIDATE_CAP,
         }
 
 
@@ -59,7 +62,9 @@ async def build_fts_query(
     if not present:
         return None
     rare_first = sorted(present, key=lambda r: r["df"])
-    selective = [r for r in rare_first if r["df"] <= max_df_ratio * r["n"]] or rare_first[:1]
+    selective = [r for r in rare_first if r["df"] <= max(max_df_ratio * r["n"], 1000)]
+    if not selective:  # every lexeme is in most rows: lexical matching carries no signal
+        return None
     chosen: list[dict[str, Any]] = []
     budget_used = 0
     for r in selective:

@@ -80,14 +80,15 @@ FROM unnest(%(ids)s::bigint[], %(embeddings)s::text[]) AS u(id, e) WHERE c.id = 
 -- name: fulltext
 SELECT c.id, sum(w.idf * x.tf * (%(k1)s + 1)
                  / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * c.fts_len / %(avgdl)s))) AS score
-FROM onebox.kb_chunks c
+FROM (SELECT k.id, k.tsv, k.fts_len FROM onebox.kb_chunks k
+      WHERE k.tsv @@ %(tsquery)s::tsquery AND k.collection = ANY(%(collections)s)
+        AND (%(meta)s::jsonb IS NULL OR k.metadata @> %(meta)s::jsonb)
+        AND (%(since)s::timestamptz IS NULL OR k.created_at >= %(since)s::timestamptz)
+        AND (%(until)s::timestamptz IS NULL OR k.created_at < %(until)s::timestamptz)
+      LIMIT %(cap)s) c
 CROSS JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions)::float8 AS tf
                     FROM unnest(c.tsv) AS u) x
 JOIN unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS w(lexeme, idf) ON w.lexeme = x.lexeme
-WHERE c.tsv @@ %(tsquery)s::tsquery AND c.collection = ANY(%(collections)s)
-  AND (%(meta)s::jsonb IS NULL OR c.metadata @> %(meta)s::jsonb)
-  AND (%(since)s::timestamptz IS NULL OR c.created_at >= %(since)s::timestamptz)
-  AND (%(until)s::timestamptz IS NULL OR c.created_at < %(until)s::timestamptz)
 GROUP BY c.id ORDER BY score DESC LIMIT %(n)s
 
 -- name: count_filtered

@@ -38,12 +38,13 @@ FROM onebox.memories WHERE id = %(id)s
 -- name: fulltext
 SELECT m.id, sum(w.idf * x.tf * (%(k1)s + 1)
                  / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * m.fts_len / %(avgdl)s))) AS score
-FROM onebox.memories m
+FROM (SELECT r.id, r.tsv, r.fts_len FROM onebox.memories r
+      WHERE r.tsv @@ %(tsquery)s::tsquery AND r.scope = %(scope)s AND r.user_id = %(user_id)s
+        AND (%(current)s = false OR r.invalid_at IS NULL)
+      LIMIT %(cap)s) m
 CROSS JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions)::float8 AS tf
                     FROM unnest(m.tsv) AS u) x
 JOIN unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS w(lexeme, idf) ON w.lexeme = x.lexeme
-WHERE m.tsv @@ %(tsquery)s::tsquery AND m.scope = %(scope)s AND m.user_id = %(user_id)s
-  AND (%(current)s = false OR m.invalid_at IS NULL)
 GROUP BY m.id ORDER BY score DESC LIMIT %(n)s
 
 -- name: count_scope
