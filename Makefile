@@ -3,7 +3,7 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN    := $(VENV)/bin
 
-.PHONY: demo test setup setup-dev system-deps lint bench clean
+.PHONY: demo test setup setup-dev system-deps system-deps-test bench clean
 
 demo: setup
 	-$(BIN)/onebox doctor --brief
@@ -16,10 +16,13 @@ test: setup-dev
 
 setup: system-deps $(VENV)/.installed
 
-setup-dev: system-deps $(VENV)/.installed-dev
+setup-dev: system-deps-test $(VENV)/.installed-dev
 
 system-deps:
 	@scripts/system-deps.sh
+
+system-deps-test:
+	@scripts/system-deps.sh --test
 
 $(VENV)/bin/pip:
 	$(PYTHON) -m venv $(VENV)
