@@ -39,7 +39,7 @@ async def ingest(knowledge: Knowledge, docs: list[DocumentInput]) -> dict[str, A
     seconds = time.perf_counter() - started
     return {"documents": len(docs), "unchanged_documents": sum(r.status == "unchanged" for r in results),
             "chunks_written": chunks, "seconds": round(seconds, 1),
-            "chunks_per_s": round(chunks / seconds, 1) if seconds else None,
+            "chunks_per_s": round(chunks / seconds, 1) if seconds and chunks else None,
             "newly_embedded": knowledge.embedder.embedded_count - before}
 
 

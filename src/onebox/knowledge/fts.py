@@ -23,7 +23,7 @@ from onebox.store.db import Database
 
 BM25_K1 = 1.2
 BM25_B = 0.75
-CANDIDATE_CAP = 5_000  # rows scored per query at most, whatever the lexemes
+CANDIDATE_CAP = 2_000  # rows scored per query at most, whatever the lexemes
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ async def lexemes_of(db: Database, text: str) -> list[str]:
 
 async def build_fts_query(
     db: Database, text: str, spaces: list[str], max_df_ratio: float = 0.25,
-    candidate_budget: int = 3_000,
+    candidate_budget: int = 2_000,
 ) -> FtsQuery | None:
     """The BM25 query for ``text`` over ``spaces``; None when no lexeme occurs there."""
     lexemes = await lexemes_of(db, text)

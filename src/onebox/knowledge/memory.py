@@ -15,6 +15,7 @@ being recalled. Nothing is deleted except by :meth:`MemoryStore.forget`.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from dataclasses import dataclass
@@ -140,8 +141,9 @@ class MemoryStore:
             raise ValidationError("the recall query is empty", field="query")
         params = {"scope": scope, "user_id": user_id, "current": not include_superseded,
                   "n": max(50, k)}
-        lists = {"fulltext": await self._fulltext(query, params),
-                 "vector": await self._vector(query, params)}
+        fulltext, vector = await asyncio.gather(
+            self._fulltext(query, params), self._vector(query, params))
+        lists = {"fulltext": fulltext, "vector": vector}
         fused = fuse(lists, self.weights, self.method)[:k]
         if not fused:
             return []

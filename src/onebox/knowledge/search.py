@@ -13,6 +13,7 @@ back to the exact scan if it still comes back short.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -83,16 +84,25 @@ async def search(
         return []
     params = _filter_params(filters, collections)
     n = max(options.candidates, k)
-    lists: dict[str, list[tuple[Any, float]]] = {}
+    stages: dict[str, Awaitable[list[tuple[Any, float]]]] = {}
     if options.weights.get("fulltext", 0) > 0:
-        lists["fulltext"] = await fulltext_candidates(db, query, params, n)
+        stages["fulltext"] = fulltext_candidates(db, query, params, n)
     if options.weights.get("vector", 0) > 0:
-        vector = await embedder.query(query)
-        filtered = await _needs_filter_check(db, filters, collections)
-        lists["vector"] = await vector_candidates(db, vector, params, n, filtered=filtered)
+        stages["vector"] = _vector_stage(db, embedder, query, filters, collections, params, n)
+    # the two retrievers run concurrently: BM25 in PostgreSQL while the query is embedded
+    lists = dict(zip(stages, await asyncio.gather(*stages.values()), strict=True))
     fused = fuse(lists, options.weights, options.method)[:k]
     hits = await _load_hits(db, fused)
     return await reranker(query, hits) if reranker else hits
+
+
+async def _vector_stage(
+    db: Database, embedder: CachedEmbedder, query: str, filters: SearchFilters,
+    collections: list[str], params: dict[str, Any], n: int,
+) -> list[tuple[Any, float]]:
+    vector = await embedder.query(query)
+    filtered = await _needs_filter_check(db, filters, collections)
+    return await vector_candidates(db, vector, params, n, filtered=filtered)
 
 
 async def _collections(
