@@ -43,7 +43,10 @@ async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
 
 async def drive(db: Database, backend: SandboxBackend, settings: Settings, run_id: uuid.UUID,
                 model: ScriptedModel) -> Worker:
-    worker = Worker(db, backend, settings, run_id=run_id, model=model)
+    from onebox.objects.registry import get_object_store
+
+    worker = Worker(db, backend, settings, run_id=run_id, model=model,
+                    objects=get_object_store(settings))
     await asyncio.wait_for(worker.serve(asyncio.Event()), 90)
     return worker
 
@@ -60,6 +63,7 @@ async def test_task_with_two_parallel_branches(db: Database, backend: SandboxBac
         "load": "SUCCESS", "total": "SUCCESS", "count": "SUCCESS"}
     assert steps["total"]["stdout"].strip() == "12"
     assert steps["total"]["memory_used_mb"] is not None
+    assert all(steps[k]["snapshot_id"] is not None for k in ("load", "total", "count"))
     events = await runs_api.run_events(db, run_id)
     types = [e["type"] for e in events]
     assert "intent" in types and "plan_created" in types and "agent_finished" in types

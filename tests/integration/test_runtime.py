@@ -187,3 +187,33 @@ async def test_cancel_stops_a_running_step(rt: Runtime) -> None:
     (step,) = await runs_api.run_steps(rt.db, sub.run_id)
     assert step["status"] == "FAILED" and step["error"] == "the run was cancelled"
     assert step["duration_ms"] is None or step["duration_ms"] < 20_000
+
+
+async def test_files_a_step_declares_become_knowledge(rt: Runtime) -> None:
+    from onebox.knowledge.service import Knowledge
+    from onebox.llm.embedding import embedding_model_from_settings
+
+    plan = plan_of(
+        {"id": "notes", "tool": "bash", "knowledge": ["notes.md", "missing.txt"],
+         "code": "printf '# Ledger\\n\\nThe quarterly ledger balances at 4711 crowns.\\n' > notes.md;"
+                 " ln -s /etc/hostname leak.txt"},
+        {"id": "leak", "tool": "bash", "knowledge": ["leak.txt"], "code": "true",
+         "depends_on": ["notes"]},
+    )
+    final = await rt.run_plan(plan)
+    assert final["status"] == "SUCCEEDED"
+    steps = {s["step_id"]: s for s in await runs_api.run_steps(rt.db, final["id"])}
+    added = steps["notes"]["details"]["knowledge"]
+    assert added[0]["path"] == "notes.md" and added[0]["status"] == "added"
+    assert added[1]["path"] == "missing.txt" and "error" in added[1]
+    assert "error" in steps["leak"]["details"]["knowledge"][0]  # a symlink is never followed
+
+    model = embedding_model_from_settings(rt.settings)
+    try:
+        hits = await Knowledge.build(rt.db, model, rt.settings).search("ledger balance crowns", 3)
+    finally:
+        await model.close()
+    assert hits and "4711" in hits[0].content
+    provenance = hits[0].to_dict()
+    assert str(steps["notes"]["id"]) in str(provenance)
+    assert str(steps["notes"]["snapshot_id"]) in str(provenance)

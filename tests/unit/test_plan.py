@@ -98,3 +98,9 @@ def test_load_yaml_and_json(tmp_path: Path) -> None:
         load_plan(bad)
     with pytest.raises(PlanError, match="cannot read"):
         load_plan(tmp_path / "missing.yaml")
+
+
+def test_knowledge_paths_must_stay_in_the_workspace() -> None:
+    for bad in ("/etc/passwd", "../x", "a/../../b"):
+        err = refused(plan(step("a", knowledge=[bad])))
+        assert err.field == "steps[a].knowledge"

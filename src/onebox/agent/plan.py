@@ -88,6 +88,7 @@ class Step(BaseModel):
     until: str | None = None
     max_iterations: int | None = Field(None, ge=1, le=1000)
     outputs: tuple[str, ...] = ()
+    knowledge: tuple[str, ...] = ()
 
 
 class Plan(BaseModel):
@@ -186,6 +187,11 @@ def _check_graph(plan: Plan) -> None:
 
 def _check_step(s: Step) -> None:
     """Kind-specific rules and expressions; PlanError naming the step and field."""
+    for path in s.knowledge:
+        parts = path.split("/")
+        if not path or path.startswith("/") or ".." in parts:
+            raise PlanError(f"{path!r} must be a relative path inside the workspace",
+                            step=s.id, field="knowledge")
     if s.kind == "code":
         if s.tool is None:
             raise PlanError("this field is required for a code step (python, bash or node)",

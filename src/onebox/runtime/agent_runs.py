@@ -43,6 +43,7 @@ from onebox.llm.registry import price_table
 from onebox.runtime.agent_steps import Performed, StepPerformer
 from onebox.runtime.archive import finish_run
 from onebox.runtime.submit import create_plan_version_once, new_trace_id, session_id_for
+from onebox.runtime.workspaces import StepWorkspace
 from onebox.sandbox.base import ExecRequest, SandboxBackend
 from onebox.store import catalog
 from onebox.store import runs as store
@@ -81,8 +82,9 @@ class TaskDriver:
     """Drives one claimed task run until it finishes, waits for a person, or loses its lease."""
 
     def __init__(self, db: Database, backend: SandboxBackend, settings: Settings, model: ChatModel,
-                 run: store.Row, owner: str) -> None:
+                 run: store.Row, owner: str, workspaces: StepWorkspace | None = None) -> None:
         self.db, self.backend, self.settings, self.model = db, backend, settings, model
+        self.workspaces = workspaces
         self.run, self.owner = run, owner
         self.run_id: uuid.UUID = run["id"]
         self.steps = StepPerformer(self, settings)

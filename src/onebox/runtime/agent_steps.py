@@ -7,6 +7,7 @@ transaction that stores the agent's observation of it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -31,12 +32,12 @@ from onebox.config import Settings
 from onebox.errors import OneboxError, SandboxError
 from onebox.runtime.archive import EVENT_OF_STATUS, Outcome, load_plan_index, outcome_from_result
 from onebox.runtime.executor import build_request, request_details
+from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.submit import queue_attempt, request_approval, session_id_for
 from onebox.store import catalog
 from onebox.store import runs as store
 
 if TYPE_CHECKING:
-    from onebox.knowledge.service import Knowledge
     from onebox.runtime.agent_runs import TaskDriver
 
 Finisher = Callable[[store.Conn], Awaitable[uuid.UUID | None]]
@@ -54,7 +55,7 @@ class Performed:
 class StepPerformer:
     def __init__(self, driver: TaskDriver, settings: Settings) -> None:
         self.driver, self.settings = driver, settings
-        self._knowledge: Knowledge | None = None
+        self.declared = StepKnowledge(driver.db, settings)
 
     async def perform(self, action: StepAction) -> Performed:
         row = await self._start(action)
@@ -111,13 +112,22 @@ class StepPerformer:
                                 "env": {"ONEBOX_INPUTS": f"/workspace/{inputs_path}",
                                         "ONEBOX_RESULT": f"/workspace/{result_path}"}})
         details = request_details(step, request, self.settings)
+        if d.workspaces is not None:
+            await d.workspaces.prepare(row)
+            await d.workspaces.before(row)
         try:
             exec_result = await d.backend.execute(request)
         except SandboxError as exc:
             outcome = Outcome("FAILED", error=f"sandbox error: {exc}", details=details)
             return StepResult(action.id, ok=False, error=outcome.error), outcome
+        if d.workspaces is not None:
+            await d.workspaces.after(row, failed=not exec_result.ok)
         declared = _read_json(d.backend.workspace(row["session_id"]) / result_path)
         outcome = outcome_from_result(exec_result, details)
+        if step.knowledge and outcome.status == "SUCCESS":
+            added = await self.declared.ingest(row, d.backend.workspace(row["session_id"]),
+                                               step.knowledge)
+            outcome = dataclasses.replace(outcome, details={**outcome.details, "knowledge": added})
         files = tuple(f.path for f in exec_result.files_written if not f.path.startswith(IO_DIR))
         return StepResult(
             action.id, ok=outcome.status == "SUCCESS", exit_code=exec_result.exit_code,
@@ -137,7 +147,7 @@ class StepPerformer:
         return step
 
     async def _knowledge_step(self, action: StepAction) -> tuple[StepResult, Outcome]:
-        k = await self.knowledge()
+        k = await self.declared.knowledge()
         result: Any
         if isinstance(action, SearchKnowledge):
             result = [h.to_dict() for h in await k.search(action.query, action.top_k)]
@@ -152,15 +162,6 @@ class StepPerformer:
         outcome = Outcome("SUCCESS", exit_code=0, stdout=text[-64_000:],
                           output_hash=canonical_hash({"result": json.loads(text)}))
         return StepResult(action.id, ok=True, exit_code=0, stdout=text, result=result), outcome
-
-    async def knowledge(self) -> Knowledge:
-        if self._knowledge is None:
-            from onebox.knowledge.service import Knowledge
-            from onebox.llm.embedding import embedding_model_from_settings
-
-            self._knowledge = Knowledge.build(
-                self.driver.db, embedding_model_from_settings(self.settings), self.settings)
-        return self._knowledge
 
     def _finisher(self, row: store.Row, outcome: Outcome) -> Finisher:
         async def finish(conn: store.Conn) -> uuid.UUID | None:
@@ -200,8 +201,7 @@ class StepPerformer:
         return None
 
     async def close(self) -> None:
-        if self._knowledge is not None:
-            await self._knowledge.embedder.model.close()
+        await self.declared.close()
 
 
 def _action_input(action: StepAction) -> dict[str, Any]:

@@ -9,6 +9,7 @@ their leases are released for another worker to take.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -34,6 +35,7 @@ from onebox.runtime.executor import build_request, execute_step, request_details
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
 from onebox.runtime.schedules import fire_due
 from onebox.runtime.sessions import release_finished_sessions, touch_session
+from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.tracing import bound, span
 from onebox.runtime.watchdog import flag_stale_runs
 from onebox.runtime.workspaces import StepWorkspace
@@ -63,6 +65,7 @@ class Worker:
         self._model = model
         self._drivers: dict[uuid.UUID, asyncio.Task[None]] = {}
         self.workspaces = StepWorkspace(db, backend, objects, settings) if objects else None
+        self.knowledge = StepKnowledge(db, settings)
         self.concurrency = concurrency or settings.runtime.concurrency
         self.run_id = run_id
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -113,7 +116,7 @@ class Worker:
             with bound(run_id=run["id"], trace_id=run["trace_id"]), \
                     span("run", run["trace_id"], run_id=run["id"], worker=self.owner):
                 driver = TaskDriver(self.db, self.backend, self.settings, self.chat_model(),
-                                    run, self.owner)
+                                    run, self.owner, self.workspaces)
                 await driver.drive()
         except LeaseLost as exc:
             log.warning("%s", exc)
@@ -191,6 +194,10 @@ class Worker:
             self._exec_tasks.pop(row["id"], None)
         if self.workspaces is not None:
             await self.workspaces.after(row, failed=outcome.status != "SUCCESS")
+        if step.knowledge and outcome.status == "SUCCESS":
+            added = await self.knowledge.ingest(
+                row, self.backend.workspace(row["session_id"]), step.knowledge)
+            outcome = dataclasses.replace(outcome, details={**outcome.details, "knowledge": added})
         return outcome
 
     def _stop_step(self, execution_id: uuid.UUID, reason: str) -> None:
@@ -257,6 +264,7 @@ class Worker:
 
     async def _drain(self, drain_s: float) -> None:
         await self._stop_drivers()
+        await self.knowledge.close()
         if not self._running:
             return
         log.info("draining: waiting up to %.0f s for %d running step(s)", drain_s, len(self._running))

@@ -1,0 +1,94 @@
+"""Knowledge grows during runs: files a step declares in ``knowledge`` are ingested, after the
+step succeeded, with the execution and snapshot that produced them.
+
+The files come from an untrusted workspace: each is opened without following symlinks
+at any path component, must be a regular file of at most ``MAX_FILE_BYTES``, and is parsed
+from a private copy (by its extension: text, Markdown, HTML, PDF, DOCX, source code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from onebox.config import Settings
+from onebox.errors import OneboxError, ValidationError
+from onebox.store import runs as store
+from onebox.store.db import Database
+
+if TYPE_CHECKING:
+    from onebox.knowledge.service import Knowledge
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+COLLECTION = "runs"
+
+
+class StepKnowledge:
+    """Lazily loads the embedding model the first time a step declares knowledge."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db, self.settings = db, settings
+        self._knowledge: Knowledge | None = None
+
+    async def ingest(self, row: store.Row, workspace: Path, paths: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Add each declared file; returns one record per file (document id or error)."""
+        kb = (await self.knowledge()).kb
+        snapshot = await self.db.fetchone(
+            "SELECT snapshot_id FROM onebox.task_execution WHERE id = %s", (row["id"],))
+        done = []
+        for rel in paths:
+            try:
+                doc = await asyncio.to_thread(_load, workspace, rel)
+                result = await kb.add_document(_document(doc, row, rel, snapshot))
+                done.append({"path": rel, "document_id": result.document_id,
+                             "status": result.status})
+            except (OneboxError, OSError) as exc:
+                done.append({"path": rel, "error": getattr(exc, "message", None) or str(exc)})
+        return done
+
+    async def knowledge(self) -> Knowledge:
+        """The knowledge base and memory of this database, built on first use."""
+        if self._knowledge is None:
+            from onebox.knowledge.service import Knowledge
+            from onebox.llm.embedding import embedding_model_from_settings
+
+            model = embedding_model_from_settings(self.settings)
+            self._knowledge = Knowledge.build(self.db, model, self.settings)
+        return self._knowledge
+
+    async def close(self) -> None:
+        if self._knowledge is not None:
+            await self._knowledge.embedder.model.close()
+
+
+def _load(workspace: Path, rel: str) -> Any:
+    from onebox.knowledge.loaders import load_path
+    from onebox.sandbox.snapshot_files import open_regular
+
+    clean = PurePosixPath(rel)
+    if clean.is_absolute() or ".." in clean.parts or not clean.parts:
+        raise ValidationError(f"{rel!r} must be a relative path inside the workspace",
+                              field="knowledge")
+    fd = open_regular(workspace, str(clean))
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ValidationError(f"{rel} is larger than {MAX_FILE_BYTES} bytes", field="knowledge")
+    with tempfile.TemporaryDirectory(prefix="onebox-kb-") as tmp:
+        copy = Path(tmp) / clean.name
+        copy.write_bytes(data)
+        return load_path(copy)
+
+
+def _document(doc: Any, row: store.Row, rel: str, snapshot: dict[str, Any] | None) -> Any:
+    from onebox.knowledge.ingest import DocumentInput
+
+    return DocumentInput(
+        source=f"run-{row['run_id']}/{rel}", sections=doc.sections, collection=COLLECTION,
+        source_type=doc.source_type, title=doc.title,
+        metadata={"run_id": str(row["run_id"]), "step_id": row["step_id"], "path": rel},
+        execution_id=str(row["id"]),
+        snapshot_id=str(snapshot["snapshot_id"]) if snapshot and snapshot["snapshot_id"] else None)
