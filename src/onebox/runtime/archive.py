@@ -111,11 +111,11 @@ async def archive_step(
     db: Database, settings: Settings, claimed: store.Row, outcome: Outcome
 ) -> str | None:
     """Write the attempt's result and advance the run. Returns the run's new terminal state, if any."""
-    async with db.transaction() as conn:
-        run = await store.fetch_one(conn, "lock_run_for_archive", {
+    async with db.pool.connection() as conn, conn.pipeline() as pipeline, conn.transaction():
+        # BEGIN, the run lock and the fenced write go out together: one round trip.
+        run_cur = await conn.execute(store.Q["lock_run_for_archive"], {
             "run_id": claimed["run_id"], "succeeded": int(outcome.status == "SUCCESS")})
-        assert run is not None
-        row = await store.fetch_one(conn, "finish_step", {
+        row_cur = await conn.execute(store.Q["finish_step"], {
             "id": claimed["id"], "fencing_token": claimed["fencing_token"],
             "status": outcome.status, "exit_code": outcome.exit_code,
             "output_hash": outcome.output_hash, "duration_ms": outcome.duration_ms,
@@ -124,6 +124,9 @@ async def archive_step(
             "stderr": outcome.stderr, "error": outcome.error, "details": Jsonb(outcome.details),
             "event_type": EVENT_OF_STATUS[outcome.status],
         })
+        await pipeline.sync()
+        run, row = await run_cur.fetchone(), await row_cur.fetchone()
+        assert run is not None
         if row is None:
             raise LeaseLost(
                 f"step {claimed['step_id']} attempt {claimed['attempt']} of run {claimed['run_id']}: "
