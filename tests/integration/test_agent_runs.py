@@ -144,3 +144,27 @@ async def test_without_a_model_the_run_fails_saying_what_to_set(
     run = await runs_api.get_run(db, run_id)
     assert run["status"] == "FAILED"
     assert "ONEBOX_LLM__MODEL" in run["error"] and "OPENAI_BASE_URL" in run["error"]
+
+
+async def test_agent_knowledge_search_sees_only_its_tenant(db: Database, backend: SandboxBackend,
+                                                           settings: Settings) -> None:
+    from onebox.knowledge.service import Knowledge
+    from onebox.llm.embedding import embedding_model_from_settings
+
+    model = embedding_model_from_settings(settings)
+    try:
+        kn = Knowledge.build(db, model, settings)
+        await kn.kb.add_text("mine", "The acme launch code is copper falcon.", collection="acme/docs")
+        await kn.kb.add_text("theirs", "The globex launch code is silver otter.",
+                             collection="globex/docs")
+    finally:
+        await model.close()
+    plan = {"steps": [{"id": "look", "kind": "knowledge_search", "input": {"query": "launch code"}},
+                      {"id": "done", "kind": "final", "depends_on": ["look"],
+                       "input": {"answer": "{{ look.stdout }}"}}]}
+    run_id, _ = await submit_task(db, "what is the launch code?", tenant_id="acme")
+    await drive(db, backend, settings, run_id, ScriptedModel([INTENT, plan]))
+    run = await runs_api.get_run(db, run_id)
+    assert run["status"] == "SUCCEEDED", run["error"]
+    look = next(s for s in await runs_api.run_steps(db, run_id) if s["step_id"] == "look")
+    assert "copper falcon" in look["stdout"] and "silver otter" not in look["stdout"]

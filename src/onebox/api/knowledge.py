@@ -17,6 +17,7 @@ from typing import Any
 
 from onebox.errors import NotFound, ValidationError
 from onebox.knowledge.archive import compact
+from onebox.knowledge.collections import TENANT_SEP, tenant_prefix
 from onebox.knowledge.ingest import DocumentInput, IngestResult
 from onebox.knowledge.loaders import load_path, source_type_of
 from onebox.knowledge.memory import check_id
@@ -25,11 +26,11 @@ from onebox.knowledge.service import Knowledge
 from onebox.store.queries import load_queries
 
 Q = load_queries("api")
-SEP = "/"
+SEP = TENANT_SEP
 
 
 def prefix(tenant_id: str) -> str:
-    return tenant_id + SEP
+    return tenant_prefix(tenant_id)
 
 
 def inner(tenant_id: str, name: str, field: str) -> str:

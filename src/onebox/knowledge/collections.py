@@ -80,3 +80,25 @@ async def reembed_collection(
         await conn.execute(sql("kb.set_collection_model"),
                            {"name": name, "model": embedder.model.name, "dim": embedder.model.dim})
     return len(rows)
+
+
+TENANT_SEP = "/"
+
+
+def tenant_prefix(tenant_id: str) -> str:
+    """Collections and memory scopes of a tenant are stored as ``<tenant>/<name>``."""
+    return tenant_id + TENANT_SEP
+
+
+def tenant_name(tenant_id: str, name: str) -> str:
+    """Where the runtime stores ``name`` for a tenant: unprefixed for ``default`` (the CLI's
+    namespace), ``<tenant>/<name>`` for the others."""
+    return name if tenant_id == "default" else tenant_prefix(tenant_id) + name
+
+
+def tenant_visible(name: str, tenant_id: str) -> bool:
+    """Whether a stored collection or scope belongs to ``tenant_id``. Unprefixed names come
+    from the CLI, which acts for the installation's ``default`` tenant."""
+    if name.startswith(tenant_prefix(tenant_id)):
+        return True
+    return tenant_id == "default" and TENANT_SEP not in name

@@ -30,6 +30,8 @@ from onebox.agent.hashing import canonical_hash
 from onebox.agent.plan import Step
 from onebox.config import Settings
 from onebox.errors import OneboxError, SandboxError
+from onebox.knowledge.collections import list_collections, tenant_name, tenant_visible
+from onebox.knowledge.search import SearchFilters
 from onebox.runtime.archive import EVENT_OF_STATUS, Outcome, load_plan_index, outcome_from_result
 from onebox.runtime.executor import build_request, request_details
 from onebox.runtime.step_knowledge import StepKnowledge
@@ -148,13 +150,19 @@ class StepPerformer:
 
     async def _knowledge_step(self, action: StepAction) -> tuple[StepResult, Outcome]:
         k = await self.declared.knowledge()
+        tenant = self.driver.run["tenant_id"]
+        scope = tenant_name(tenant, getattr(action, "scope", None) or "default")
         result: Any
         if isinstance(action, SearchKnowledge):
-            result = [h.to_dict() for h in await k.search(action.query, action.top_k)]
+            names = [c["name"] for c in await list_collections(self.driver.db)
+                     if tenant_visible(c["name"], tenant)]
+            hits = await k.search(action.query, action.top_k, SearchFilters(collections=names)) \
+                if names else []
+            result = [h.to_dict() for h in hits]
         elif isinstance(action, Remember):
-            result = await k.memory.remember(action.scope or "default", action.text)
+            result = await k.memory.remember(scope, action.text)
         elif isinstance(action, Recall):
-            recalled = await k.memory.recall(action.scope or "default", action.query, action.top_k)
+            recalled = await k.memory.recall(scope, action.query, action.top_k)
             result = [h.to_dict() for h in recalled]
         else:
             raise AssertionError(f"not a knowledge action: {action.type}")

@@ -37,12 +37,14 @@ class StepKnowledge:
         """Add each declared file; returns one record per file (document id or error)."""
         kb = (await self.knowledge()).kb
         snapshot = await self.db.fetchone(
-            "SELECT snapshot_id FROM onebox.task_execution WHERE id = %s", (row["id"],))
+            "SELECT t.snapshot_id, r.tenant_id FROM onebox.task_execution t"
+            " JOIN onebox.runs r ON r.id = t.run_id WHERE t.id = %s", (row["id"],))
+        tenant = snapshot["tenant_id"] if snapshot else "default"
         done = []
         for rel in paths:
             try:
                 doc = await asyncio.to_thread(_load, workspace, rel)
-                result = await kb.add_document(_document(doc, row, rel, snapshot))
+                result = await kb.add_document(_document(doc, row, rel, snapshot, tenant))
                 done.append({"path": rel, "document_id": result.document_id,
                              "status": result.status})
             except (OneboxError, OSError) as exc:
@@ -83,11 +85,15 @@ def _load(workspace: Path, rel: str) -> Any:
         return load_path(copy)
 
 
-def _document(doc: Any, row: store.Row, rel: str, snapshot: dict[str, Any] | None) -> Any:
+def _document(doc: Any, row: store.Row, rel: str, snapshot: dict[str, Any] | None,
+              tenant: str) -> Any:
+    """The file as a document of the run's tenant: ``runs`` (CLI) or ``<tenant>/runs`` (API)."""
+    from onebox.knowledge.collections import tenant_name
     from onebox.knowledge.ingest import DocumentInput
 
+    collection = tenant_name(tenant, COLLECTION)
     return DocumentInput(
-        source=f"run-{row['run_id']}/{rel}", sections=doc.sections, collection=COLLECTION,
+        source=f"run-{row['run_id']}/{rel}", sections=doc.sections, collection=collection,
         source_type=doc.source_type, title=doc.title,
         metadata={"run_id": str(row["run_id"]), "step_id": row["step_id"], "path": rel},
         execution_id=str(row["id"]),
