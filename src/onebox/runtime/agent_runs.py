@@ -17,8 +17,6 @@ import logging
 import uuid
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
 from onebox.agent.actions import (
     Action,
     AskApproval,
@@ -42,7 +40,7 @@ from onebox.llm.base import ChatModel
 from onebox.llm.registry import price_table
 from onebox.runtime.agent_steps import Performed, StepPerformer
 from onebox.runtime.archive import finish_run
-from onebox.runtime.submit import create_plan_version_once, new_trace_id, session_id_for
+from onebox.runtime.submit import create_plan_version_once, insert_run, session_id_for
 from onebox.runtime.workspaces import StepWorkspace
 from onebox.sandbox.base import ExecRequest, SandboxBackend
 from onebox.store import catalog
@@ -60,22 +58,12 @@ async def submit_task(
     tenant_id: str = "default",
 ) -> tuple[uuid.UUID, bool]:
     """Store a task run for a worker to drive; returns (run_id, existing)."""
-    run_id, trace_id = uuid.uuid4(), new_trace_id()
     async with db.transaction() as conn:
-        inserted = await store.fetch_one(conn, "insert_run", {
-            "id": run_id, "trace_id": trace_id, "source": "task",
-            "request": Jsonb({"task": task}), "name": name or task[:80],
-            "idempotency_key": idempotency_key, "tenant_id": tenant_id})
-        if inserted is None:
-            existing = await store.fetch_one(conn, "run_by_idempotency_key",
-                                             {"key": idempotency_key})
-            assert existing is not None
-            return existing["id"], True
-        await store.append_event(conn, run_id, "run_submitted", {
-            "source": "task", "task": task, "idempotency_key": idempotency_key,
-            "tenant_id": tenant_id}, trace_id=trace_id)
-        await store.notify_work(conn)
-    return run_id, False
+        submitted = await insert_run(conn, "task", {"task": task}, name=name or task[:80],
+                                     idempotency_key=idempotency_key, tenant_id=tenant_id)
+        if not submitted.existing:
+            await store.notify_work(conn)
+    return submitted.run_id, submitted.existing
 
 
 class TaskDriver:

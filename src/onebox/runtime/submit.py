@@ -45,7 +45,6 @@ async def submit_plan(
     tenant_id: str = "default",
 ) -> Submitted:
     """Store a run for ``plan`` and queue its first steps. Same idempotency key: same run."""
-    check_runnable(plan)
     async with db.transaction() as conn:
         return await submit_plan_in(conn, settings, plan, name=name,
                                     idempotency_key=idempotency_key, tenant_id=tenant_id)
@@ -62,22 +61,33 @@ async def submit_plan_in(
 ) -> Submitted:
     """`submit_plan` inside the caller's transaction."""
     check_runnable(plan)
+    submitted = await insert_run(conn, "plan", {"plan": plan.to_data()}, name=name or plan.name,
+                                 idempotency_key=idempotency_key, tenant_id=tenant_id)
+    if submitted.existing:
+        return submitted
+    run_id, trace_id = submitted.run_id, submitted.trace_id
+    plan_id = await create_plan_version(conn, run_id, trace_id, plan, version=1, reason="submitted")
+    await queue_ready_steps(conn, settings, run_id, trace_id, plan_id, PlanIndex.of(plan), {})
+    return Submitted(run_id, trace_id)
+
+
+async def insert_run(
+    conn: store.Conn, source: str, request: dict[str, Any], *, name: str | None,
+    idempotency_key: str | None, tenant_id: str,
+) -> Submitted:
+    """The run row and its run_submitted event; the existing run when the key was used."""
     run_id, trace_id = uuid.uuid4(), new_trace_id()
     inserted = await store.fetch_one(conn, "insert_run", {
-        "id": run_id, "trace_id": trace_id, "source": "plan",
-        "request": Jsonb({"plan": plan.to_data()}), "name": name or plan.name,
-        "idempotency_key": idempotency_key, "tenant_id": tenant_id,
-    })
+        "id": run_id, "trace_id": trace_id, "source": source, "request": Jsonb(request),
+        "name": name, "idempotency_key": idempotency_key, "tenant_id": tenant_id})
     if inserted is None:
         existing = await store.fetch_one(conn, "run_by_idempotency_key", {"key": idempotency_key})
         assert existing is not None
         return Submitted(existing["id"], existing["trace_id"], existing=True)
     await store.append_event(conn, run_id, "run_submitted", {
-        "source": "plan", "name": name or plan.name, "idempotency_key": idempotency_key,
-        "tenant_id": tenant_id,
+        "source": source, "name": name, "idempotency_key": idempotency_key,
+        "tenant_id": tenant_id, **({"task": request["task"]} if source == "task" else {}),
     }, trace_id=trace_id)
-    plan_id = await create_plan_version(conn, run_id, trace_id, plan, version=1, reason="submitted")
-    await queue_ready_steps(conn, settings, run_id, trace_id, plan_id, PlanIndex.of(plan), {})
     return Submitted(run_id, trace_id)
 
 
