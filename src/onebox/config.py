@@ -33,6 +33,27 @@ class SandboxSettings(BaseModel):
         description="IP addresses/networks the egress proxy may reach although private "
         "(tests allow 127.0.0.1)",
     )
+    # Operator caps: no request (plan, API call, agent) may ask for more than these.
+    max_timeout_s: float = Field(24 * 3600.0, gt=0, description="cap on any step's timeout_s")
+    max_memory_mb: int = Field(8192, ge=16, description="cap on any step's memory_mb")
+    max_cpus: float = Field(default_factory=lambda: float(os.cpu_count() or 8), gt=0,
+                            description="cap on any step's cpus (default: the host's CPUs)")
+    max_pids: int = Field(4096, ge=8, description="cap on any step's pids")
+    max_disk_mb: int = Field(16384, ge=1, description="cap on any step's disk_mb")
+    max_output_bytes_cap: int = Field(64 << 20, ge=1024,
+                                      description="cap on any step's max_output_bytes")
+
+    @model_validator(mode="after")
+    def _defaults_within_caps(self) -> SandboxSettings:
+        from onebox.bounds import LIMIT_CAPS
+
+        for name, cap_name in LIMIT_CAPS:
+            value, cap = getattr(self, name), getattr(self, cap_name)
+            if value > cap:
+                raise ValueError(f"sandbox.{name} {value} is above the operator cap "
+                                 f"sandbox.{cap_name} {cap}: lower ONEBOX_SANDBOX__{name.upper()} "
+                                 f"or raise ONEBOX_SANDBOX__{cap_name.upper()}")
+        return self
 
 
 class RuntimeSettings(BaseModel):

@@ -10,6 +10,14 @@ calls of a few pure functions: len, min, max, sum, abs, any, all, int, float,
 str, bool, round, sorted, lower, upper, strip.
 
     evaluate("len(fetch.result.rows) > 0 and fetch.ok", {"fetch": {...}})
+
+Cost is bounded, so an expression may be evaluated on the event loop: an expression
+has at most 1,000 characters and is nested at most 32 levels, so it has a few hundred
+nodes; each node costs at most one pass over the values it is given (step outputs,
+already in memory). What could cost more is refused with an ExpressionError naming
+the bound: ``round`` takes ndigits in [-100, 100]; a product of integers may have at
+most 4,096 bits (no chain of ``*`` builds a giant number); ``sum`` adds numbers only
+(``sum(lists, [])`` would be quadratic); ``*`` never repeats strings or lists.
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 MAX_EXPRESSION_CHARS = 1000
+MAX_EXPRESSION_DEPTH = 32
+MAX_NDIGITS = 100
+MAX_PRODUCT_BITS = 4096
 TEMPLATE = re.compile(r"\{\{\s*(.+?)\s*\}\}")
 
 
@@ -29,9 +40,34 @@ class ExpressionError(ValueError):
     """An expression that is not allowed, does not parse, or fails on the given values."""
 
 
+def _round(number: Any, ndigits: Any = None) -> Any:
+    if ndigits is not None and (isinstance(ndigits, bool) or not isinstance(ndigits, int)
+                                or not -MAX_NDIGITS <= ndigits <= MAX_NDIGITS):
+        raise ExpressionError(f"round(): ndigits must be an integer in [-{MAX_NDIGITS}, "
+                              f"{MAX_NDIGITS}], got {ndigits!r}")
+    return round(number, ndigits)
+
+
+def _sum(values: Any, start: Any = 0) -> Any:
+    items = list(values)
+    for item in (start, *items):
+        if isinstance(item, bool) or not isinstance(item, int | float):
+            raise ExpressionError(f"sum() adds numbers only, got {type(item).__name__}")
+    return sum(items, start)
+
+
+def _multiply(left: Any, right: Any) -> Any:
+    if isinstance(left, int) and isinstance(right, int):
+        bits = left.bit_length() + right.bit_length()
+        if bits > MAX_PRODUCT_BITS:
+            raise ExpressionError(f"a product of integers may have at most {MAX_PRODUCT_BITS} "
+                                  f"bits; this one would have about {bits}")
+    return left * right
+
+
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "len": len, "min": min, "max": max, "sum": sum, "abs": abs, "any": any, "all": all,
-    "int": int, "float": float, "str": str, "bool": bool, "round": round, "sorted": sorted,
+    "len": len, "min": min, "max": max, "sum": _sum, "abs": abs, "any": any, "all": all,
+    "int": int, "float": float, "str": str, "bool": bool, "round": _round, "sorted": sorted,
     "lower": lambda s: str(s).lower(), "upper": lambda s: str(s).upper(),
     "strip": lambda s: str(s).strip(),
 }
@@ -41,7 +77,7 @@ _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
     ast.NotIn: lambda a, b: a not in b, ast.Is: operator.is_, ast.IsNot: operator.is_not,
 }
 _ARITH: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: _multiply,
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
 }
 
@@ -58,7 +94,18 @@ def parse(expression: str) -> ast.expr:
         raise ExpressionError(f"invalid expression {expression!r}: {exc.msg}") from None
     for node in ast.walk(tree.body):
         _check_node(node)
+    _check_depth(tree.body)
     return tree.body
+
+
+def _check_depth(root: ast.expr) -> None:
+    stack: list[tuple[ast.AST, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_EXPRESSION_DEPTH:
+            raise ExpressionError(f"expression is nested deeper than {MAX_EXPRESSION_DEPTH} "
+                                  "levels")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
 
 def _check_node(node: ast.AST) -> None:
@@ -92,7 +139,7 @@ def evaluate(expression: str, names: Mapping[str, Any]) -> Any:
         return _eval(tree, names)
     except ExpressionError:
         raise
-    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError, RecursionError) as exc:
         raise ExpressionError(f"{expression!r} failed: {exc}") from None
 
 

@@ -28,8 +28,10 @@ raises :class:`~onebox.errors.PlanError` naming the step and the field.
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -39,7 +41,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from onebox.agent.expressions import ExpressionError, referenced_names, template_expressions
-from onebox.errors import PlanError
+from onebox.bounds import MAX_YAML_BYTES, check_depth, load_yaml
+from onebox.errors import PlanError, ValidationError
 
 STEP_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 Tool = Literal["python", "bash", "node"]
@@ -101,11 +104,12 @@ class Plan(BaseModel):
     max_parallel: int | None = Field(None, ge=1, le=64)
     steps: tuple[Step, ...] = Field(min_length=1)
 
+    @cached_property
+    def _by_id(self) -> dict[str, Step]:
+        return {s.id: s for s in self.steps}
+
     def step(self, step_id: str) -> Step:
-        for s in self.steps:
-            if s.id == step_id:
-                return s
-        raise KeyError(step_id)
+        return self._by_id[step_id]
 
     def step_numbers(self) -> dict[str, int]:
         """1-based position of each step in a deterministic topological order."""
@@ -121,6 +125,10 @@ def parse_plan(data: Any) -> Plan:
     if not isinstance(data, Mapping):
         raise PlanError(f"a plan must be a mapping with a 'steps' list, got {type(data).__name__}")
     try:
+        check_depth(data, field="plan")
+    except ValidationError as exc:
+        raise PlanError(exc.message, field=exc.field) from None
+    try:
         plan = Plan.model_validate(data)
     except pydantic.ValidationError as exc:
         raise _plan_error(exc, data) from None
@@ -131,17 +139,34 @@ def parse_plan(data: Any) -> Plan:
 
 
 def load_plan(path: str | Path) -> Plan:
-    """Read a YAML or JSON plan file and validate it."""
+    """Read a YAML or JSON plan file (at most 1 MiB, bounded nesting and aliases) and validate it."""
     p = Path(path)
     try:
+        if p.stat().st_size > MAX_YAML_BYTES:
+            raise PlanError(f"plan file {p} is {p.stat().st_size} bytes; the limit is "
+                            f"{MAX_YAML_BYTES} bytes")
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise PlanError(f"cannot read plan file {p}: {exc.strerror}") from exc
+    return parse_plan(_json_plan(p, text) if p.suffix == ".json" else _yaml_plan(p, text))
+
+
+def _json_plan(p: Path, text: str) -> Any:
     try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise PlanError(f"{p} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}") from exc
-    return parse_plan(data)
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{p} is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise PlanError(f"{p} is nested too deeply to be a plan") from None
+
+
+def _yaml_plan(p: Path, text: str) -> Any:
+    try:
+        return load_yaml(text, what=str(p))
+    except ValidationError as exc:
+        raise PlanError(exc.message) from None
+    except yaml.YAMLError as exc:
+        raise PlanError(f"{p} is not valid YAML: {exc}") from exc
 
 
 def _plan_error(exc: pydantic.ValidationError, data: Mapping[str, Any]) -> PlanError:
@@ -253,21 +278,49 @@ def _check_expressions(s: Step) -> None:
 
 
 def topological_order(plan: Plan) -> list[str]:
-    """Kahn's algorithm, ties broken by position in the file; PlanError on a cycle."""
+    """Kahn's algorithm with a heap, ties broken by position in the file: O(n log n + edges).
+
+    PlanError naming one cycle on a cyclic plan.
+    """
     position = {s.id: i for i, s in enumerate(plan.steps)}
-    pending = {s.id: set(s.depends_on) for s in plan.steps}
+    waiting = {s.id: len(set(s.depends_on)) for s in plan.steps}
+    dependents: dict[str, list[str]] = {s.id: [] for s in plan.steps}
+    for s in plan.steps:
+        for dep in set(s.depends_on):
+            dependents[dep].append(s.id)
+    ready = [position[sid] for sid, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
     order: list[str] = []
-    while pending:
-        ready = sorted((sid for sid, deps in pending.items() if not deps), key=position.__getitem__)
-        if not ready:
-            cycle = sorted(pending, key=position.__getitem__)
-            raise PlanError(
-                "dependency cycle between steps " + " -> ".join(cycle) + "; remove one edge",
-                step=cycle[0], field="depends_on",
-            )
-        for sid in ready:
-            order.append(sid)
-            del pending[sid]
-        for deps in pending.values():
-            deps.difference_update(ready)
+    while ready:
+        sid = plan.steps[heapq.heappop(ready)].id
+        order.append(sid)
+        for after in dependents[sid]:
+            waiting[after] -= 1
+            if waiting[after] == 0:
+                heapq.heappush(ready, position[after])
+    if len(order) < len(plan.steps):
+        _raise_cycle(plan, {sid for sid, n in waiting.items() if n > 0}, position)
     return order
+
+
+MAX_CYCLE_NAMES = 10
+
+
+def _raise_cycle(plan: Plan, left: set[str], position: Mapping[str, int]) -> None:
+    """Follow unfinished dependencies from the first stuck step until one repeats: a cycle."""
+    path: list[str] = []
+    seen: dict[str, int] = {}
+    sid = min(left, key=position.__getitem__)
+    while sid not in seen:
+        seen[sid] = len(path)
+        path.append(sid)
+        sid = next(d for d in plan.step(sid).depends_on if d in left)
+    cycle = path[seen[sid]:]
+    cycle.reverse()  # dependency first, as the steps would run
+    first = min(cycle, key=position.__getitem__)
+    at = cycle.index(first)
+    cycle = cycle[at:] + cycle[:at]
+    shown = cycle if len(cycle) <= MAX_CYCLE_NAMES else [*cycle[:MAX_CYCLE_NAMES], "..."]
+    raise PlanError(
+        f"dependency cycle between {len(cycle)} steps " + " -> ".join([*shown, cycle[0]])
+        + "; remove one edge", step=first, field="depends_on")

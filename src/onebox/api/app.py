@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from onebox.api.bounds import JsonDepthLimit
 from onebox.api.errors import BodyLimit, SecurityHeaders, install_error_handlers
 from onebox.api.events import EventHub
 from onebox.api.routes import knowledge, runs, sessions, system
@@ -82,6 +83,7 @@ def create_app(
     async def root() -> RedirectResponse:
         return RedirectResponse("/ui/")
 
+    app.add_middleware(JsonDepthLimit)  # inside BodyLimit: it reads a bounded body
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_request_bytes,
                        max_upload_bytes=settings.api.max_upload_bytes)
     app.add_middleware(SecurityHeaders)

@@ -5,6 +5,7 @@ Everything here reads; state changes go through :mod:`onebox.runtime.runs`.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import datetime
 from typing import Any
@@ -46,7 +47,8 @@ async def create_run(
             tenant_id=tenant_id)
         run = await runtime_runs.get_run(db, run_id)
         return Submitted(run_id, str(run["trace_id"]).strip(), existing)
-    return await submit_plan(db, settings, parse_plan(plan), name=name,
+    parsed = await asyncio.to_thread(parse_plan, plan)  # a big plan never stalls the API
+    return await submit_plan(db, settings, parsed, name=name,
                              idempotency_key=tenant_key(tenant_id, idempotency_key),
                              tenant_id=tenant_id)
 

@@ -8,6 +8,7 @@ writes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -103,8 +104,13 @@ async def load_plan_index(conn: store.Conn, plan_id: uuid.UUID) -> PlanIndex:
     if index is None:
         row = await store.fetch_one(conn, "plan_by_id", {"plan_id": plan_id})
         assert row is not None, f"plan {plan_id} vanished"
-        index = _plans[plan_id] = PlanIndex.of(parse_plan(row["spec"]))
+        index = _plans[plan_id] = await asyncio.to_thread(_index_plan, row["spec"])
     return index
+
+
+def _index_plan(spec: dict[str, Any]) -> PlanIndex:
+    """Validate and order a stored plan (off the event loop: a plan may have 50,000 steps)."""
+    return PlanIndex.of(parse_plan(spec))
 
 
 async def archive_step(

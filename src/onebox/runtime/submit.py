@@ -12,6 +12,7 @@ from psycopg.types.json import Jsonb
 
 from onebox.agent.hashing import canonical_hash
 from onebox.agent.plan import Plan
+from onebox.bounds import check_plan_caps
 from onebox.config import Settings
 from onebox.errors import PlanError
 from onebox.runtime.schedule import PlanIndex, StepState, ready_steps, step_input_hash
@@ -61,6 +62,7 @@ async def submit_plan_in(
 ) -> Submitted:
     """`submit_plan` inside the caller's transaction."""
     check_runnable(plan)
+    check_plan_caps(plan, settings.sandbox)
     submitted = await insert_run(conn, "plan", {"plan": plan.to_data()}, name=name or plan.name,
                                  idempotency_key=idempotency_key, tenant_id=tenant_id)
     if submitted.existing:

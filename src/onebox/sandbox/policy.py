@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from onebox.bounds import check_limit_caps
 from onebox.config import SandboxSettings
 from onebox.errors import PolicyViolation
 from onebox.sandbox.base import ExecRequest, Limits
@@ -98,7 +99,7 @@ class BwrapSpec:
 
 
 def resolve_limits(defaults: SandboxSettings, limits: Limits) -> ResolvedLimits:
-    """Request limits override Settings defaults; a request may not exceed sane bounds."""
+    """Request limits override Settings defaults; a request may not exceed the operator's caps."""
     resolved = ResolvedLimits(
         timeout_s=limits.timeout_s if limits.timeout_s is not None else defaults.timeout_s,
         memory_mb=limits.memory_mb if limits.memory_mb is not None else defaults.memory_mb,
@@ -112,6 +113,7 @@ def resolve_limits(defaults: SandboxSettings, limits: Limits) -> ResolvedLimits:
         ),
     )
     _check_positive(resolved)
+    check_limit_caps(vars(resolved), defaults)
     return resolved
 
 

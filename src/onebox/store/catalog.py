@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from onebox.agent.actions import LookupTools, ToolHint, ToolsResult
 from onebox.agent.expressions import TEMPLATE, ExpressionError, evaluate
 from onebox.agent.plan import Step
+from onebox.bounds import load_yaml
 from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.store.queries import load_queries
 
@@ -111,7 +112,7 @@ def parse_tool(data: Any) -> CatalogTool:
 def load_tool_file(path: str | Path) -> CatalogTool:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_yaml(p.read_text(encoding="utf-8"), what=str(p))
     except OSError as exc:
         raise ValidationError(f"cannot read tool file {p}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
