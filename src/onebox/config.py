@@ -42,6 +42,16 @@ class SandboxSettings(BaseModel):
     max_disk_mb: int = Field(16384, ge=1, description="cap on any step's disk_mb")
     max_output_bytes_cap: int = Field(64 << 20, ge=1024,
                                       description="cap on any step's max_output_bytes")
+    # The egress proxy: connections a sandbox may hold, and how long.
+    egress_max_connections: int = Field(
+        64, ge=1, le=4096, description="concurrent proxy connections per execution (429 past it)")
+    egress_max_connections_total: int = Field(
+        1024, ge=1, description="concurrent proxy connections of all executions of the process "
+        "(503 past it; never more than a quarter of the fd limit)")
+    egress_idle_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="a proxy connection with no byte moving is cut")
+    egress_total_timeout_s: float = Field(
+        600.0, gt=0, le=24 * 3600, description="a proxy connection is cut after this long")
 
     @model_validator(mode="after")
     def _defaults_within_caps(self) -> SandboxSettings:

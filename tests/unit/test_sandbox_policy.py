@@ -9,14 +9,20 @@ from onebox.errors import PolicyViolation
 from onebox.sandbox import policy
 from onebox.sandbox.base import ExecRequest, Limits
 
-LAYOUT = policy.HostLayout(("/usr", "/etc/ssl/certs"), {"/bin": "usr/bin"})
+LAYOUT = policy.HostLayout(
+    ("/usr", "/etc/ssl/certs"), {"/bin": "usr/bin"},
+    proc_read_only=("sys", "irq"), proc_masked_files=("keys", "kcore"),
+    proc_masked_dirs=("acpi",),
+)  # fmt: skip
+STATIC_FDS = {name: 20 + i for i, name in enumerate(policy.GENERATED_FILES)}
 
 
 def _spec(**kw: object) -> policy.BwrapSpec:
     limits = policy.resolve_limits(SandboxSettings(), Limits())
     values: dict[str, object] = {
-        "bwrap": "/usr/bin/bwrap", "layout": LAYOUT, "workspace": "/h/ws/s1",
-        "run_dir": "/h/run/x", "static_dir": "/h/static/m512-c1", "limits": limits, "seccomp_fd": 7, "block_fd": 8, "info_fd": 9,
+        "bwrap": "/usr/bin/bwrap", "layout": LAYOUT, "workspace_fd": 11,
+        "run_dir_fd": 12, "static_fds": STATIC_FDS, "limits": limits, "seccomp_fd": 7,
+        "block_fd": 8, "info_fd": 9,
     }  # fmt: skip
     values.update(kw)
     return policy.BwrapSpec(**values)  # type: ignore[arg-type]
@@ -51,20 +57,34 @@ def test_every_namespace_is_new_and_privileges_dropped() -> None:
 
 def test_only_the_workspace_is_writable() -> None:
     args = policy.compile_bwrap(_spec())
-    assert _pairs(args, "--bind") == [("/h/ws/s1", "/workspace")]
+    assert _pairs(args, "--bind") == [] and _pairs(args, "--bind-fd") == [("11", "/workspace")]
     ro = dict(_pairs(args, "--ro-bind"))
-    assert ro["/usr"] == "/usr" and ro["/h/run/x"] == policy.RUN_DIR
-    assert ro["/h/static/m512-c1/meminfo"] == "/proc/meminfo"
+    ro_fd = dict(_pairs(args, "--ro-bind-fd"))
+    assert ro["/usr"] == "/usr" and ro_fd["12"] == policy.RUN_DIR
+    assert ro_fd[str(STATIC_FDS["meminfo"])] == "/proc/meminfo"
     assert "/" not in ro and "/etc" not in ro and "/root" not in ro
-    assert args[args.index("--remount-ro") + 1] == "/"
+    remounts = [args[i + 1] for i, a in enumerate(args) if a == "--remount-ro"]
+    assert remounts[-1] == "/"
     assert ("usr/bin", "/bin") in _pairs(args, "--symlink")
+    assert set(policy.bind_fds(_spec())) == {11, 12, 7, *STATIC_FDS.values()}
 
 
-def test_tmp_is_a_private_sized_tmpfs() -> None:
+def test_tmpfs_mounts_are_private_and_sized_from_the_limits() -> None:
     args = policy.compile_bwrap(_spec())
-    i = args.index("--tmpfs")
-    assert args[i + 1] == "/tmp"
-    assert args[i - 2] == "--size" and int(args[i - 1]) == SandboxSettings().disk_mb * 2**20
+    sizes = {args[i + 1]: int(args[i - 1]) for i, a in enumerate(args)
+             if a == "--tmpfs" and args[i - 2] == "--size"}
+    limits = SandboxSettings()
+    assert sizes == {"/tmp": limits.disk_mb * 2**20, "/dev/shm": limits.memory_mb * 2**20}
+
+
+def test_host_wide_proc_entries_are_read_only_and_internals_masked() -> None:
+    args = policy.compile_bwrap(_spec())
+    ro = _pairs(args, "--ro-bind")
+    assert ("/proc/sys", "/proc/sys") in ro and ("/proc/irq", "/proc/irq") in ro
+    assert ("/dev/null", "/proc/keys") in ro and ("/dev/null", "/proc/kcore") in ro
+    i = args.index("/proc/acpi")
+    assert args[i - 1] == "--tmpfs" and args[i + 1] == "--remount-ro"
+    assert args.index("--proc") < args.index("/proc/sys")  # after the sandbox's own /proc
 
 
 def test_command_for_languages_and_argv() -> None:

@@ -143,6 +143,9 @@ def check_sandbox(settings: Settings) -> Check:
     except (ImportError, OneboxError) as exc:
         return Check("sandbox", False, str(exc), "see the checks above")
     detail = f"backend {health.backend}, isolation {health.isolation}"
+    identity = health.details.get("sandbox_identity")
+    if identity:
+        detail += f"; sandboxed code runs as {identity}"
     if health.backend == "process":
         return Check("sandbox", False, detail + ": NO kernel isolation, code runs as this user "
                      "on the host", "install bubblewrap and enable user namespaces", "warning")

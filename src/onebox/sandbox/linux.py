@@ -28,7 +28,7 @@ from onebox.sandbox import policy, seccomp
 from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
 from onebox.sandbox.cgroups import CgroupManager, CgroupUsage
 from onebox.sandbox.disk import LoopDiskQuota
-from onebox.sandbox.egress import EgressProxy, ExecutionEgress
+from onebox.sandbox.egress import EgressLimits, EgressProxy, ExecutionEgress
 from onebox.sandbox.linux_support import (
     build_result,
     enforcement_of,
@@ -74,7 +74,8 @@ class BwrapSandbox(SandboxBackend):
             self.make_workspace,
             self.drop_workspace,
         )
-        self.egress = EgressProxy(self.cfg.egress_allow_private)
+        self.egress = EgressProxy(self.cfg.egress_allow_private,
+                                  EgressLimits.from_settings(self.cfg))
         self.pool = WarmPool(self, self.cfg.pool_size)
         linger_s = min(SUCCESSOR_LINGER_S, self.cfg.idle_timeout_s)
         self.successors = SessionSuccessors(self, linger_s, enabled=self.cfg.pool_size > 0)

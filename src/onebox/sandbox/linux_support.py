@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,7 +32,40 @@ def host_layout() -> policy.HostLayout:
             links[path] = os.readlink(path)
         elif os.path.isdir(path):
             ro.append(path)
-    return policy.HostLayout(tuple(ro), links)
+    return policy.HostLayout(
+        tuple(ro), links,
+        proc_read_only=_existing(policy.PROC_READ_ONLY, dirs=None),
+        proc_masked_files=_existing(policy.PROC_MASKED_FILES, dirs=False),
+        proc_masked_dirs=_existing(policy.PROC_MASKED_DIRS, dirs=True),
+    )  # fmt: skip
+
+
+def _existing(names: Sequence[str], dirs: bool | None) -> tuple[str, ...]:
+    """The /proc entries of ``names`` this kernel has (of the kind wanted, if ``dirs`` says)."""
+    found = []
+    for name in names:
+        path = f"/proc/{name}"
+        if os.path.lexists(path) and (dirs is None or os.path.isdir(path) == dirs):
+            found.append(name)
+    return tuple(found)
+
+
+def open_static(static_dir: Path) -> dict[str, int]:
+    """O_PATH descriptors of the generated files, for ``--ro-bind-fd``."""
+    fds: dict[str, int] = {}
+    try:
+        for name in policy.GENERATED_FILES:
+            fds[name] = os.open(static_dir / name, os.O_PATH | os.O_NOFOLLOW)
+    except BaseException:
+        close_all(fds.values())
+        raise
+    return fds
+
+
+def close_all(fds: Iterable[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def probe_bwrap(bwrap: str) -> list[str]:

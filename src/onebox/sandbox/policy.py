@@ -56,6 +56,17 @@ GENERATED_FILES: Mapping[str, str] = {
     "hosts": "/etc/hosts",
 }
 
+# /proc entries of the host kernel a sandbox must not change (bound read-only over the
+# sandbox's own /proc) or read (masked), as container runtimes do. Only those that exist
+# on the host are listed in a HostLayout.
+PROC_READ_ONLY: tuple[str, ...] = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+PROC_MASKED_FILES: tuple[str, ...] = (
+    "kcore", "keys", "key-users", "timer_list", "timer_stats", "sched_debug", "latency_stats",
+    "kallsyms", "kmsg", "kpagecgroup", "kpagecount", "kpageflags", "iomem", "ioports",
+    "vmallocinfo", "slabinfo", "pagetypeinfo", "config.gz",
+)  # fmt: skip
+PROC_MASKED_DIRS: tuple[str, ...] = ("acpi", "asound", "scsi", "driver")
+
 ENTRY_NAMES = {"python": "entry.py", "bash": "entry.sh", "node": "entry.js"}
 INTERPRETERS = {"python": "/usr/bin/python3", "bash": "/bin/bash", "node": "/usr/bin/node"}
 
@@ -81,17 +92,26 @@ class HostLayout:
 
     ro_paths: tuple[str, ...]
     symlinks: Mapping[str, str] = field(default_factory=dict)
+    proc_read_only: tuple[str, ...] = ()
+    proc_masked_files: tuple[str, ...] = ()
+    proc_masked_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class BwrapSpec:
-    """Everything needed to build the bubblewrap argv of one sandbox."""
+    """Everything needed to build the bubblewrap argv of one sandbox.
+
+    onebox's own directories (the workspace, the run directory, the generated files) are
+    given to bwrap as open descriptors (``--bind-fd``), never as host path names: bwrap
+    runs as the session's unprivileged user, which cannot traverse the onebox home, and
+    a name could be swapped between our check and bwrap's use.
+    """
 
     bwrap: str
     layout: HostLayout
-    workspace: str
-    run_dir: str
-    static_dir: str
+    workspace_fd: int
+    run_dir_fd: int
+    static_fds: Mapping[str, int]
     limits: ResolvedLimits
     seccomp_fd: int | None
     block_fd: int
@@ -214,14 +234,40 @@ def _mount_args(spec: BwrapSpec) -> list[str]:
         args += ["--ro-bind", path, path]
     for link, target in spec.layout.symlinks.items():
         args += ["--symlink", target, link]
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--perms", "1777", "--size", str(spec.limits.disk_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-    args += ["--bind", spec.workspace, WORKSPACE, "--ro-bind", spec.run_dir, RUN_DIR]
+    args += ["--proc", "/proc", *_proc_hardening(spec.layout), "--dev", "/dev"]
+    args += _tmpfs("/tmp", spec.limits.disk_mb) + _tmpfs("/dev/shm", spec.limits.memory_mb)
+    args += ["--bind-fd", str(spec.workspace_fd), WORKSPACE]
+    args += ["--ro-bind-fd", str(spec.run_dir_fd), RUN_DIR]
     args += ["--dir", "/sys/devices/system/cpu"]
     for name, dest in GENERATED_FILES.items():
-        args += ["--ro-bind", f"{spec.static_dir}/{name}", dest]
+        args += ["--ro-bind-fd", str(spec.static_fds[name]), dest]
     args += ["--remount-ro", "/", "--chdir", WORKSPACE]
     return args
+
+
+def _tmpfs(dest: str, size_mb: int) -> list[str]:
+    """A private tmpfs whose size is the step's own limit, with or without cgroups."""
+    return ["--perms", "1777", "--size", str(size_mb * 1024 * 1024), "--tmpfs", dest]
+
+
+def _proc_hardening(layout: HostLayout) -> list[str]:
+    """Host-wide /proc knobs read-only, kernel internals masked (after ``--proc``)."""
+    args: list[str] = []
+    for name in layout.proc_read_only:
+        args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for name in layout.proc_masked_files:
+        args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    for name in layout.proc_masked_dirs:
+        args += ["--perms", "0555", "--tmpfs", f"/proc/{name}", "--remount-ro", f"/proc/{name}"]
+    return args
+
+
+def bind_fds(spec: BwrapSpec) -> tuple[int, ...]:
+    """Every descriptor the bwrap argv of ``spec`` refers to (bwrap must inherit them)."""
+    fds = [spec.workspace_fd, spec.run_dir_fd, *spec.static_fds.values()]
+    if spec.seccomp_fd is not None:
+        fds.append(spec.seccomp_fd)
+    return tuple(fds)
 
 
 COMMAND = ("/bin/sh", LAUNCHER)

@@ -161,6 +161,7 @@ class WarmPool:
             await self.backend.discard(entry.blocked)
             await self.backend.drop_workspace(entry.slot)
             return None
+        self.backend.identities.moved(target)
         session = self.backend.sessions.adopt(request.session_id, target)
         return entry.blocked, session, False
 

@@ -4,8 +4,9 @@ Default allow, with a deny list of syscalls sandboxed code has no business
 making: debugging other processes, mounting, kernel modules and kexec, eBPF,
 keyrings, perf, namespaces, clock and swap changes, io_uring, the new mount API.
 Denied calls fail with EPERM (clone3 with ENOSYS, so libc falls back to clone,
-which is then checked for namespace flags). Non-native ABIs (32-bit x86) are
-killed by libseccomp's bad-arch action.
+which is then checked for namespace flags). Sockets are allowed only in the unix,
+inet, inet6 and netlink families (EAFNOSUPPORT otherwise). Non-native ABIs (32-bit
+x86) are killed by libseccomp's bad-arch action.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ CLONE_NAMESPACE_FLAGS = (
     | 0x20000000  # CLONE_NEWPID
     | 0x40000000  # CLONE_NEWNET
 )
+# Socket families sandboxed code may create: unix, IPv4, IPv6 (its own loopback, the
+# egress relay) and netlink (interface listing in its own network namespace). Everything
+# else (AF_PACKET, AF_VSOCK, AF_ALG, AF_KEY, AF_BLUETOOTH, AF_TIPC, ...) is refused.
+ALLOWED_FAMILIES = frozenset({socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK})
+FAMILY_LIMIT = 64  # above AF_MAX of any kernel; families from here on are refused in one rule
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 
@@ -53,11 +59,17 @@ def _add_denials(flt: seccomp.SyscallFilter) -> None:
         flt.add_rule(eperm, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     for request in (TIOCSTI, TIOCLINUX):
         flt.add_rule(eperm, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, request))
-    flt.add_rule(
-        seccomp.ERRNO(errno.EAFNOSUPPORT),
-        "socket",
-        seccomp.Arg(0, seccomp.EQ, socket.AF_PACKET),
-    )
+    _allow_socket_families(flt)
+
+
+def _allow_socket_families(flt: seccomp.SyscallFilter) -> None:
+    """socket()/socketpair() only for ALLOWED_FAMILIES; any other family is EAFNOSUPPORT."""
+    refuse = seccomp.ERRNO(errno.EAFNOSUPPORT)
+    for call in ("socket", "socketpair"):
+        for family in range(FAMILY_LIMIT):
+            if family not in ALLOWED_FAMILIES:
+                flt.add_rule(refuse, call, seccomp.Arg(0, seccomp.EQ, family))
+        flt.add_rule(refuse, call, seccomp.Arg(0, seccomp.GE, FAMILY_LIMIT))
 
 
 def _single_bits(mask: int) -> list[int]:

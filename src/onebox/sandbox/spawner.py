@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onebox.errors import SandboxUnavailable
 from onebox.sandbox.capture import CHUNK_BYTES, BoundedCapture
@@ -36,6 +36,7 @@ from onebox.sandbox.capture import CHUNK_BYTES, BoundedCapture
 if TYPE_CHECKING:
     from onebox.sandbox.egress import ExecutionEgress
 
+Owner = tuple[int, int]
 INFO_TIMEOUT_S = 10.0
 # bwrap's --die-with-parent ties the sandbox to bwrap; this ties bwrap to onebox, so a
 # supervisor killed with SIGKILL takes its sandboxes with it (setpriv execs bwrap).
@@ -103,7 +104,13 @@ def _args_fd(options: Sequence[str]) -> int:
     return fd
 
 
-def _popen(bwrap: str, args_fd: int, command: Sequence[str], fds: SpawnFds) -> Blocked:
+def _popen(
+    bwrap: str, args_fd: int, command: Sequence[str], fds: SpawnFds, run_as: Owner | None
+) -> Blocked:
+    """Start bwrap; as ``run_as`` (uid, gid, no supplementary groups) when given."""
+    identity: dict[str, Any] = {}
+    if run_as is not None:
+        identity = {"user": run_as[0], "group": run_as[1], "extra_groups": []}
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -117,6 +124,7 @@ def _popen(bwrap: str, args_fd: int, command: Sequence[str], fds: SpawnFds) -> B
             env={"PATH": "/usr/bin:/bin"},
             cwd="/",
             start_new_session=True,
+            **identity,
         )
     except OSError as exc:
         for fd in (in_w, out_r, err_r, fds.block_w):
@@ -131,15 +139,20 @@ def _popen(bwrap: str, args_fd: int, command: Sequence[str], fds: SpawnFds) -> B
 
 
 async def spawn_blocked(
-    bwrap: str, options: Sequence[str], command: Sequence[str], fds: SpawnFds
+    bwrap: str,
+    options: Sequence[str],
+    command: Sequence[str],
+    fds: SpawnFds,
+    run_as: Owner | None = None,
 ) -> Blocked:
     """Start bwrap with its options passed via ``--args FD`` and a minimal environment.
 
     Both would otherwise be visible inside as ``/proc/1/cmdline`` and ``/proc/1/environ``.
+    ``run_as`` is the session's unprivileged host identity when onebox runs as root.
     """
     args_fd = _args_fd(options)
     try:
-        blocked = _popen(bwrap, args_fd, command, fds)
+        blocked = _popen(bwrap, args_fd, command, fds, run_as)
     finally:
         for fd in (fds.block_r, fds.info_w, args_fd):
             os.close(fd)

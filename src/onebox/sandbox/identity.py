@@ -1,0 +1,208 @@
+"""Which host user a session's sandbox runs as: never host root.
+
+When onebox runs as root, every session gets its own unprivileged host uid (and a
+gid of the same number) from a reserved range (``sandbox.session_uid_min`` ..
+``session_uid_max``). The workspace root directory is owned by it and is mode 0700,
+and bubblewrap is started as that user, so code that escaped every namespace would
+be an ordinary user that cannot read another session's files, write kernel settings
+or signal the supervisor. The workspace root's owner *is* the session's identity:
+there is no other table to get out of step with it.
+
+Allocations are machine-wide marker files (one per uid, created with ``O_EXCL``,
+holding the workspace path) in ``sandbox.uid_registry``, so two onebox processes,
+or two homes on one machine, never hand out the same uid. A uid is freed when its
+session's files are gone; markers left by a crashed process are swept when the
+range runs out (a marker whose workspace no longer exists, or is owned by someone
+else, is stale).
+
+When onebox runs as a normal user, the sandbox maps to that user, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from onebox.errors import SandboxUnavailable
+
+logger = logging.getLogger(__name__)
+
+Owner = tuple[int, int]
+MAX_CHOWN_ENTRIES = 1_000_000
+
+
+@dataclass(frozen=True)
+class IdentityInfo:
+    """What ``onebox doctor`` shows: whom a sandbox is on the host."""
+
+    per_session: bool
+    uid_min: int
+    uid_max: int
+    fixed: Owner | None
+
+    def describe(self) -> str:
+        if self.per_session:
+            return (f"a per-session unprivileged host uid/gid from {self.uid_min}-{self.uid_max} "
+                    "(onebox runs as root)")
+        assert self.fixed is not None
+        return f"host uid {self.fixed[0]} gid {self.fixed[1]} (the user running onebox)"
+
+
+class SessionIdentities:
+    """Allocates, adopts and frees the host identity of session workspaces."""
+
+    def __init__(self, registry: Path, uid_min: int, uid_max: int) -> None:
+        self.registry = registry
+        self.uid_min, self.uid_max = uid_min, uid_max
+        self.per_session = os.geteuid() == 0
+        self._next = uid_min
+        if self.per_session:
+            registry.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(registry, 0o700)
+
+    def info(self) -> IdentityInfo:
+        fixed = None if self.per_session else (os.getuid(), os.getgid())
+        return IdentityInfo(self.per_session, self.uid_min, self.uid_max, fixed)
+
+    def owner_of(self, workspace: Path) -> Owner:
+        """The identity a sandbox on ``workspace`` runs as (its root directory's owner)."""
+        if not self.per_session:
+            return (os.getuid(), os.getgid())
+        st = os.stat(workspace, follow_symlinks=False)
+        if not self.in_range(st.st_uid):
+            raise SandboxUnavailable(
+                f"workspace {workspace.name} is owned by uid {st.st_uid}, not a session uid; "
+                "refusing to run a sandbox that could map to it")
+        return (st.st_uid, st.st_gid)
+
+    def in_range(self, uid: int) -> bool:
+        return self.uid_min <= uid <= self.uid_max
+
+    def claim(self, workspace: Path) -> Owner:
+        """Give ``workspace`` (an existing directory) its identity; adopt the one it has.
+
+        A workspace left by an earlier onebox keeps its uid. One owned by anyone else
+        (root, from an older onebox) is given a fresh uid, recursively, without
+        following any link.
+        """
+        if not self.per_session:
+            return (os.getuid(), os.getgid())
+        st = os.stat(workspace, follow_symlinks=False)
+        if self.in_range(st.st_uid) and st.st_uid == st.st_gid:
+            self._mark(st.st_uid, workspace, exclusive=False)
+            os.chmod(workspace, 0o700)
+            return (st.st_uid, st.st_gid)
+        uid = self._allocate(workspace)
+        chown_tree(workspace, (uid, uid))
+        os.chmod(workspace, 0o700)
+        return (uid, uid)
+
+    def moved(self, workspace: Path) -> None:
+        """A workspace was renamed (the warm pool hands one over): record its new path."""
+        if self.per_session:
+            uid = os.stat(workspace, follow_symlinks=False).st_uid
+            if self.in_range(uid):
+                self._mark(uid, workspace, exclusive=False)
+
+    def free(self, workspace: Path, uid: int | None) -> None:
+        """The workspace's files are gone: its uid may be given to a new session."""
+        if not self.per_session or uid is None or not self.in_range(uid):
+            return
+        if os.path.lexists(workspace):
+            logger.warning("not freeing uid %s: %s still exists", uid, workspace)
+            return
+        marker = self._marker(uid)
+        with contextlib.suppress(OSError):
+            if marker.read_text() == str(workspace):
+                marker.unlink()
+
+    def _allocate(self, workspace: Path) -> int:
+        for sweep in (False, True):
+            if sweep:
+                self._sweep()
+            uid = self._first_free(workspace)
+            if uid is not None:
+                return uid
+        raise SandboxUnavailable(
+            f"no free session uid in {self.uid_min}-{self.uid_max}: every one has a live "
+            "workspace. Fix: remove idle sessions, or widen ONEBOX_SANDBOX__SESSION_UID_MAX")
+
+    def _first_free(self, workspace: Path) -> int | None:
+        span = self.uid_max - self.uid_min + 1
+        start = self._next
+        for offset in range(span):
+            uid = self.uid_min + (start - self.uid_min + offset) % span
+            if self._mark(uid, workspace, exclusive=True):
+                self._next = uid + 1 if uid < self.uid_max else self.uid_min
+                return uid
+        return None
+
+    def _marker(self, uid: int) -> Path:
+        return self.registry / str(uid)
+
+    def _mark(self, uid: int, workspace: Path, *, exclusive: bool) -> bool:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_EXCL if exclusive else os.O_TRUNC)
+        try:
+            fd = os.open(self._marker(uid), flags, 0o600)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as handle:
+            handle.write(str(workspace))
+        return True
+
+    def _sweep(self) -> None:
+        """Drop markers whose workspace is gone or belongs to another uid (crash leftovers)."""
+        for marker in self.registry.iterdir():
+            if marker.name.isdigit() and _stale(marker, int(marker.name)):
+                logger.info("freeing session uid %s: its workspace is gone", marker.name)
+                marker.unlink(missing_ok=True)
+
+
+def _stale(marker: Path, uid: int) -> bool:
+    try:
+        path = marker.read_text()
+        return os.stat(path, follow_symlinks=False).st_uid != uid
+    except (OSError, ValueError):
+        return True
+
+
+def chown_tree(root: Path, owner: Owner) -> None:
+    """chown every entry under ``root`` through directory fds, never following a link."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    stack, seen = [fd], 0
+    try:
+        os.fchown(fd, *owner)
+        while stack:
+            dir_fd = stack.pop()
+            try:
+                for name in os.listdir(dir_fd):
+                    seen += 1
+                    if seen > MAX_CHOWN_ENTRIES:
+                        raise SandboxUnavailable(f"workspace {root} has too many entries to adopt")
+                    child = _chown_entry(dir_fd, name, owner)
+                    if child is not None:
+                        stack.append(child)
+            finally:
+                os.close(dir_fd)
+    finally:
+        for left in stack:
+            os.close(left)
+
+
+def _chown_entry(dir_fd: int, name: str, owner: Owner) -> int | None:
+    """chown one entry; a directory is returned opened (O_NOFOLLOW) for the walk."""
+    os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+            return None
+        raise
