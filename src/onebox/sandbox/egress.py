@@ -6,6 +6,8 @@ from ``127.0.0.1:3128`` by ``forwarder.py``). The proxy resolves names itself
 and connects to the address it checked, so DNS tricks cannot redirect it. It
 refuses private, loopback, link-local (cloud metadata) and reserved addresses
 unless ``sandbox.egress_allow_private`` lists them, and records every refusal.
+Heads are parsed strictly (``http_head.py``); connection caps and timeouts are
+``egress_conn.py``'s, so one sandbox cannot spend the supervisor's descriptors.
 """
 
 from __future__ import annotations
@@ -23,13 +25,25 @@ from pathlib import Path
 
 from onebox.errors import PolicyViolation
 from onebox.sandbox.base import BlockedAttempt, ExecRequest
+from onebox.sandbox.egress_conn import (
+    BUSY,
+    TOO_MANY,
+    ConnectionGate,
+    EgressLimits,
+    ProxyConnection,
+    response,
+    total_bound,
+)
+from onebox.sandbox.http_head import MAX_HEAD_BYTES, parse_target, target_of
 
 logger = logging.getLogger(__name__)
+__all__ = ["DomainRule", "EgressLimits", "EgressProxy", "ExecutionEgress", "address_refusal",
+           "allowed", "parse_target", "target_of"]
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 DEFAULT_PORTS = (80, 443)
-HEAD_LIMIT = 64 * 1024
-CONNECT_TIMEOUT_S = 10.0
+ACCEPT_BACKLOG = 16  # also the most connections one accept pass takes before refusing them
+MAX_RECORDED = 1000  # refusals kept per execution; more are only counted
 
 
 @dataclass(frozen=True)
@@ -81,133 +95,92 @@ def address_refusal(ip: str, allow_private: Sequence[IPNetwork]) -> str | None:
     return None
 
 
-def parse_target(head: bytes) -> tuple[str, str, int, bytes]:
-    """(method, host, port, request head to send upstream) from a proxy request head."""
-    line, _, rest = head.partition(b"\r\n")
-    method, target, version = line.decode("latin-1").split(" ", 2)
-    if method.upper() == "CONNECT":
-        host, port = _split_hostport(target, 443)
-        return "CONNECT", host, port, b""
-    if not target.lower().startswith("http://"):
-        raise ValueError("only absolute http:// URLs and CONNECT are proxied")
-    authority, _, path = target[7:].partition("/")
-    host, port = _split_hostport(authority, 80)
-    origin = f"{method} /{path} {version}\r\n".encode("latin-1")
-    return method, host, port, origin + _upstream_headers(rest, authority)
-
-
-def _content_length(head: bytes) -> int:
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            value = int(line.split(b":", 1)[1].strip())
-            if value < 0:
-                raise ValueError("negative Content-Length")
-            return value
-    return 0
-
-
-HOP_HEADERS = (b"host:", b"connection:", b"proxy-connection:", b"proxy-authorization:",
-               b"keep-alive:")  # fmt: skip
-
-
-def _upstream_headers(rest: bytes, authority: str) -> bytes:
-    """The client's headers with Host forced to the checked authority and one request only.
-
-    A different Host header (or a second request on a kept-alive connection) could
-    otherwise reach another virtual host on the same allowed address.
-    """
-    lines = [ln for ln in rest.split(b"\r\n") if ln and not ln.lower().startswith(HOP_HEADERS)]
-    lines += [b"Host: " + authority.encode("latin-1"), b"Connection: close"]
-    return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
-def _split_hostport(text: str, default: int) -> tuple[str, int]:
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else default
-    host, sep, port = text.rpartition(":")
-    return (host, int(port)) if sep and port.isdigit() else (text, default)
-
-
 class ExecutionEgress:
-    """The proxy listener of one execution; collects its refused attempts."""
+    """The proxy listener of one execution; collects its refused attempts.
+
+    Each client connection is admitted against the execution's cap and the proxy's
+    global gate, then served under an idle and a total timeout.
+    """
 
     def __init__(
         self, socket_path: Path, rules: Sequence[DomainRule], session_id: str,
-        allow_private: Sequence[IPNetwork],
+        allow_private: Sequence[IPNetwork], limits: EgressLimits | None = None,
+        gate: ConnectionGate | None = None,
     ) -> None:  # fmt: skip
         self.socket_path = socket_path
         self.rules = tuple(rules)
         self.session_id = session_id
         self.allow_private = tuple(allow_private)
+        self.limits = limits or EgressLimits()
+        self.gate = gate or ConnectionGate(self.limits.max_connections_total)
+        self.unrecorded = 0  # refusals past MAX_RECORDED, counted only
         self._blocked: list[BlockedAttempt] = []
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._open = 0
 
     async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(self._on_client, path=str(self.socket_path))
+        self._server = await asyncio.start_unix_server(
+            self._on_client, path=str(self.socket_path), limit=MAX_HEAD_BYTES,
+            backlog=ACCEPT_BACKLOG)
         os.chmod(self.socket_path, 0o666)
 
     def attempts(self) -> tuple[BlockedAttempt, ...]:
         return tuple(self._blocked)
 
-    def _refuse(self, host: str, port: int | None, reason: str) -> None:
+    def refuse(self, host: str, port: int | None, reason: str) -> None:
+        if len(self._blocked) >= MAX_RECORDED:
+            self.unrecorded += 1
+            return
         at = datetime.now(UTC).isoformat()
         self._blocked.append(BlockedAttempt(host, port, reason, at, self.session_id))
         logger.info("egress blocked session=%s %s:%s: %s", self.session_id, host, port, reason)
 
-    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
+    def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Admit or refuse at once, in the accept callback: a refused connection's fd is
+        closed before the next batch is accepted, so a flood cannot pile them up."""
+        refusal = self._admit()
+        if refusal is not None:
+            self.refuse("-", None, refusal[1])
+            writer.write(response(refusal[0]))
+            writer.close()
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await self._handle(reader, writer)
+            await ProxyConnection(self, reader, writer).serve()
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()
-            if task is not None:
-                self._tasks.discard(task)
+            self._open -= 1
+            self.gate.leave()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        if len(head) > HEAD_LIMIT:
-            raise ValueError("request head too large")
-        method, host, port, upstream_head = parse_target(head)
-        if method != "CONNECT" and b"transfer-encoding:" in head.lower():
-            writer.write(b"HTTP/1.1 411 Length Required\r\nContent-Length: 0\r\n\r\n")
-            await writer.drain()
-            return
-        ip = await self._check(host, port)
-        if ip is None:
-            writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
-            await writer.drain()
-            return
-        up_reader, up_writer = await asyncio.wait_for(
-            asyncio.open_connection(ip, port), CONNECT_TIMEOUT_S
-        )
-        if method == "CONNECT":
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-            return
-        up_writer.write(upstream_head)
-        length = _content_length(head)
-        if length:
-            up_writer.write(await reader.readexactly(length))
-        await _pipe(up_reader, writer)
-        up_writer.close()
+    def _admit(self) -> tuple[str, str] | None:
+        """None when the connection may proceed (counted), else (status, reason)."""
+        if self._open >= self.limits.max_connections:
+            return TOO_MANY, (f"over {self.limits.max_connections} concurrent connections "
+                              "for this session (sandbox.egress_max_connections)")
+        if not self.gate.enter():
+            return BUSY, (f"over {self.gate.limit} concurrent connections for all sessions "
+                          "(sandbox.egress_max_connections_total)")
+        self._open += 1
+        return None
 
-    async def _check(self, host: str, port: int) -> str | None:
+    async def check(self, host: str, port: int) -> str | None:
         """The address to connect to, or None after recording why not."""
         if not allowed(self.rules, host, port):
-            self._refuse(host, port, "not in the step's allowed domains")
+            self.refuse(host, port, "not in the step's allowed domains")
             return None
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 host, port, type=socket.SOCK_STREAM
             )
         except OSError as exc:
-            self._refuse(host, port, f"DNS lookup failed: {exc}")
+            self.refuse(host, port, f"DNS lookup failed: {exc}")
             return None
         addresses = [str(info[4][0]) for info in infos]
         reason: str | None = "no address"
@@ -215,7 +188,7 @@ class ExecutionEgress:
             reason = address_refusal(ip, self.allow_private)
             if reason is None:
                 return ip
-        self._refuse(host, port, f"resolves only to refused addresses: {reason}")
+        self.refuse(host, port, f"resolves only to refused addresses: {reason}")
         return None
 
     async def close(self) -> None:
@@ -228,28 +201,18 @@ class ExecutionEgress:
             self.socket_path.unlink()
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            writer.write_eof()
-
-
 class EgressProxy:
     """Opens an :class:`ExecutionEgress` for each execution granted domains."""
 
-    def __init__(self, allow_private: Sequence[str]) -> None:
+    def __init__(self, allow_private: Sequence[str], limits: EgressLimits | None = None) -> None:
         try:
             self.allow_private = [ipaddress.ip_network(n, strict=False) for n in allow_private]
         except ValueError as exc:
             raise PolicyViolation(
                 f"sandbox.egress_allow_private: {exc}", field="sandbox.egress_allow_private"
             ) from exc
+        self.limits = limits or EgressLimits()
+        self.gate = ConnectionGate(total_bound(self.limits.max_connections_total))
         self._open: set[ExecutionEgress] = set()
 
     async def open(self, run_dir: Path, request: ExecRequest) -> ExecutionEgress | None:
@@ -257,7 +220,7 @@ class EgressProxy:
             return None
         rules = [DomainRule.parse(d) for d in request.network.allow_domains]
         egress = ExecutionEgress(run_dir / "proxy.sock", rules, request.session_id,
-                                 self.allow_private)  # fmt: skip
+                                 self.allow_private, self.limits, self.gate)  # fmt: skip
         await egress.start()
         self._open.add(egress)
         return egress
