@@ -8,6 +8,7 @@ exist: ``DATABASE_URL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,17 @@ class SandboxSettings(BaseModel):
     """Where and how code runs. Limits here are the defaults for every execution."""
 
     backend: Literal["auto", "linux", "process"] = "auto"
+    session_uid_min: int = Field(
+        200_000, ge=1000, description="when onebox runs as root, each session runs as its own "
+        "host uid/gid from session_uid_min..session_uid_max (never host root)")
+    session_uid_max: int = Field(265_535, ge=1000, le=(1 << 31) - 2)
+    uid_registry: Path = Field(
+        Path("/var/lib/onebox/session-uids"),
+        description="machine-wide record of the session uids in use (as root only)")
+    root: Path | None = Field(
+        None, description="where workspaces, run dirs and disk images live; default "
+        "<home>/sandbox, or as root /var/lib/onebox/homes/<hash of home>: sandboxes then run "
+        "as unprivileged users, which must be able to reach their workspace")
     timeout_s: float = Field(60.0, gt=0, le=24 * 3600)
     memory_mb: int = Field(512, ge=16)
     cpus: float = Field(1.0, gt=0)
@@ -63,6 +75,14 @@ class SandboxSettings(BaseModel):
                 raise ValueError(f"sandbox.{name} {value} is above the operator cap "
                                  f"sandbox.{cap_name} {cap}: lower ONEBOX_SANDBOX__{name.upper()} "
                                  f"or raise ONEBOX_SANDBOX__{cap_name.upper()}")
+        return self
+
+    @model_validator(mode="after")
+    def _uid_range(self) -> SandboxSettings:
+        if self.session_uid_min > self.session_uid_max:
+            raise ValueError(
+                f"sandbox.session_uid_min {self.session_uid_min} is above session_uid_max "
+                f"{self.session_uid_max}: give a range low..high")
         return self
 
 
@@ -186,8 +206,20 @@ class Settings(BaseSettings):
         return self.home / "pg"
 
     @property
+    def sandbox_dir(self) -> Path:
+        """The sandbox backend's state: run dirs, disk images, pool (see sandbox.root)."""
+        if self.sandbox.root is not None:
+            return self.sandbox.root
+        if os.geteuid() == 0:
+            digest = hashlib.sha256(str(self.home).encode()).hexdigest()[:16]
+            return Path("/var/lib/onebox/homes") / digest
+        return self.home / "sandbox"
+
+    @property
     def workspaces_dir(self) -> Path:
-        return self.home / "workspaces"
+        if self.sandbox.root is None and os.geteuid() != 0:
+            return self.home / "workspaces"
+        return self.sandbox_dir / "workspaces"
 
     @property
     def objects_dir(self) -> Path:
