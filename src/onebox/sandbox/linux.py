@@ -4,47 +4,64 @@ Each execution gets its own bubblewrap sandbox (new user, pid, ipc, uts, net,
 mount and cgroup namespaces), a read-only view of the system, the session's
 workspace at ``/workspace`` as the only writable host path, a private ``/tmp``,
 a seccomp deny list, no capabilities, ``no_new_privs``, and its own cgroup.
-The sandbox user (uid 1000 inside) maps to the supervisor's uid outside, with
-no capabilities in the host's user namespace; only the mounts listed in
-``policy.py`` are visible, so host files it could otherwise read by ownership
-are simply not there.
+The sandbox user (uid 1000 inside) is never host root: when onebox runs as root,
+bubblewrap itself is started as the session's own unprivileged host uid
+(``identity.py``); otherwise it maps to the supervisor's user. It has no
+capabilities; only the mounts listed in ``policy.py`` are visible. onebox's own
+directories are handed to bwrap as descriptors, and as root they live on a private
+tmpfs, so no host path of the onebox home shows in the sandbox's mount table.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import os
 import shutil
+import stat
+import subprocess
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from onebox.config import Settings
-from onebox.errors import SandboxError
+from onebox.errors import SandboxError, SandboxUnavailable
 from onebox.sandbox import policy, seccomp
 from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
 from onebox.sandbox.cgroups import CgroupManager, CgroupUsage
 from onebox.sandbox.disk import LoopDiskQuota
 from onebox.sandbox.egress import EgressLimits, EgressProxy, ExecutionEgress
+from onebox.sandbox.identity import SessionIdentities
 from onebox.sandbox.linux_support import (
     build_result,
+    close_all,
     enforcement_of,
     host_layout,
+    open_static,
     probe_bwrap,
     static_dir_for,
     write_command,
 )
 from onebox.sandbox.pool import WarmPool
 from onebox.sandbox.sessions import Session, SessionTable
-from onebox.sandbox.spawner import Blocked, kill_tree, make_pipes, release, spawn_blocked
+from onebox.sandbox.spawner import (
+    Blocked,
+    SpawnFds,
+    kill_tree,
+    make_pipes,
+    release,
+    spawn_blocked,
+)
 from onebox.sandbox.successors import SessionSuccessors
-from onebox.sandbox.workspace import diff, snapshot, write_files
+from onebox.sandbox.workspace import changes_since, state, write_files
 
 _instances = itertools.count()
 SUCCESSOR_LINGER_S = 5.0
+RUN_TMPFS_MB = 256
+ONEBOX_VAR = Path("/var/lib/onebox")
 
 
 class BwrapSandbox(SandboxBackend):
@@ -57,10 +74,14 @@ class BwrapSandbox(SandboxBackend):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.cfg = settings.sandbox
-        self.state_dir = settings.home / "sandbox"
+        self.state_dir = settings.sandbox_dir
         self.run_root = self.state_dir / "run"
         self.bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
         self.owner = (os.getuid(), os.getgid())
+        self.identities = SessionIdentities(
+            self.cfg.uid_registry, self.cfg.session_uid_min, self.cfg.session_uid_max
+        )
+        self._run_tmpfs = False
         self.layout = host_layout()
         self.cgroups = CgroupManager.detect(f"{os.getpid()}-{next(_instances)}")
         self.disk = LoopDiskQuota(self.state_dir / "images", self.owner)
@@ -88,6 +109,15 @@ class BwrapSandbox(SandboxBackend):
     def _prepare_dirs(self) -> None:
         for path in (self.state_dir, self.run_root, self.settings.workspaces_dir):
             path.mkdir(parents=True, exist_ok=True)
+        if self.identities.per_session:  # session users must reach their workspace
+            _traversable(self.state_dir)
+        if self.identities.per_session and not os.path.ismount(self.run_root):
+            # Run dirs on a tmpfs of their own: bound into a sandbox, their mount shows
+            # "/<exec_id>" on "onebox-run", not a path of the onebox home.
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"nosuid,nodev,mode=0711,size={RUN_TMPFS_MB}m",
+                 "onebox-run", str(self.run_root)], check=True, capture_output=True)
+            self._run_tmpfs = True
         os.chmod(self.run_root, 0o711)
         os.chmod(self.settings.workspaces_dir, 0o711)
 
@@ -134,6 +164,7 @@ class BwrapSandbox(SandboxBackend):
             "seccomp": self.seccomp_enabled,
             "disk_cap": "loop-mounted ext4 image" if self.disk_enabled else "RLIMIT_FSIZE",
             "host_uid": self.owner[0],
+            "sandbox_identity": self.identities.info().describe(),
             "live_sessions": self.live_sessions(),
             "pool_ready": self.pool.ready(),
             "session_successors_ready": self.successors.ready(),
@@ -159,6 +190,14 @@ class BwrapSandbox(SandboxBackend):
         if self.cgroups is not None:
             self.cgroups.close()
         self._io.shutdown(wait=False)
+        self._unmount_run_root()
+
+    def _unmount_run_root(self) -> None:
+        """Unmount the run tmpfs this backend mounted, unless another backend still uses it."""
+        if not self._run_tmpfs or any(n != "static" for n in os.listdir(self.run_root)):
+            return
+        subprocess.run(["umount", "-l", str(self.run_root)], capture_output=True)
+        self._run_tmpfs = False
 
     # -- sessions and workspaces ---------------------------------------------
 
@@ -171,13 +210,15 @@ class BwrapSandbox(SandboxBackend):
                 await self.disk.mount(image, path)
             elif not any(path.iterdir()):
                 await self.disk.attach(path, self.cfg.disk_mb)
-        os.chown(path, *self.owner)
+        await asyncio.to_thread(self.identities.claim, path)
 
     async def drop_workspace(self, path: Path) -> None:
         await self.successors.drop(path.name)
+        uid = _owner_uid(path)
         if self.disk_enabled:
             await self.disk.detach(path)
         await asyncio.to_thread(shutil.rmtree, path, True)
+        self.identities.free(path, uid)
 
     # -- one execution ---------------------------------------------------------
 
@@ -205,25 +246,23 @@ class BwrapSandbox(SandboxBackend):
         """Start a sandbox on ``workspace`` blocked before its command, in its own cgroup."""
         exec_id = uuid.uuid4().hex[:16]
         run_dir = self.run_root / exec_id
-        run_dir.mkdir(mode=0o755)
-        static = static_dir_for(self.state_dir / "static", self.host_cpuinfo, limits)
+        owner = self.identities.owner_of(workspace)
+        self._make_run_dir(run_dir, owner[1])
         egress = await self.egress.open(run_dir, request) if request is not None else None
-        sfd = seccomp.filter_fd() if self.seccomp_enabled else None
-        fds = make_pipes(extra=(sfd,) if sfd is not None else ())
-        spec = policy.BwrapSpec(
-            self.bwrap, self.layout, str(workspace), str(run_dir), str(static), limits,
-            sfd, fds.block_r, fds.info_w,
-        )  # fmt: skip
+        opened: list[int] = []
         try:
+            fds = make_pipes()
+            spec = self._spec(workspace, run_dir, limits, fds, opened)
+            fds = dataclasses.replace(fds, extra=policy.bind_fds(spec))
             await self._make_cgroup(exec_id, limits)
             options = policy.compile_bwrap(spec)
-            blocked = await spawn_blocked(self.bwrap, options, policy.COMMAND, fds)
+            run_as = owner if self.identities.per_session else None
+            blocked = await spawn_blocked(self.bwrap, options, policy.COMMAND, fds, run_as)
         except BaseException:
             await self._cleanup_run(exec_id, egress)
             raise
         finally:
-            if sfd is not None:
-                os.close(sfd)
+            close_all(opened)
         blocked.tag, blocked.egress = exec_id, egress
         try:
             await self._confine(blocked, exec_id, limits)
@@ -232,6 +271,38 @@ class BwrapSandbox(SandboxBackend):
             await self.discard(blocked)
             raise
         return blocked
+
+    def _make_run_dir(self, run_dir: Path, gid: int) -> None:
+        """The execution's run dir: root's, readable by the session's group only."""
+        run_dir.mkdir(mode=0o750)
+        if self.identities.per_session:
+            os.chown(run_dir, 0, gid)
+        os.chmod(run_dir, 0o750)
+
+    def _spec(
+        self,
+        workspace: Path,
+        run_dir: Path,
+        limits: policy.ResolvedLimits,
+        fds: SpawnFds,
+        opened: list[int],
+    ) -> policy.BwrapSpec:
+        """Open what bwrap binds (descriptors, appended to ``opened``) and describe it."""
+        static = static_dir_for(self.run_root / "static", self.host_cpuinfo, limits)
+        dir_flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+        workspace_fd = os.open(workspace, dir_flags)
+        opened.append(workspace_fd)
+        run_fd = os.open(run_dir, dir_flags)
+        opened.append(run_fd)
+        static_fds = open_static(static)
+        opened.extend(static_fds.values())
+        sfd = seccomp.filter_fd() if self.seccomp_enabled else None
+        if sfd is not None:
+            opened.append(sfd)
+        return policy.BwrapSpec(
+            self.bwrap, self.layout, workspace_fd, run_fd, static_fds, limits, sfd,
+            fds.block_r, fds.info_w,
+        )  # fmt: skip
 
     async def _in_thread(self, func: Callable[..., None], *args: object) -> None:
         """cgroup v1 writes can sleep for an RCU grace period: keep them off the event loop."""
@@ -275,8 +346,9 @@ class BwrapSandbox(SandboxBackend):
         running.add(blocked)
         proxy = blocked.egress is not None
         try:
-            write_files(session.path, request.files, self.owner)
-            before = snapshot(session.path)
+            await asyncio.to_thread(write_files, session.path, request.files,
+                                    self.identities.owner_of(session.path))
+            before = await state(session.path)
             env = policy.sandbox_env(request, limits, proxy=proxy)
             rlimits = policy.rlimit_lines(limits, cgroups=self.cgroups is not None)
             write_command(run_dir, request, argv, env, proxy, rlimits)
@@ -286,7 +358,7 @@ class BwrapSandbox(SandboxBackend):
                 blocked, request.stdin, limits.timeout_s, limits.max_output_bytes
             )
             usage = self._usage(exec_id)
-            changes = diff(session.path, before, snapshot(session.path))
+            changes = await changes_since(session.path, before)
         except BaseException:
             kill_tree(blocked)
             raise
@@ -298,9 +370,11 @@ class BwrapSandbox(SandboxBackend):
         if proxy:
             domains = ", ".join(request.network.allow_domains)
             enforcement["network"] = f"egress proxy (HTTP, HTTPS CONNECT) allowing {domains}"
-        return build_result(
-            self, outcome, usage, changes, blocked_net, reset, limits, enforcement, session.path
+        result = build_result(
+            self, outcome, usage, changes.files, blocked_net, reset, limits, enforcement,
+            session.path,
         )
+        return dataclasses.replace(result, files_truncated=changes.truncated)
 
     def _usage(self, exec_id: str) -> CgroupUsage:
         if self.cgroups is None:
@@ -324,6 +398,29 @@ class BwrapSandbox(SandboxBackend):
         if self.cgroups is not None:
             await self._in_thread(self.cgroups.remove, exec_id)
         shutil.rmtree(self.run_root / exec_id, ignore_errors=True)
+
+
+def _traversable(path: Path) -> None:
+    """Session users must traverse every directory down to ``path``: give o+x to the ones
+    onebox made (``path`` itself, /var/lib/onebox/...), refuse a root elsewhere that lacks it."""
+    for part in (path, *path.parents):
+        st = os.stat(part)
+        if st.st_mode & 0o001:
+            continue
+        if part == path or part.is_relative_to(ONEBOX_VAR):
+            os.chmod(part, stat.S_IMODE(st.st_mode) | 0o111)
+        else:
+            raise SandboxUnavailable(
+                f"sandbox.root {path} is below {part} (mode {stat.S_IMODE(st.st_mode):o}), which "
+                "session users cannot traverse; set ONEBOX_SANDBOX__ROOT to a directory whose "
+                "parents are world-searchable, or leave it unset (/var/lib/onebox/homes/...)")
+
+
+def _owner_uid(path: Path) -> int | None:
+    try:
+        return os.stat(path, follow_symlinks=False).st_uid
+    except OSError:
+        return None
 
 
 def _read_text(path: str) -> str:
