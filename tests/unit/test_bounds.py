@@ -253,3 +253,14 @@ def test_a_small_cycle_is_named_in_full_and_closed() -> None:
     data["steps"][1]["depends_on"] = ["s3"]  # type: ignore[index]
     with pytest.raises(PlanError, match=r"between 3 steps s1 -> s2 -> s3 -> s1;"):
         parse_plan(data)
+
+
+def test_ready_steps_among_candidates_keep_plan_order() -> None:
+    from onebox.runtime.schedule import StepState, ready_steps
+
+    data = _chain(3)
+    data["steps"].append({"id": "t", "tool": "bash", "code": "x", "depends_on": ["s0"]})  # type: ignore[attr-defined]
+    plan = parse_plan(data)
+    done = {"s0": StepState("SUCCESS", 1, "h")}
+    assert [s.id for s in ready_steps(plan, done, ["t", "s1", "ghost"])] == ["s1", "t"]
+    assert [s.id for s in ready_steps(plan, done)] == ["s1", "t"]

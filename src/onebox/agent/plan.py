@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -110,6 +110,15 @@ class Plan(BaseModel):
 
     def step(self, step_id: str) -> Step:
         return self._by_id[step_id]
+
+    @cached_property
+    def _position(self) -> dict[str, int]:
+        return {s.id: i for i, s in enumerate(self.steps)}
+
+    def in_file_order(self, step_ids: Iterable[str]) -> list[Step]:
+        """These steps (each once; unknown ids skipped) in the plan's order: O(k log k), not O(n)."""
+        known = {sid for sid in step_ids if sid in self._position}
+        return [self._by_id[sid] for sid in sorted(known, key=self._position.__getitem__)]
 
     def step_numbers(self) -> dict[str, int]:
         """1-based position of each step in a deterministic topological order."""

@@ -31,10 +31,10 @@ def ready_steps(
     ``candidates`` limits the check to those step ids (the dependents of a step that just
     succeeded), so ``states`` needs only them and their dependencies.
     """
+    pool = plan.steps if candidates is None else plan.in_file_order(candidates)
     return [
-        s for s in plan.steps
-        if (candidates is None or s.id in candidates)
-        and s.id not in states
+        s for s in pool
+        if s.id not in states
         and all(d in states and states[d].status == "SUCCESS" for d in s.depends_on)
     ]
 
