@@ -9,12 +9,17 @@ not do its job.
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from onebox.errors import CommandFailed
+
+if TYPE_CHECKING:
+    from onebox.sandbox.sessions import SessionTable
 
 Language = Literal["python", "bash", "node"]
 
@@ -64,6 +69,7 @@ class FileChange:
     change: Literal["created", "modified", "deleted"]
     size: int | None
     sha256: str | None
+    note: str | None = None  # why sha256 is None for an existing file (e.g. over the hash bound)
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,7 @@ class ExecResult:
     isolation: str = ""
     enforcement: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
+    files_truncated: bool = False  # files_written stops at a bound (count, depth, time)
 
     @property
     def cpu_percent(self) -> float | None:
@@ -139,6 +146,13 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def workspace(self, session_id: str) -> Path:
         """The host directory that holds the session's workspace (may not exist yet)."""
+
+    def hold(self, session_id: str) -> AbstractAsyncContextManager[None]:
+        """Keep executions out of a session (waiting for running ones) while host code
+        changes its workspace, e.g. a snapshot restore. Backends with a session table
+        (``self.sessions``) get this for free; others hold nothing."""
+        sessions: SessionTable | None = getattr(self, "sessions", None)
+        return contextlib.nullcontext() if sessions is None else sessions.hold(session_id)
 
     async def close(self) -> None:
         """Release pools, proxies and background tasks. Idempotent."""

@@ -25,10 +25,10 @@ from pathlib import Path
 from onebox.config import Settings
 from onebox.errors import PolicyViolation
 from onebox.sandbox import policy
-from onebox.sandbox.base import ExecRequest, ExecResult, FileChange, Health, SandboxBackend
+from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
 from onebox.sandbox.capture import BoundedCapture
 from onebox.sandbox.sessions import SessionTable
-from onebox.sandbox.workspace import diff, snapshot, write_files
+from onebox.sandbox.workspace import Changes, changes_since, state, write_files
 
 RUSAGE_KB = 1 if sys.platform.startswith("linux") else 1 / 1024
 
@@ -126,13 +126,13 @@ class ProcessSandbox(SandboxBackend):
         run_dir = self.run_root / uuid.uuid4().hex[:16]
         run_dir.mkdir()
         try:
-            write_files(session.path, request.files, None)
-            before = snapshot(session.path)
+            await asyncio.to_thread(write_files, session.path, request.files, None)
+            before = await state(session.path)
             argv = self._command(request, run_dir)
             env = policy.sandbox_env(request, limits, proxy=False)
             env["HOME"] = str(session.path)
             result = await self._spawn(request, limits, argv, env, session.path)
-            changes = diff(session.path, before, snapshot(session.path))
+            changes = await changes_since(session.path, before)
         finally:
             self.sessions.release(session)
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -161,7 +161,7 @@ class ProcessSandbox(SandboxBackend):
         self,
         run: _Run,
         limits: policy.ResolvedLimits,
-        changes: tuple[FileChange, ...],
+        changes: Changes,
         reset: bool,
     ) -> ExecResult:
         error = None
@@ -172,8 +172,9 @@ class ProcessSandbox(SandboxBackend):
             stdout=run.out.text(), stderr=run.err.text() + (f"\n[onebox] {error}" if error else ""),
             duration_ms=round(run.duration_ms, 3), timed_out=run.timed_out,
             truncated=run.out.truncated or run.err.truncated,
-            memory_peak_mb=run.maxrss_mb, cpu_time_ms=run.cpu_ms, files_written=changes,
-            session_reset=reset, backend=self.name, isolation=self.isolation,
+            memory_peak_mb=run.maxrss_mb, cpu_time_ms=run.cpu_ms, files_written=changes.files,
+            files_truncated=changes.truncated, session_reset=reset, backend=self.name,
+            isolation=self.isolation,
             enforcement={
                 "memory": "RLIMIT_AS (4x the limit: address space, not resident memory)",
                 "cpu": "RLIMIT_CPU", "pids": "RLIMIT_NPROC (per user, not per call)",

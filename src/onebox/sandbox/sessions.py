@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +62,7 @@ class SessionTable:
         self._reaper: asyncio.Task[None] | None = None
         self._reaping: asyncio.Future[list[str]] | None = None
         self._gone: dict[str, None] = {}
+        self._idle_events: dict[str, asyncio.Event] = {}
 
     def path(self, session_id: str) -> Path:
         return self.root / check_session_id(session_id)
@@ -74,6 +75,21 @@ class SessionTable:
 
     def _lock(self, session_id: str) -> asyncio.Lock:
         return self._locks.setdefault(session_id, asyncio.Lock())
+
+    @contextlib.asynccontextmanager
+    async def hold(self, session_id: str) -> AsyncIterator[None]:
+        """No execution starts in the session while held, and those running are waited for
+        first (a snapshot restore changes the workspace under this)."""
+        async with self._lock(check_session_id(session_id)):
+            session = self._sessions.get(session_id)
+            while session is not None and session.active > 0:
+                await self._idle(session_id).wait()
+            yield
+
+    def _idle(self, session_id: str) -> asyncio.Event:
+        event = self._idle_events.setdefault(session_id, asyncio.Event())
+        event.clear()
+        return event
 
     async def acquire(self, session_id: str) -> tuple[Session, bool]:
         """Mark the session busy, creating its workspace if needed; True when it was reset."""
@@ -102,6 +118,8 @@ class SessionTable:
     def release(self, session: Session) -> None:
         session.active -= 1
         session.last_used = time.monotonic()
+        if session.active <= 0 and session.session_id in self._idle_events:
+            self._idle_events.pop(session.session_id).set()
 
     async def remove(self, session_id: str) -> None:
         path = self.path(session_id)

@@ -1,26 +1,37 @@
-"""Host-side workspace handling that never follows a link planted by sandboxed code.
+"""What a step wrote: request files written in, files written listed out, bounded.
 
-The workspace is written by untrusted code, so the supervisor treats every name
-in it as hostile: files are written through ``openat`` with ``O_NOFOLLOW`` on
-each path component, snapshots use ``lstat`` and only hash regular files.
+The workspace is written by untrusted code, so every access goes through
+:mod:`onebox.sandbox.hostfs` (directory fds, no symlink followed on any component,
+no FIFO or device opened). Listing and hashing are bounded: at most
+``MAX_SCAN_FILES`` entries, ``MAX_DEPTH`` levels and ``SCAN_DEADLINE_S`` seconds per
+listing; a file is hashed only up to ``MAX_HASH_BYTES`` of apparent size and a step's
+files together up to ``HASH_BUDGET_BYTES`` (sparse files count in full). Past a bound
+the list is cut (``Changes.truncated``) or the file listed without its hash (with a
+``note``); the step itself is never failed for it. Run these in a thread
+(:func:`state`, :func:`changes_since`): they read files.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
+import asyncio
+import errno
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from onebox.errors import PolicyViolation
+from onebox.sandbox import hostfs
 from onebox.sandbox.base import FileChange
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-MAX_SCAN_FILES = 20_000
-HASH_CHUNK = 1 << 20
+MAX_SCAN_FILES = 50_000
+MAX_DEPTH = 128
+SCAN_DEADLINE_S = 10.0
+MAX_CHANGES = 10_000
+MAX_HASH_BYTES = 64 << 20
+HASH_BUDGET_BYTES = 256 << 20
+BOUNDS = hostfs.Bounds(MAX_SCAN_FILES, MAX_DEPTH, SCAN_DEADLINE_S)
 
 
 @dataclass(frozen=True)
@@ -28,9 +39,19 @@ class FileState:
     size: int
     mtime_ns: int
     inode: int
+    ctime_ns: int = 0
 
 
-Snapshot = dict[str, FileState]
+class Snapshot(dict[str, FileState]):
+    """Path -> state of each regular file and symlink; ``truncated`` names a bound passed."""
+
+    truncated: str | None = None
+
+
+@dataclass(frozen=True)
+class Changes:
+    files: tuple[FileChange, ...]
+    truncated: bool = False
 
 
 def check_session_id(session_id: str) -> str:
@@ -42,121 +63,112 @@ def check_session_id(session_id: str) -> str:
     return session_id
 
 
-def _safe_parts(relpath: str) -> list[str]:
-    parts = [p for p in relpath.replace("\\", "/").split("/") if p not in ("", ".")]
-    if not parts or ".." in parts or relpath.startswith("/"):
+def _safe_parts(relpath: str) -> str:
+    try:
+        names = hostfs.parts(relpath.replace("\\", "/"))
+    except OSError:
+        names = []
+    if not names:
         raise PolicyViolation(
             f"file path {relpath!r} must be relative and stay inside the workspace",
             field="files",
         )
-    return parts
+    return "/".join(names)
 
 
 def write_files(root: Path, files: Mapping[str, bytes], owner: tuple[int, int] | None) -> None:
     """Write request files under root without following any symlink in the workspace."""
-    for relpath, data in files.items():
-        parts = _safe_parts(relpath)
-        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            for part in parts[:-1]:
-                child = _enter_dir(dir_fd, part, owner)
-                os.close(dir_fd)
-                dir_fd = child
-            _write_leaf(dir_fd, parts[-1], data, owner)
-        finally:
-            os.close(dir_fd)
+    with hostfs.root(root) as root_fd:
+        for relpath, data in files.items():
+            clean = _safe_parts(relpath)
+            try:
+                hostfs.write_file(root_fd, clean, data, owner=owner)
+            except OSError as exc:
+                raise PolicyViolation(
+                    f"cannot write {relpath!r} into the workspace: {_why(exc)}; a symlink, "
+                    "FIFO or non-directory is in the way (remove it in the workspace)",
+                    field="files") from exc
 
 
-def _enter_dir(dir_fd: int, name: str, owner: tuple[int, int] | None) -> int:
-    """Open (creating if needed) a subdirectory; a symlink or file in its place is refused."""
-    try:
-        os.mkdir(name, 0o755, dir_fd=dir_fd)
-        if owner:
-            os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise PolicyViolation(f"cannot create {name!r}: {exc.strerror}", field="files") from exc
-    try:
-        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-    except OSError as exc:
-        raise PolicyViolation(
-            f"{name!r} in the workspace is not a directory", field="files"
-        ) from exc
-
-
-def _write_leaf(dir_fd: int, name: str, data: bytes, owner: tuple[int, int] | None) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
-    try:
-        fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
-    except OSError as exc:
-        raise PolicyViolation(f"cannot write {name!r}: {exc.strerror}", field="files") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PolicyViolation(f"{name!r} in the workspace is not a regular file", field="files")
-        os.write(fd, data)
-        if owner:
-            os.fchown(fd, *owner)
-    finally:
-        os.close(fd)
+def _why(exc: OSError) -> str:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV):
+        return "a path component is a symlink or not a directory"
+    return exc.strerror or str(exc)
 
 
 def snapshot(root: Path) -> Snapshot:
-    """Path -> (size, mtime, inode) for every regular file, without following links."""
-    state: Snapshot = {}
-    stack = [""]
-    while stack and len(state) < MAX_SCAN_FILES:
-        rel = stack.pop()
-        try:
-            entries = list(os.scandir(root / rel if rel else root))
-        except OSError:
-            continue
-        for entry in entries:
-            _visit(entry, rel, state, stack)
+    """Path -> (size, mtime, inode) for every regular file and symlink, never followed."""
+    state = Snapshot()
+    try:
+        with hostfs.root(root) as root_fd:
+            for item in hostfs.walk(root_fd, BOUNDS, skip_top=frozenset({"lost+found"})):
+                if item.kind in ("file", "symlink"):
+                    st = item.st
+                    state[item.path] = FileState(st.st_size, st.st_mtime_ns, st.st_ino,
+                                                 st.st_ctime_ns)
+    except hostfs.BoundExceeded as exc:
+        state.truncated = f"{exc.bound}: {exc}"
+    except OSError:
+        state.truncated = "the workspace could not be opened"
     return state
 
 
-def _visit(entry: os.DirEntry[str], rel: str, state: Snapshot, stack: list[str]) -> None:
-    path = f"{rel}/{entry.name}" if rel else entry.name
-    try:
-        st = entry.stat(follow_symlinks=False)
-    except OSError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        if not (rel == "" and entry.name == "lost+found"):
-            stack.append(path)
-    elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-        state[path] = FileState(st.st_size, st.st_mtime_ns, st.st_ino)
-
-
 def sha256_of(root: Path, relpath: str) -> str | None:
-    """Hash a regular file; None for links, FIFOs, devices or anything that vanished."""
+    """Hash a regular file; None for links, FIFOs, devices, anything vanished or too big."""
+    return _hash(root, relpath, MAX_HASH_BYTES)[0]
+
+
+def _hash(root_or_fd: Path | int, relpath: str, budget: int) -> tuple[str | None, str | None]:
+    """(sha256, None) or (None, why it was not hashed)."""
     try:
-        fd = os.open(root / relpath, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        if isinstance(root_or_fd, Path):
+            with hostfs.root(root_or_fd) as root_fd:
+                return _hash(root_fd, relpath, budget)
+        fd, st = hostfs.open_regular(root_or_fd, relpath)
     except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        digest = hashlib.sha256()
-        while chunk := os.read(fd, HASH_CHUNK):
-            digest.update(chunk)
-        return digest.hexdigest()
-    finally:
-        os.close(fd)
+        return None, "not a regular file (or it changed while listed)"
+    with hostfs.opened(fd):
+        if st.st_size > MAX_HASH_BYTES:
+            return None, (f"not hashed: {st.st_size} bytes (apparent size) is over the "
+                          f"{MAX_HASH_BYTES}-byte hash bound per file")
+        if st.st_size > budget:
+            return None, (f"not hashed: the step's files passed the {HASH_BUDGET_BYTES}-byte "
+                          "hash budget (apparent size)")
+        return hostfs.sha256_fd(fd, st.st_size), None
 
 
 def diff(root: Path, before: Snapshot, after: Snapshot) -> tuple[FileChange, ...]:
+    return changes(root, before, after).files
+
+
+def changes(root: Path, before: Snapshot, after: Snapshot) -> Changes:
     """What changed between two snapshots, with size and sha256 of what exists now."""
-    changes: list[FileChange] = []
-    for path, now in sorted(after.items()):
-        old = before.get(path)
-        if old == now:
-            continue
-        if old is None:
-            changes.append(FileChange(path, "created", now.size, sha256_of(root, path)))
-        else:
-            changes.append(FileChange(path, "modified", now.size, sha256_of(root, path)))
-    for path in sorted(before.keys() - after.keys()):
-        changes.append(FileChange(path, "deleted", None, None))
-    return tuple(changes)
+    out: list[FileChange] = []
+    budget = HASH_BUDGET_BYTES
+    with hostfs.root(root) as root_fd:
+        for path, now in sorted(after.items()):
+            old = before.get(path)
+            if old == now:
+                continue
+            if len(out) >= MAX_CHANGES:
+                return Changes(tuple(out), truncated=True)
+            sha256, note = _hash(root_fd, path, budget)
+            budget -= now.size if sha256 is not None else 0
+            if old is None:
+                out.append(FileChange(path, "created", now.size, sha256, note))
+            else:
+                out.append(FileChange(path, "modified", now.size, sha256, note))
+    gone = [] if after.truncated else sorted(before.keys() - after.keys())
+    room = MAX_CHANGES - len(out)
+    out += [FileChange(path, "deleted", None, None) for path in gone[:room]]
+    return Changes(tuple(out), bool(after.truncated) or len(gone) > room)
+
+
+async def state(root: Path) -> Snapshot:
+    """:func:`snapshot` in a thread: the supervisor's event loop never walks a workspace."""
+    return await asyncio.to_thread(snapshot, root)
+
+
+async def changes_since(root: Path, before: Snapshot) -> Changes:
+    """What a step changed since ``before``, computed in a thread."""
+    return await asyncio.to_thread(lambda: changes(root, before, snapshot(root)))
