@@ -4,8 +4,9 @@ All steps of a run share one sandbox session. When a step is about to run and th
 session's workspace is not on this host (the run was retried after its session was
 released, or a worker on another machine took it over) but the session has snapshots,
 the newest one is restored first, so the step sees the files earlier steps wrote.
-Snapshots follow ``settings.snapshot_policy``; a snapshot that cannot be taken is
-recorded as an event and does not fail the step.
+Snapshots follow ``settings.snapshot_policy``; a snapshot that cannot be taken (a
+workspace past a bound: entries, depth, time or apparent bytes) is recorded as a
+``snapshot_failed`` event naming the bound, and does not fail the step.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from onebox.config import Settings
 from onebox.errors import OneboxError
 from onebox.objects.base import ObjectStore
+from onebox.sandbox import hostfs
 from onebox.sandbox.base import SandboxBackend
 from onebox.sandbox.replay import restore_into_session
 from onebox.sandbox.snapshot_archive import snapshot_before_step, snapshot_step
@@ -68,8 +70,10 @@ class StepWorkspace:
                 await snapshot_step(self.db, self.objects, workspace, failed=failed, **ids)
         except (OneboxError, OSError) as exc:
             log.warning("snapshot of step %s failed: %s", row["step_id"], exc)
-            await self._event(row, "snapshot_failed", {"when": "before" if pre else "after",
-                                                       "error": str(exc)})
+            bound = exc.__cause__ if isinstance(exc.__cause__, hostfs.BoundExceeded) else None
+            await self._event(row, "snapshot_failed", {
+                "when": "before" if pre else "after", "error": str(exc),
+                **({"bound": bound.bound, "limit": bound.limit} if bound else {})})
 
     async def _event(self, row: store.Row, kind: str, payload: dict[str, Any]) -> None:
         async with self.db.transaction() as conn:

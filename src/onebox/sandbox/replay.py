@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -103,9 +102,8 @@ async def restore_into_session(
         return SessionRestore(session_id, workspace, None)
     async with db.connection() as conn:
         row = await rows.get(conn, snapshot_ref)
-    st = await asyncio.to_thread(os.stat, workspace)
-    owner = (st.st_uid, st.st_gid) if os.geteuid() in (0, st.st_uid) else None
-    report = await restore(store, str(row["sha256"]).strip(), workspace, owner=owner)
+    async with backend.hold(session_id):  # no execution runs in the session meanwhile
+        report = await restore(store, str(row["sha256"]).strip(), workspace)
     return SessionRestore(session_id, workspace, report)
 
 

@@ -1,13 +1,16 @@
 """Reading a workspace that untrusted code wrote: walk it, hash it, copy files out.
 
-Every directory is opened relative to its parent's fd and every file with
-``O_NOFOLLOW``, so a symlink planted or swapped in by sandboxed code is recorded as a
-symlink and never followed to a host file. Hashes of unchanged files are cached
+Every access goes through :mod:`onebox.sandbox.hostfs`: paths resolve beneath the
+workspace root's fd with no symlink on any component, and only regular files are
+opened. A scan is bounded (entries, depth, time, and total *apparent* bytes, so
+sparse files count in full); past a bound it raises StorageError naming the bound,
+which fails that snapshot only. Hashes of unchanged files are cached
 (:class:`HashCache`), so a big workspace costs little to snapshot at every step.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -17,68 +20,65 @@ from pathlib import Path
 
 from onebox.errors import StorageError
 from onebox.objects.base import CHUNK_BYTES
+from onebox.sandbox import hostfs
 from onebox.sandbox.snapshot_manifest import Entry, Manifest
 
 log = logging.getLogger(__name__)
 
 LOST_FOUND = "lost+found"
 MAX_ENTRIES = 200_000
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+MAX_DEPTH = 256
+SCAN_DEADLINE_S = 120.0
+MAX_SNAPSHOT_BYTES = 1 << 30  # apparent size of all files of one snapshot (= default disk_mb)
 
 
-def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES) -> Manifest:
+def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES,
+         max_bytes: int = MAX_SNAPSHOT_BYTES) -> Manifest:
     """Walk ``workspace_dir`` (never following symlinks) and hash every regular file.
 
-    A workspace with more than ``max_entries`` entries is refused (StorageError):
-    sandboxed code must not be able to make snapshots arbitrarily expensive.
+    A workspace past a bound (``max_entries`` entries, ``MAX_DEPTH`` levels,
+    ``SCAN_DEADLINE_S`` seconds, ``max_bytes`` of apparent file size) is refused with
+    StorageError: sandboxed code must not make snapshots arbitrarily expensive.
     """
     root = Path(workspace_dir)
-    if not root.is_dir():
+    if not root.is_dir() or root.is_symlink():
         return Manifest(())
-    entries: list[Entry] = []
+    skip = frozenset({LOST_FOUND}) if os.path.ismount(root) else frozenset()
+    bounds = hostfs.Bounds(max_entries, MAX_DEPTH, SCAN_DEADLINE_S)
     try:
-        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            _scan_dir(root_fd, root, "", entries, max_entries)
-        finally:
-            os.close(root_fd)
+        with hostfs.root(root) as root_fd:
+            entries = _scan(root_fd, root, bounds, skip, max_bytes)
+    except hostfs.BoundExceeded as exc:
+        raise StorageError(
+            f"workspace {root} is too big to snapshot: {exc} (bound {exc.bound} = "
+            f"{exc.limit:g}); not snapshotting it. Fix: have the step clean up temporary "
+            "files, or raise the bound.") from exc
     except OSError as exc:
         raise StorageError(f"cannot snapshot workspace {root}: {exc}") from exc
-    if os.path.ismount(root):  # a workspace on its own file system: fsck's dir is not data
-        entries = [e for e in entries if e.path.split("/")[0] != LOST_FOUND]
     return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
 
 
-def _scan_dir(dir_fd: int, root: Path, rel: str, out: list[Entry], max_entries: int) -> None:
-    """Record the entries under ``dir_fd``; subdirectories are opened relative to it with
-    O_NOFOLLOW, so a directory swapped for a symlink mid-scan is never walked into."""
-    with os.scandir(dir_fd) as it:
-        children = sorted(it, key=lambda d: d.name)
-    if len(out) + len(children) > max_entries:
-        raise StorageError(
-            f"workspace {root} has more than {max_entries} entries; not snapshotting it. "
-            "Fix: have the step clean up temporary files, or raise the limit."
-        )
-    for child in children:
-        path = f"{rel}/{child.name}" if rel else child.name
-        st = child.stat(follow_symlinks=False)
-        mode = stat.S_IMODE(st.st_mode) & 0o777
-        if stat.S_ISDIR(st.st_mode):
-            out.append(Entry(path, "dir", mode))
-            sub_fd = os.open(child.name, _DIR_FLAGS, dir_fd=dir_fd)
-            try:
-                _scan_dir(sub_fd, root, path, out, max_entries)
-            finally:
-                os.close(sub_fd)
-        elif stat.S_ISREG(st.st_mode):
-            sha256 = HASHES.get(st) or _hash_at(dir_fd, child.name)
-            out.append(Entry(path, "file", mode, st.st_size, sha256))
-        elif stat.S_ISLNK(st.st_mode):
-            out.append(Entry(path, "symlink", 0,
-                             target=os.readlink(child.name, dir_fd=dir_fd)))
+def _scan(root_fd: int, root: Path, bounds: hostfs.Bounds, skip: frozenset[str],
+          max_bytes: int) -> list[Entry]:
+    out: list[Entry] = []
+    total = 0
+    for item in hostfs.walk(root_fd, bounds, skip_top=skip):
+        mode = stat.S_IMODE(item.st.st_mode) & 0o777
+        if item.kind == "dir":
+            out.append(Entry(item.path, "dir", mode))
+        elif item.kind == "symlink":
+            out.append(Entry(item.path, "symlink", 0, target=item.target))
+        elif item.kind == "file":
+            total += item.st.st_size
+            if total > max_bytes:
+                raise hostfs.BoundExceeded("max_bytes", max_bytes, (
+                    f"its files hold more than {max_bytes} bytes (apparent size: sparse "
+                    "files count in full)"))
+            sha256 = HASHES.get(item.st) or _hash_at(root_fd, item.path)
+            out.append(Entry(item.path, "file", mode, item.st.st_size, sha256))
         else:
-            log.warning("snapshot skips %s/%s: not a file, directory or symlink", root, path)
+            log.warning("snapshot skips %s/%s: not a file, directory or symlink", root, item.path)
+    return out
 
 
 class HashCache:
@@ -110,43 +110,27 @@ class HashCache:
 HASHES = HashCache()
 
 
-def _hash_at(dir_fd: int, name: str) -> str:
-    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise OSError(f"{name} is no longer a regular file")
-    started_ns = time.time_ns()
-    digest = hashlib.sha256()
-    with os.fdopen(fd, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            digest.update(chunk)
-    HASHES.put(st, digest.hexdigest(), started_ns)
-    return digest.hexdigest()
+def _hash_at(root_fd: int, rel: str) -> str:
+    fd, st = hostfs.open_regular(root_fd, rel)
+    with hostfs.opened(fd):
+        started_ns = time.time_ns()
+        sha256 = hostfs.sha256_fd(fd, st.st_size)
+    HASHES.put(st, sha256, started_ns)
+    return sha256
 
 
 def open_regular(root: Path, rel: str) -> int:
-    """A read-only fd on ``root/rel``, refusing a symlink at any component (untrusted tree)."""
-    parts = rel.split("/")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in parts[:-1]:
-            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        leaf = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(os.fstat(leaf).st_mode):
-        os.close(leaf)
-        raise OSError(f"{rel} is no longer a regular file")
-    return leaf
+    """A read-only fd on ``root/rel``, refusing a symlink at any component (untrusted tree)
+    and anything but a regular file (a FIFO or device is never blocked on)."""
+    with hostfs.root(root) as root_fd:
+        fd, _st = hostfs.open_regular(root_fd, rel)
+    return fd
 
 
 def read_verified(root: Path, entry: Entry) -> bytes:
     try:
-        with os.fdopen(open_regular(root, entry.path), "rb") as fh:
-            data = fh.read()
+        with hostfs.root(root) as root_fd:
+            data = hostfs.read_bounded(root_fd, entry.path, entry.size)
     except OSError as exc:
         raise changed(entry) from exc
     if hashlib.sha256(data).hexdigest() != entry.sha256:
@@ -159,9 +143,13 @@ def stage_verified(root: Path, entry: Entry, staging: Path) -> None:
     digest = hashlib.sha256()
     try:
         with os.fdopen(open_regular(root, entry.path), "rb") as src, staging.open("wb") as dst:
-            while chunk := src.read(CHUNK_BYTES):
+            left = entry.size
+            while left > 0 and (chunk := src.read(min(CHUNK_BYTES, left))):
                 digest.update(chunk)
                 dst.write(chunk)
+                left -= len(chunk)
+            if src.read(1):
+                raise OSError(errno.EFBIG, "file grew while it was being copied")
     except OSError as exc:
         raise changed(entry) from exc
     if digest.hexdigest() != entry.sha256:

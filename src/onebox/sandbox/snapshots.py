@@ -20,26 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from onebox.errors import Conflict
 from onebox.objects.base import ObjectStore, blob_key, manifest_key
-from onebox.sandbox.snapshot_files import LOST_FOUND, read_verified, scan, stage_verified
-from onebox.sandbox.snapshot_manifest import Entry, Manifest, escapes
+from onebox.sandbox.snapshot_files import read_verified, scan, stage_verified
+from onebox.sandbox.snapshot_manifest import Entry, Manifest
+from onebox.sandbox.snapshot_restore import build_and_hand_over, gather_limited
 
 __all__ = ["RestoreReport", "SnapshotInfo", "capture", "load_manifest", "restore", "scan"]
 
 log = logging.getLogger(__name__)
 
 INLINE_MAX_BYTES = 16 << 20  # files up to this size are uploaded from memory, hash-checked
-TRANSFER_CONCURRENCY = 8
 
 
 @dataclass(frozen=True)
@@ -86,7 +83,7 @@ async def capture(
     absent = await store.missing(k for k in manifest.object_keys() if k not in known)
     files = {e.sha256: e for e in manifest.files() if blob_key(e.sha256 or "") in absent}
     root = Path(workspace_dir)
-    stored = await _gather_limited(
+    stored = await gather_limited(
         [partial(_upload_blob, store, root, entry) for entry in files.values()]
     )
     mkey = manifest_key(manifest.sha256)
@@ -137,22 +134,14 @@ async def restore(
 
     Symlinks whose target would resolve outside ``into_dir`` are not created; they
     are listed in ``skipped_symlinks``. ``owner`` (uid, gid) is given to every restored
-    entry, e.g. the unprivileged user a sandbox runs as. On any error the partial
-    tree is removed.
+    entry; by default, as root, the owner of ``into_dir`` (the session's identity).
+    The tree is built in a private staging directory and moved in only when complete
+    (:mod:`onebox.sandbox.snapshot_restore`); on any error nothing is left behind.
     """
     started = time.perf_counter()
     manifest = snapshot if isinstance(snapshot, Manifest) else await load_manifest(store, snapshot)
     into = Path(into_dir)
-    _prepare_target(into)
-    try:
-        await _restore_tree(store, manifest, into)
-        skipped = _restore_symlinks(manifest, into)
-        if owner is not None:
-            _apply_owner(manifest, into, owner, skipped)
-        _apply_modes(manifest, into)
-    except BaseException:
-        _empty_dir(into)
-        raise
+    skipped = await build_and_hand_over(store, manifest, into, owner)
     return RestoreReport(
         sha256=manifest.sha256,
         into=into,
@@ -161,101 +150,3 @@ async def restore(
         skipped_symlinks=skipped,
         duration_ms=round((time.perf_counter() - started) * 1000, 3),
     )
-
-
-def _prepare_target(into: Path) -> None:
-    if into.is_symlink() or (into.exists() and not into.is_dir()):
-        raise Conflict(f"cannot restore into {into}: it is not a directory")
-    if into.is_dir() and any(c.name != LOST_FOUND or not os.path.ismount(into)
-                             for c in into.iterdir()):
-        raise Conflict(f"cannot restore into {into}: the directory is not empty")
-    into.mkdir(parents=True, exist_ok=True)
-
-
-async def _restore_tree(store: ObjectStore, manifest: Manifest, into: Path) -> None:
-    for entry in manifest.entries:
-        if entry.type == "dir":
-            (into / entry.path).mkdir(mode=0o700)
-    await _gather_limited(
-        [partial(_download, store, entry, into) for entry in manifest.files()]
-    )
-
-
-async def _download(store: ObjectStore, entry: Entry, into: Path) -> int:
-    assert entry.sha256 is not None
-    await store.get_file_verified(blob_key(entry.sha256), entry.sha256, into / entry.path)
-    return entry.size
-
-
-def _restore_symlinks(manifest: Manifest, into: Path) -> tuple[str, ...]:
-    """Create the symlinks that stay inside ``into``; drop any whose chain resolves outside."""
-    skipped = [e.path for e in manifest.symlinks() if escapes(e)]
-    created = [e for e in manifest.symlinks() if not escapes(e)]
-    for entry in created:
-        assert entry.target is not None
-        os.symlink(entry.target, into / entry.path)
-    root = os.path.realpath(into)
-    changed = True
-    while changed:
-        changed = False
-        for entry in list(created):
-            real = os.path.realpath(into / entry.path)
-            if real != root and not real.startswith(root + os.sep):
-                os.unlink(into / entry.path)
-                created.remove(entry)
-                skipped.append(entry.path)
-                changed = True
-    for path in skipped:
-        log.warning("restore skipped symlink %s: its target is outside %s", path, into)
-    return tuple(sorted(skipped))
-
-
-def _apply_owner(
-    manifest: Manifest, into: Path, owner: tuple[int, int], skipped: tuple[str, ...]
-) -> None:
-    for entry in manifest.entries:
-        if entry.path not in skipped:
-            os.chown(into / entry.path, *owner, follow_symlinks=False)
-
-
-def _apply_modes(manifest: Manifest, into: Path) -> None:
-    for entry in manifest.files():
-        os.chmod(into / entry.path, entry.mode)
-    for entry in sorted(manifest.dirs(), key=lambda e: e.path.count("/"), reverse=True):
-        os.chmod(into / entry.path, entry.mode)
-
-
-def _empty_dir(into: Path) -> None:
-    if not into.is_dir():
-        return
-    for dirpath, dirnames, _files in os.walk(into):
-        for name in dirnames:
-            os.chmod(os.path.join(dirpath, name), 0o700, follow_symlinks=False)
-    for child in into.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
-            child.unlink(missing_ok=True)
-
-
-async def _gather_limited(jobs: Sequence[Callable[[], Awaitable[int]]]) -> list[int]:
-    """Run the jobs at most TRANSFER_CONCURRENCY at a time. After a failure no new job
-    starts, and the running ones finish (file I/O runs in threads, which cannot be
-    cancelled) before the first error is raised, so callers can clean up safely."""
-    gate = asyncio.Semaphore(TRANSFER_CONCURRENCY)
-    errors: list[BaseException] = []
-
-    async def run(job: Callable[[], Awaitable[int]]) -> int:
-        async with gate:
-            if errors:
-                return 0
-            try:
-                return await job()
-            except BaseException as exc:
-                errors.append(exc)
-                return 0
-
-    results = await asyncio.gather(*(run(job) for job in jobs))
-    if errors:
-        raise errors[0]
-    return list(results)
