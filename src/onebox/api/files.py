@@ -1,22 +1,31 @@
 """Reading a sandbox workspace from the host without trusting it.
 
-Sandboxed code owns the workspace, so every name in it may be a symlink
-planted to point at host files. Listing uses ``lstat`` only; reading goes through
-:func:`onebox.sandbox.snapshot_files.open_regular` (``O_NOFOLLOW`` on every component).
+Sandboxed code owns the workspace, so every name in it may be a symlink planted
+to point at host files, or be swapped for one while we look. Listing and reading
+go through :mod:`onebox.sandbox.hostfs` (directory fds, no symlink followed on any
+component, only regular files opened); a listing stops at ``MAX_LIST`` entries,
+``MAX_LIST_DEPTH`` levels or ``LIST_DEADLINE_S``, and a download is streamed from
+the file's fd in chunks, read in a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
-import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from onebox.errors import NotFound, ValidationError
-from onebox.sandbox.snapshot_files import open_regular
+from onebox.sandbox import hostfs
 
 MAX_LIST = 5000
+MAX_LIST_DEPTH = 64
+LIST_DEADLINE_S = 5.0
 MAX_READ_BYTES = 256 << 20
+CHUNK_BYTES = 1 << 20
+LIST_BOUNDS = hostfs.Bounds(MAX_LIST, MAX_LIST_DEPTH, LIST_DEADLINE_S)
 
 
 def safe_parts(relpath: str) -> list[str]:
@@ -28,44 +37,62 @@ def safe_parts(relpath: str) -> list[str]:
 
 
 def list_files(root: Path) -> list[dict[str, Any]]:
-    """Regular files, directories and symlinks under root (never followed), sorted by path."""
+    """Regular files, directories and symlinks under root (never followed), sorted by path;
+    the first ``MAX_LIST`` met when the workspace holds more (or is deeper, or slower)."""
     out: list[dict[str, Any]] = []
-    if not root.is_dir():
-        return out
-    stack = [""]
-    while stack and len(out) < MAX_LIST:
-        rel = stack.pop()
-        try:
-            entries = sorted(os.scandir(root / rel) if rel else os.scandir(root),
-                             key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            path = f"{rel}/{entry.name}" if rel else entry.name
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(path)
-                kind = "dir"
-            else:
-                kind = "file" if stat.S_ISREG(st.st_mode) else \
-                    "symlink" if stat.S_ISLNK(st.st_mode) else "other"
-            out.append({"path": path, "type": kind,
-                        "size": st.st_size if kind == "file" else None,
-                        "modified_at": st.st_mtime})
+    try:
+        with hostfs.root(root) as root_fd:
+            for item in hostfs.walk(root_fd, LIST_BOUNDS):
+                out.append({"path": item.path, "type": item.kind,
+                            "size": item.st.st_size if item.kind == "file" else None,
+                            "modified_at": item.st.st_mtime})
+    except hostfs.BoundExceeded:
+        pass
+    except OSError:  # no workspace (yet, or any more)
+        return []
     return sorted(out, key=lambda f: f["path"])
 
 
-def read_file(root: Path, relpath: str) -> bytes:
-    """The bytes of one regular file in the workspace; symlinks anywhere on the path refuse."""
-    parts = safe_parts(relpath)
+def open_file(root: Path, relpath: str) -> tuple[int, int]:
+    """(fd, size) of one regular file in the workspace; symlinks anywhere on the path refuse."""
+    clean = "/".join(safe_parts(relpath))
     try:
-        fd = open_regular(root, "/".join(parts))
+        with hostfs.root(root) as root_fd:
+            fd, st = hostfs.open_regular(root_fd, clean)
     except OSError:
         raise NotFound(f"file {relpath!r} does not exist or is not a regular file",
                        field="path") from None
-    with os.fdopen(fd, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size > MAX_READ_BYTES:
-            raise ValidationError(f"{relpath!r} is {size} bytes; the API serves files up "
-                                  f"to {MAX_READ_BYTES} bytes", field="path")
-        return handle.read(MAX_READ_BYTES + 1)[:MAX_READ_BYTES]
+    if st.st_size > MAX_READ_BYTES:
+        os.close(fd)
+        raise ValidationError(f"{relpath!r} is {st.st_size} bytes; the API serves files up "
+                              f"to {MAX_READ_BYTES} bytes", field="path")
+    return fd, st.st_size
+
+
+def read_file(root: Path, relpath: str) -> bytes:
+    """The bytes of one regular file (at most ``MAX_READ_BYTES``)."""
+    fd, _size = open_file(root, relpath)
+    with hostfs.opened(fd):
+        return _read_upto(fd, MAX_READ_BYTES)
+
+
+def _read_upto(fd: int, max_bytes: int) -> bytes:
+    chunks, total = [], 0
+    while total < max_bytes and (chunk := os.read(fd, min(CHUNK_BYTES, max_bytes - total))):
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
+async def stream_fd(fd: int, size: int) -> AsyncIterator[bytes]:
+    """The first ``size`` bytes of ``fd`` in chunks, each read in a thread; closes ``fd``."""
+    try:
+        left = size
+        while left > 0:
+            chunk = await asyncio.to_thread(os.read, fd, min(CHUNK_BYTES, left))
+            if not chunk:
+                raise OSError(errno.EIO, "the file shrank while it was being sent")
+            left -= len(chunk)
+            yield chunk
+    finally:
+        os.close(fd)

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from onebox.api.files import list_files, read_file, safe_parts
+from onebox.api.files import list_files, open_file, safe_parts
 from onebox.errors import Conflict, NotFound, SandboxError
 from onebox.objects import ObjectStore
 from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
@@ -80,8 +80,9 @@ async def files_of(backend: SandboxBackend, session_id: str) -> list[dict[str, A
     return await asyncio.to_thread(list_files, backend.workspace(session_id))
 
 
-async def download(backend: SandboxBackend, session_id: str, path: str) -> bytes:
-    return await asyncio.to_thread(read_file, backend.workspace(session_id), path)
+async def download(backend: SandboxBackend, session_id: str, path: str) -> tuple[int, int]:
+    """(fd, size) of a regular file of the workspace, opened safely; the caller streams it."""
+    return await asyncio.to_thread(open_file, backend.workspace(session_id), path)
 
 
 async def delete_session(

@@ -7,11 +7,14 @@ transaction that stores the agent's observation of it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
@@ -36,6 +39,7 @@ from onebox.runtime.archive import EVENT_OF_STATUS, Outcome, load_plan_index, ou
 from onebox.runtime.executor import build_request, request_details
 from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.submit import queue_attempt, request_approval, session_id_for
+from onebox.sandbox import hostfs
 from onebox.store import catalog
 from onebox.store import runs as store
 
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
 
 Finisher = Callable[[store.Conn], Awaitable[uuid.UUID | None]]
 IO_DIR = ".onebox"
+MAX_RESULT_BYTES = 8 << 20  # a $ONEBOX_RESULT file larger than this is ignored
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,8 @@ class StepPerformer:
             return StepResult(action.id, ok=False, error=outcome.error), outcome
         if d.workspaces is not None:
             await d.workspaces.after(row, failed=not exec_result.ok)
-        declared = _read_json(d.backend.workspace(row["session_id"]) / result_path)
+        declared = await asyncio.to_thread(_read_json, d.backend.workspace(row["session_id"]),
+                                           result_path)
         outcome = outcome_from_result(exec_result, details)
         if step.knowledge and outcome.status == "SUCCESS":
             added = await self.declared.ingest(row, d.backend.workspace(row["session_id"]),
@@ -222,10 +229,21 @@ def _payload(row: store.Row) -> dict[str, Any]:
             "status": row["status"], "error": row["error"]}
 
 
-def _read_json(path: Any) -> Any:
+def _read_json(workspace: Path, rel: str) -> Any:
+    """The result a step declared in ``$ONEBOX_RESULT``, or None. Read through the workspace
+    root's fd: a symlink on any component, a FIFO, a device, or a file over
+    ``MAX_RESULT_BYTES`` is refused before a byte is read."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        with hostfs.root(workspace) as root_fd:
+            data = hostfs.read_bounded(root_fd, rel, MAX_RESULT_BYTES)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("step result %s ignored: %s", rel, exc)
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
         return None
 
 

@@ -7,9 +7,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Query, Response, UploadFile
 from fastapi import Path as PathParam
+from fastapi.responses import StreamingResponse
 
 from onebox.api import sessions as service
 from onebox.api.auth import Caller, State
+from onebox.api.files import stream_fd
 from onebox.api.schemas import Execute
 from onebox.store.queries import load_queries
 
@@ -61,8 +63,9 @@ async def files(session_id: SessionId, state: State, caller: Caller) -> dict[str
                 "application/octet-stream": {}}}})
 async def download(session_id: SessionId, path: str, state: State, caller: Caller) -> Response:
     await service.require_session(state.db, session_id, caller.tenant_id)
-    data = await service.download(state.backend, session_id, path)
-    return Response(data, media_type="application/octet-stream")
+    fd, size = await service.download(state.backend, session_id, path)
+    return StreamingResponse(stream_fd(fd, size), media_type="application/octet-stream",
+                             headers={"Content-Length": str(size)})
 
 
 @router.delete("/v1/sessions/{session_id}", status_code=204, response_class=Response,
