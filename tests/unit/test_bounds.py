@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -264,3 +265,22 @@ def test_ready_steps_among_candidates_keep_plan_order() -> None:
     done = {"s0": StepState("SUCCESS", 1, "h")}
     assert [s.id for s in ready_steps(plan, done, ["t", "s1", "ghost"])] == ["s1", "t"]
     assert [s.id for s in ready_steps(plan, done)] == ["s1", "t"]
+
+
+@pytest.mark.parametrize("reply", [
+    '{"steps": ' + "[" * 5000 + "]" * 5000 + "}",  # deeper than the JSON parser goes
+    json.dumps({"steps": [{"id": "a", "tool": "python", "code": "1", "input": {
+        "x": _nested(500)}}]}),  # parses, but deeper than a plan may be
+])
+async def test_a_model_plan_nested_too_deeply_is_repaired_not_a_crash(reply: str) -> None:
+    from onebox.agent.actions import CallModel
+    from onebox.agent.loop import Agent
+    from onebox.agent.state import AgentConfig
+    from onebox.testing import ScriptedModel, run_agent_offline, step_ok
+
+    plan = {"steps": [{"id": "a", "tool": "python", "code": "print(1)"}]}
+    model = ScriptedModel([{"goal": "g"}, reply, plan])
+    run = await run_agent_offline(Agent("x", config=AgentConfig(lookup_tools=False)), model,
+                                  lambda a: step_ok("1\n"))
+    assert [a.purpose for a in run.of_type(CallModel)] == ["intent", "plan", "repair_plan"]
+    assert run.result.ok and run.executed() == ["a"]

@@ -122,7 +122,7 @@ class AgentBase(abc.ABC):
         def on_reply(obs: ModelReply) -> None:
             try:
                 value = parse(obs.response)
-            except (ValueError, OneboxError) as exc:
+            except (ValueError, RecursionError, OneboxError) as exc:  # JSON nested too deeply
                 if repairs >= self.config.max_plan_repairs:
                     self._fail(f"the model's {purpose} reply was still unusable after "
                                f"{repairs} repairs: {exc}")
