@@ -29,9 +29,10 @@ class SandboxSettings(BaseModel):
         Path("/var/lib/onebox/session-uids"),
         description="machine-wide record of the session uids in use (as root only)")
     root: Path | None = Field(
-        None, description="where workspaces, run dirs and disk images live; default "
-        "<home>/sandbox, or as root /var/lib/onebox/homes/<hash of home>: sandboxes then run "
-        "as unprivileged users, which must be able to reach their workspace")
+        None, description="where run dirs, disk images and the pool live; default "
+        "<home>/sandbox, or, as root with a home other users cannot traverse (/root/.onebox), "
+        "/var/lib/onebox/homes/<hash of home> with the workspaces too: sandboxes run as "
+        "unprivileged users, which must be able to reach their workspace")
     timeout_s: float = Field(60.0, gt=0, le=24 * 3600)
     memory_mb: int = Field(512, ge=16)
     cpus: float = Field(1.0, gt=0)
@@ -147,6 +148,8 @@ class ApiSettings(BaseModel):
     max_upload_bytes: int = Field(64 << 20, ge=1024, description="file and document uploads")
     events_poll_s: float = Field(0.05, gt=0, le=10, description="how often SSE looks for events")
     heartbeat_s: float = Field(15.0, gt=0, description="SSE keep-alive comment interval")
+    key_recheck_s: float = Field(10.0, gt=0, le=20, description="an open SSE stream re-checks "
+                                 "its API key this often and ends once the key is revoked")
 
 
 class Settings(BaseSettings):
@@ -210,16 +213,24 @@ class Settings(BaseSettings):
         """The sandbox backend's state: run dirs, disk images, pool (see sandbox.root)."""
         if self.sandbox.root is not None:
             return self.sandbox.root
-        if os.geteuid() == 0:
+        if self._home_is_private():
             digest = hashlib.sha256(str(self.home).encode()).hexdigest()[:16]
             return Path("/var/lib/onebox/homes") / digest
         return self.home / "sandbox"
 
     @property
     def workspaces_dir(self) -> Path:
-        if self.sandbox.root is None and os.geteuid() != 0:
+        if self.sandbox.root is None and not self._home_is_private():
             return self.home / "workspaces"
         return self.sandbox_dir / "workspaces"
+
+    def _home_is_private(self) -> bool:
+        """As root, a home that other users cannot traverse (``/root/.onebox``) cannot hold
+        workspaces: sandboxes run as unprivileged session users who must reach theirs."""
+        if os.geteuid() != 0:
+            return False
+        return any(p.exists() and not p.stat().st_mode & 0o001
+                   for p in (self.home, *self.home.parents))
 
     @property
     def objects_dir(self) -> Path:
