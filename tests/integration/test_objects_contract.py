@@ -197,3 +197,13 @@ async def test_snapshot_capture_and_restore_through_the_store(
     await store.put(blob_key(hashlib.sha256(b"alpha").hexdigest()), b"alphX")
     with pytest.raises(IntegrityError, match=blob_key(hashlib.sha256(b"alpha").hexdigest())):
         await restore(store, again.sha256, tmp_path / "out2")
+
+
+async def test_iter_chunks_streams_the_object_in_order(store: ObjectStore) -> None:
+    data = bytes(range(256)) * 4099  # not a multiple of the chunk size
+    await store.put("big/one", data)
+    chunks = [chunk async for chunk in store.iter_chunks("big/one", chunk_bytes=65536)]
+    assert b"".join(chunks) == data
+    assert max(len(c) for c in chunks) <= 65536 and len(chunks) == -(-len(data) // 65536)
+    with pytest.raises(NotFound, match="big/none"):
+        [chunk async for chunk in store.iter_chunks("big/none")]

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import secrets
-import tarfile
-import tempfile
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from onebox.api.files import list_files, open_file, safe_parts
@@ -17,7 +14,8 @@ from onebox.errors import Conflict, NotFound, SandboxError
 from onebox.objects import ObjectStore
 from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
 from onebox.sandbox.replay import restore_into_session
-from onebox.sandbox.snapshot_archive import restore_snapshot
+from onebox.sandbox.snapshot_tar import snapshot_tar_gz
+from onebox.sandbox.snapshots import load_manifest
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
 
@@ -105,20 +103,11 @@ async def require_snapshot(db: Database, snapshot_id: uuid.UUID, tenant_id: str)
     return row
 
 
-async def snapshot_tarball(db: Database, store: ObjectStore, snapshot_id: uuid.UUID) -> bytes:
-    """The snapshot restored (every hash verified) and packed as a .tar.gz."""
-    with tempfile.TemporaryDirectory(prefix="onebox-snap-") as tmp:
-        into = Path(tmp) / "workspace"
-        await restore_snapshot(db, store, snapshot_id, into)
-        return await asyncio.to_thread(_pack, into)
-
-
-def _pack(root: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for child in sorted(root.iterdir()):
-            tar.add(child, arcname=child.name)
-    return buffer.getvalue()
+async def snapshot_tarball(store: ObjectStore, snapshot: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The snapshot (a READY row) as a streamed .tar.gz, every file verified as it is sent.
+    The manifest is read first, so a missing or corrupted one is an error before any byte."""
+    manifest = await load_manifest(store, str(snapshot["sha256"]).strip())
+    return snapshot_tar_gz(store, manifest)
 
 
 async def restore_to_session(

@@ -15,7 +15,7 @@ import abc
 import asyncio
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import ClassVar
 
@@ -103,6 +103,14 @@ class ObjectStore(abc.ABC):
     async def close(self) -> None:
         """Release connections. Idempotent."""
         return None
+
+    async def iter_chunks(self, key: str, chunk_bytes: int = CHUNK_BYTES) -> AsyncIterator[bytes]:
+        """The object's bytes in pieces of at most ``chunk_bytes``, in order; NotFound if
+        missing. Backends read incrementally (memory stays at one chunk); this fallback
+        reads the whole object first."""
+        data = await self.get(key)
+        for start in range(0, len(data), chunk_bytes):
+            yield data[start:start + chunk_bytes]
 
     async def put_file(self, key: str, path: Path) -> None:
         """Store the content of a local file."""

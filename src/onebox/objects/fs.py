@@ -11,7 +11,7 @@ import hashlib
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO, ClassVar
 
@@ -68,6 +68,20 @@ class FsObjectStore(ObjectStore):
             raise missing(self, key) from exc
         except OSError as exc:
             raise StorageError(f"cannot read object {key} at {path}: {exc}") from exc
+
+    async def iter_chunks(self, key: str, chunk_bytes: int = CHUNK_BYTES) -> AsyncIterator[bytes]:
+        path = self._path(key)
+        try:
+            fh = await asyncio.to_thread(path.open, "rb")
+        except FileNotFoundError as exc:
+            raise missing(self, key) from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read object {key} at {path}: {exc}") from exc
+        try:
+            while chunk := await asyncio.to_thread(fh.read, chunk_bytes):
+                yield chunk
+        finally:
+            fh.close()
 
     async def get_file(self, key: str, path: Path) -> None:
         source = self._path(key)

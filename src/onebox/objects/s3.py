@@ -9,7 +9,8 @@ unless given explicitly. boto3 is blocking, so every call runs in a thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -18,7 +19,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from onebox.errors import NotFound, StorageError
-from onebox.objects.base import ObjectStore, check_key, missing
+from onebox.objects.base import CHUNK_BYTES, ObjectStore, check_key, missing
 
 T = TypeVar("T")
 NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
@@ -88,6 +89,17 @@ class S3ObjectStore(ObjectStore):
             return body
 
         return await self._call(key, read)
+
+    async def iter_chunks(self, key: str, chunk_bytes: int = CHUNK_BYTES) -> AsyncIterator[bytes]:
+        source = self._key(key)
+        response = await self._call(
+            key, lambda: self._client.get_object(Bucket=self.bucket, Key=source))
+        body = response["Body"]
+        try:
+            while chunk := await self._call(key, partial(body.read, chunk_bytes)):
+                yield chunk
+        finally:
+            body.close()
 
     async def get_file(self, key: str, path: Path) -> None:
         source = self._key(key)
