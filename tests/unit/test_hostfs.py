@@ -131,8 +131,13 @@ def test_walk_of_a_very_deep_tree_is_iterative_and_bounded(ws: tuple[Path, int])
     with pytest.raises(hostfs.BoundExceeded, match="deeper than 256"):
         list(hostfs.walk(fd))
     assert len(os.listdir("/proc/self/fd")) == fds_before  # every level's fd was closed
+    (root / "z.txt").write_text("after the deep tree")
+    pruned: list[str] = []
+    paths = [i.path for i in hostfs.walk(fd, hostfs.Bounds(max_depth=10), pruned=pruned)]
+    assert len(paths) == 11 and paths[-1] == "z.txt"  # the walk went on past the deep tree
+    assert pruned == ["/".join(["d"] * 10)]
     hostfs.remove_tree(fd, "d")
-    assert os.listdir(root) == []
+    assert os.listdir(root) == ["z.txt"]
 
 
 def test_walk_never_enters_a_directory_swapped_for_a_symlink(

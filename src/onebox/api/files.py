@@ -42,7 +42,7 @@ def list_files(root: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     try:
         with hostfs.root(root) as root_fd:
-            for item in hostfs.walk(root_fd, LIST_BOUNDS):
+            for item in hostfs.walk(root_fd, LIST_BOUNDS, pruned=[]):
                 out.append({"path": item.path, "type": item.kind,
                             "size": item.st.st_size if item.kind == "file" else None,
                             "modified_at": item.st.st_mtime})

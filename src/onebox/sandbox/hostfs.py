@@ -255,14 +255,15 @@ def kind_of(mode: int) -> Kind:
     return "symlink" if stat.S_ISLNK(mode) else "other"
 
 
-def walk(root_fd: int, bounds: Bounds = Bounds(), *, skip_top: frozenset[str] = frozenset()
-         ) -> Iterator[Item]:
+def walk(root_fd: int, bounds: Bounds = Bounds(), *, skip_top: frozenset[str] = frozenset(),
+         pruned: list[str] | None = None) -> Iterator[Item]:
     """Every entry beneath ``root_fd``, depth first, names sorted; never follows a symlink.
 
     Iterative: one open fd per directory level (at most ``max_depth``). A directory
     swapped for something else between its lstat and its open is not entered. Raises
-    BoundExceeded when an entry count, depth or the deadline is passed; the items
-    already yielded stay valid."""
+    BoundExceeded when an entry count, depth or the deadline is passed (the items
+    already yielded stay valid); with a ``pruned`` list, a directory past the depth
+    bound is recorded there and not entered, and the walk goes on."""
     deadline = time.monotonic() + bounds.deadline_s
     seen = 0
     stack: list[tuple[int, str, Iterator[str]]] = []
@@ -281,7 +282,11 @@ def walk(root_fd: int, bounds: Bounds = Bounds(), *, skip_top: frozenset[str] = 
             if item is None:
                 continue
             yield item
-            if item.kind == "dir":
+            if item.kind != "dir":
+                continue
+            if pruned is not None and len(stack) >= bounds.max_depth:
+                pruned.append(item.path)
+            else:
                 _descend(stack, fd, item, bounds, seen)
     finally:
         for fd, _rel, _names_left in stack:

@@ -98,14 +98,17 @@ def _why(exc: OSError) -> str:
 
 def snapshot(root: Path) -> Snapshot:
     """Path -> (size, mtime, inode) for every regular file and symlink, never followed."""
-    state = Snapshot()
+    state, too_deep = Snapshot(), list[str]()
     try:
         with hostfs.root(root) as root_fd:
-            for item in hostfs.walk(root_fd, BOUNDS, skip_top=frozenset({"lost+found"})):
+            for item in hostfs.walk(root_fd, BOUNDS, skip_top=frozenset({"lost+found"}),
+                                    pruned=too_deep):
                 if item.kind in ("file", "symlink"):
                     st = item.st
                     state[item.path] = FileState(st.st_size, st.st_mtime_ns, st.st_ino,
                                                  st.st_ctime_ns)
+        if too_deep:
+            state.truncated = f"max_depth: directories nested deeper than {MAX_DEPTH} levels"
     except hostfs.BoundExceeded as exc:
         state.truncated = f"{exc.bound}: {exc}"
     except OSError:
