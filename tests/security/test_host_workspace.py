@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sbx_helpers import sh
+from sbx_helpers import DISK_MB, sh
 
 from onebox.agent.plan import parse_plan
 from onebox.api.files import list_files
@@ -235,6 +235,22 @@ async def test_sparse_files_are_listed_unhashed_and_refused_by_the_snapshot_budg
     with pytest.raises(StorageError, match="max_bytes") as refused:
         await asyncio.to_thread(scan, linux.workspace(session))
     assert "apparent size" in str(refused.value)
+    await linux.cleanup(session)
+
+
+async def test_sparse_files_cannot_carry_more_than_the_disk_cap_into_a_snapshot(
+    linux: BwrapSandbox,
+) -> None:
+    """The issue's case: a 32 MB workspace, 10 x 31 MB sparse files (310 MB apparent).
+    Without a cap tied to the workspace, the snapshot stored 300 MB of blobs on the host."""
+    session = "sparse-cap"
+    code = SPARSE.replace(f"range({SPARSE_FILES})", "range(10)")
+    assert (await sh(linux, code, session=session)).ok
+    workspace = linux.workspace(session)
+    assert os.path.ismount(workspace), "the probe needs the loop-mounted disk cap"
+    with pytest.raises(StorageError, match="max_bytes") as refused:
+        await asyncio.to_thread(scan, workspace)
+    assert refused.value.__cause__.limit <= DISK_MB << 20  # type: ignore[union-attr]
     await linux.cleanup(session)
 
 

@@ -33,17 +33,23 @@ MAX_SNAPSHOT_BYTES = 1 << 30  # apparent size of all files of one snapshot (= de
 
 
 def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES,
-         max_bytes: int = MAX_SNAPSHOT_BYTES) -> Manifest:
+         max_bytes: int | None = None) -> Manifest:
     """Walk ``workspace_dir`` (never following symlinks) and hash every regular file.
 
     A workspace past a bound (``max_entries`` entries, ``MAX_DEPTH`` levels,
     ``SCAN_DEADLINE_S`` seconds, ``max_bytes`` of apparent file size) is refused with
     StorageError: sandboxed code must not make snapshots arbitrarily expensive.
+    ``max_bytes`` defaults to the workspace's disk cap (the size of its own file
+    system, when it is one), at most ``MAX_SNAPSHOT_BYTES``: sparse files cannot carry
+    more into the object store than the session may hold on disk.
     """
     root = Path(workspace_dir)
     if not root.is_dir() or root.is_symlink():
         return Manifest(())
-    skip = frozenset({LOST_FOUND}) if os.path.ismount(root) else frozenset()
+    mounted = os.path.ismount(root)
+    if max_bytes is None:
+        max_bytes = _disk_cap_bytes(root) if mounted else MAX_SNAPSHOT_BYTES
+    skip = frozenset({LOST_FOUND}) if mounted else frozenset()
     bounds = hostfs.Bounds(max_entries, MAX_DEPTH, SCAN_DEADLINE_S)
     try:
         with hostfs.root(root) as root_fd:
@@ -56,6 +62,12 @@ def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES,
     except OSError as exc:
         raise StorageError(f"cannot snapshot workspace {root}: {exc}") from exc
     return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
+
+
+def _disk_cap_bytes(root: Path) -> int:
+    """The size of the workspace's own file system (its disk cap), at most the global bound."""
+    st = os.statvfs(root)
+    return min(MAX_SNAPSHOT_BYTES, st.f_blocks * st.f_frsize)
 
 
 def _scan(root_fd: int, root: Path, bounds: hostfs.Bounds, skip: frozenset[str],
