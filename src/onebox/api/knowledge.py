@@ -9,8 +9,6 @@ answered as not found.
 
 from __future__ import annotations
 
-import asyncio
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,8 +16,8 @@ from typing import Any
 from onebox.errors import NotFound, ValidationError
 from onebox.knowledge.archive import compact
 from onebox.knowledge.collections import TENANT_SEP, tenant_prefix
+from onebox.knowledge.docparse import parse_document
 from onebox.knowledge.ingest import DocumentInput, IngestResult
-from onebox.knowledge.loaders import load_path, source_type_of
 from onebox.knowledge.memory import check_id
 from onebox.knowledge.search import SearchFilters
 from onebox.knowledge.service import Knowledge
@@ -59,17 +57,11 @@ async def add_upload(
     kn: Knowledge, tenant_id: str, *, collection: str, filename: str, data: bytes,
     metadata: dict[str, Any],
 ) -> dict[str, Any]:
-    """Index an uploaded file (text, Markdown, HTML, PDF, DOCX, code) under its file name."""
+    """Index an uploaded file (text, Markdown, HTML, PDF, DOCX, code) under its file name.
+
+    PDF, DOCX and HTML are parsed in the document sandbox (``onebox.knowledge.docparse``)."""
     name = Path(filename or "upload.txt").name or "upload.txt"
-    if source_type_of(Path(name)) is None:
-        raise ValidationError(f"cannot index {name!r}: unsupported file type", field="file")
-    with tempfile.TemporaryDirectory(prefix="onebox-upload-") as tmp:
-        path = Path(tmp) / name
-        path.write_bytes(data)
-        try:
-            loaded = await asyncio.to_thread(load_path, path)
-        except (ValueError, OSError, UnicodeDecodeError) as exc:
-            raise ValidationError(f"cannot read {name!r}: {exc}", field="file") from exc
+    loaded = await parse_document(data, name, kn.kb.parse_limits, field="file")
     doc = DocumentInput(source=name, sections=loaded.sections,
                         collection=inner(tenant_id, collection, "collection"),
                         source_type=loaded.source_type, title=loaded.title,

@@ -26,8 +26,9 @@ from psycopg.types.json import Jsonb
 
 from onebox.knowledge.chunking import Chunk, ChunkingConfig, Section, chunk_sections
 from onebox.knowledge.collections import DEFAULT_COLLECTION, ensure_collection, space_of
+from onebox.knowledge.docparse import ParseLimits, load_file
 from onebox.knowledge.embedder import CachedEmbedder, content_hash, vector_literal
-from onebox.knowledge.loaders import iter_files, load_path
+from onebox.knowledge.loaders import iter_files
 from onebox.knowledge.queries import sql
 from onebox.knowledge.text import segment_for_fts
 from onebox.store.db import Database
@@ -81,11 +82,13 @@ class KnowledgeBase:
     """Adds, updates, removes and lists documents of the knowledge base."""
 
     def __init__(
-        self, db: Database, embedder: CachedEmbedder, chunking: ChunkingConfig | None = None
+        self, db: Database, embedder: CachedEmbedder, chunking: ChunkingConfig | None = None,
+        parse_limits: ParseLimits | None = None,
     ) -> None:
         self.db = db
         self.embedder = embedder
         self.chunking = chunking or ChunkingConfig()
+        self.parse_limits = parse_limits or ParseLimits()
 
     async def add_text(self, source: str, text: str, **fields: Any) -> IngestResult:
         return await self.add_document(DocumentInput(source, [Section(None, text)], **fields))
@@ -166,11 +169,14 @@ class KnowledgeBase:
         metadata: dict[str, Any] | None = None, execution_id: str | None = None,
         snapshot_id: str | None = None, progress: ProgressCallback | None = None,
     ) -> list[IngestResult]:
-        """Ingest files and folders; reports progress after every embedded batch and file."""
+        """Ingest files and folders; reports progress after every embedded batch and file.
+
+        Each file is parsed by :func:`onebox.knowledge.docparse.load_file` (PDF, DOCX and
+        HTML in the document sandbox, with its limits)."""
         files = list(iter_files(paths))
         state = IngestProgress(files_total=len(files))
         for path in files:
-            loaded = load_path(path)
+            loaded = await load_file(path, self.parse_limits)
             state.current = str(path)
             doc = DocumentInput(
                 source=str(path.resolve()), sections=loaded.sections, collection=collection,

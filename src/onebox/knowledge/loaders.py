@@ -1,7 +1,11 @@
 """Read files into sections: text, Markdown, HTML, PDF, DOCX and source code.
 
 ``load_path(path)`` returns a :class:`LoadedDocument` (title, source type,
-sections) or raises ValidationError naming the file when it cannot be read.
+sections) or raises ValidationError naming the file when it cannot be read. It parses
+in this process: use it for trusted files only. Untrusted bytes (uploads, ``kb add``,
+files a step declares) go through :func:`onebox.knowledge.docparse.parse_document`,
+which parses PDF, DOCX and HTML in a sandbox with the same extractors
+(:mod:`onebox.knowledge.parse_child`). Text, code and Markdown are parsed in linear time.
 ``iter_files`` expands folders, skipping hidden entries and unknown types.
 """
 
@@ -14,8 +18,11 @@ from pathlib import Path
 
 from onebox.errors import ValidationError
 from onebox.knowledge.chunking import Section
+from onebox.knowledge.parse_child import Extracted, extract_docx, extract_html, extract_pdf
 
-_MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+# Linear: the closing hashes are stripped in Python (a lazy group followed by
+# ``\s*#*\s*$`` backtracks in cubic time on a long line of spaces).
+_MD_HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 CODE_SUFFIXES = {
     ".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".c", ".h", ".cc", ".cpp",
@@ -74,15 +81,26 @@ def load_path(path: Path) -> LoadedDocument:
         if kind == "pdf":
             return _load_pdf(path)
         if kind == "docx":
-            return _load_docx(path)
+            return from_extracted(extract_docx(path.read_bytes(), path.stem), "docx")
         raw = path.read_text(encoding="utf-8", errors="replace")
     except (OSError, ValueError) as exc:
         raise ValidationError(f"{path}: cannot read it ({exc})", field="path") from exc
-    if kind == "markdown":
-        return markdown_document(raw, path.stem)
     if kind == "html":
         return html_document(raw, path.stem)
-    return LoadedDocument(path.name, kind, [Section(path.name if kind == "code" else None, raw)])
+    return text_document(raw, path.name, kind)
+
+
+def text_document(raw: str, name: str, kind: str) -> LoadedDocument:
+    """A text, code or Markdown file's document (linear in its size)."""
+    if kind == "markdown":
+        return markdown_document(raw, name.rsplit(".", 1)[0] if "." in name else name)
+    return LoadedDocument(name, kind, [Section(name if kind == "code" else None, raw)])
+
+
+def from_extracted(extracted: Extracted, kind: str) -> LoadedDocument:
+    """A document from an extractor's (or the parser sandbox's) JSON-shaped result."""
+    sections = [Section(heading, text) for heading, text in extracted["sections"]]
+    return LoadedDocument(extracted["title"], kind, sections, dict(extracted["metadata"]))
 
 
 def markdown_document(raw: str, default_title: str) -> LoadedDocument:
@@ -99,7 +117,7 @@ def markdown_document(raw: str, default_title: str) -> LoadedDocument:
             lines.append(line)
             continue
         sections.append(Section(" > ".join(path) or None, "\n".join(lines)))
-        level, text = len(match.group(1)), match.group(2)
+        level, text = len(match.group(1)), match.group(2).rstrip().rstrip("#").rstrip()
         path = path[: level - 1] + [text]
         if level == 1 and title == default_title:
             title = text
@@ -109,58 +127,14 @@ def markdown_document(raw: str, default_title: str) -> LoadedDocument:
 
 
 def html_document(raw: str, default_title: str) -> LoadedDocument:
-    import lxml.html
-
-    root = lxml.html.fromstring(raw or "<html></html>")
-    for bad in root.xpath("//script|//style|//noscript|//nav|//footer"):
-        bad.drop_tree()
-    title = (root.findtext(".//title") or default_title).strip()
-    sections: list[Section] = []
-    heading: str | None = None
-    parts: list[str] = []
-    body = root.find("body")
-    for el in (body if body is not None else root).iter():
-        tag = el.tag if isinstance(el.tag, str) else ""
-        if re.fullmatch(r"h[1-6]", tag):
-            sections.append(Section(heading, "\n".join(parts)))
-            heading, parts = el.text_content().strip(), []
-        elif tag in {"p", "li", "pre", "td", "blockquote", "dd", "dt"}:
-            parts.append(el.text_content().strip())
-    sections.append(Section(heading, "\n\n".join(parts)))
-    if not any(s.text.strip() for s in sections):
-        sections = [Section(None, root.text_content())]
-    return LoadedDocument(title, "html", [s for s in sections if s.text.strip()])
+    return from_extracted(extract_html(raw.encode("utf-8", "surrogatepass"), default_title),
+                          "html")
 
 
 def _load_pdf(path: Path) -> LoadedDocument:
-    from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
     try:
-        reader = PdfReader(str(path))
-        pages = [page.extract_text() or "" for page in reader.pages]
+        return from_extracted(extract_pdf(path.read_bytes(), path.stem), "pdf")
     except PdfReadError as exc:
         raise ValidationError(f"{path}: not a readable PDF ({exc})", field="path") from exc
-    text = "\n\n".join(p.strip() for p in pages if p.strip())
-    meta = reader.metadata
-    title = str(meta.title) if meta is not None and meta.title else path.stem
-    return LoadedDocument(title, "pdf", [Section(None, text)], {"pages": len(pages)})
-
-
-def _load_docx(path: Path) -> LoadedDocument:
-    import docx
-
-    document = docx.Document(str(path))
-    sections: list[Section] = []
-    heading: str | None = None
-    parts: list[str] = []
-    for para in document.paragraphs:
-        style = para.style.name if para.style is not None else ""
-        if style.startswith("Heading") or style == "Title":
-            sections.append(Section(heading, "\n\n".join(parts)))
-            heading, parts = para.text.strip(), []
-        elif para.text.strip():
-            parts.append(para.text.strip())
-    sections.append(Section(heading, "\n\n".join(parts)))
-    title = document.core_properties.title or path.stem
-    return LoadedDocument(title, "docx", [s for s in sections if s.text.strip()])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from onebox.config import Settings
 from onebox.knowledge.cache import AnswerCache
 from onebox.knowledge.chunking import ChunkingConfig
+from onebox.knowledge.docparse import ParseLimits
 from onebox.knowledge.embedder import CachedEmbedder
 from onebox.knowledge.ingest import KnowledgeBase
 from onebox.knowledge.memory import MemoryStore
@@ -40,7 +41,8 @@ class Knowledge:
         chunking = (ChunkingConfig(ks.chunk_tokens, ks.max_chunk_tokens, ks.overlap_tokens)
                     if ks else ChunkingConfig())
         return cls(
-            db=db, embedder=embedder, kb=KnowledgeBase(db, embedder, chunking),
+            db=db, embedder=embedder, kb=KnowledgeBase(
+                db, embedder, chunking, ParseLimits.from_settings(ks) if ks else None),
             memory=MemoryStore(db, embedder, dedup_similarity=ks.dedup_similarity if ks else 0.97),
             cache=AnswerCache(db, embedder, min_similarity=ks.cache_similarity if ks else 0.92),
         )

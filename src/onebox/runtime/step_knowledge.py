@@ -2,27 +2,30 @@
 step succeeded, with the execution and snapshot that produced them.
 
 The files come from an untrusted workspace: each is opened without following symlinks
-at any path component, must be a regular file of at most ``MAX_FILE_BYTES``, and is parsed
-from a private copy (by its extension: text, Markdown, HTML, PDF, DOCX, source code).
+at any path component, must be a regular file of at most ``knowledge.parse_max_bytes``
+(checked with fstat before reading), and is parsed by its extension (text, Markdown,
+HTML, PDF, DOCX, source code) with :func:`onebox.knowledge.docparse.parse_document`:
+PDF, DOCX and HTML in the document sandbox, never in the worker. A file that cannot be
+read or parsed (too large, malformed, over the parser's time or memory limit) is
+reported as not ingested with the reason; the step is not failed for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from onebox.config import Settings
 from onebox.errors import OneboxError, ValidationError
+from onebox.knowledge.docparse import ParseLimits, parse_document, read_bounded
 from onebox.store import runs as store
 from onebox.store.db import Database
 
 if TYPE_CHECKING:
     from onebox.knowledge.service import Knowledge
 
-MAX_FILE_BYTES = 10 * 1024 * 1024
 COLLECTION = "runs"
 
 
@@ -40,10 +43,12 @@ class StepKnowledge:
             "SELECT t.snapshot_id, r.tenant_id FROM onebox.task_execution t"
             " JOIN onebox.runs r ON r.id = t.run_id WHERE t.id = %s", (row["id"],))
         tenant = snapshot["tenant_id"] if snapshot else "default"
+        limits = ParseLimits.from_settings(self.settings.knowledge)
         done = []
         for rel in paths:
             try:
-                doc = await asyncio.to_thread(_load, workspace, rel)
+                data = await asyncio.to_thread(_read, workspace, rel, limits.max_bytes)
+                doc = await parse_document(data, PurePosixPath(rel).name, limits, "knowledge")
                 result = await kb.add_document(_document(doc, row, rel, snapshot, tenant))
                 done.append({"path": rel, "document_id": result.document_id,
                              "status": result.status})
@@ -66,8 +71,7 @@ class StepKnowledge:
             await self._knowledge.embedder.model.close()
 
 
-def _load(workspace: Path, rel: str) -> Any:
-    from onebox.knowledge.loaders import load_path
+def _read(workspace: Path, rel: str, max_bytes: int) -> bytes:
     from onebox.sandbox.snapshot_files import open_regular
 
     clean = PurePosixPath(rel)
@@ -75,14 +79,10 @@ def _load(workspace: Path, rel: str) -> Any:
         raise ValidationError(f"{rel!r} must be a relative path inside the workspace",
                               field="knowledge")
     fd = open_regular(workspace, str(clean))
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise ValidationError(f"{rel} is larger than {MAX_FILE_BYTES} bytes", field="knowledge")
-    with tempfile.TemporaryDirectory(prefix="onebox-kb-") as tmp:
-        copy = Path(tmp) / clean.name
-        copy.write_bytes(data)
-        return load_path(copy)
+    try:
+        return read_bounded(fd, rel, max_bytes, "knowledge")
+    finally:
+        os.close(fd)
 
 
 def _document(doc: Any, row: store.Row, rel: str, snapshot: dict[str, Any] | None,
