@@ -136,6 +136,13 @@ class KnowledgeSettings(BaseModel):
     dedup_similarity: float = Field(0.97, gt=0, le=1, description="raw cosine for a duplicate memory")
     cache_similarity: float = Field(0.92, gt=0, le=1, description="raw cosine for a cache hit")
     cache_ttl_s: float = Field(7 * 24 * 3600.0, gt=0)
+    parse_timeout_s: float = Field(30.0, gt=0, le=3600,
+                                   description="wall clock to parse one PDF/DOCX/HTML document")
+    parse_memory_mb: int = Field(512, ge=128, le=65536,
+                                 description="address-space limit of the document parser")
+    parse_max_bytes: int = Field(32 << 20, ge=1024, description="largest document parsed")
+    parse_max_text_bytes: int = Field(16 << 20, ge=1024,
+                                      description="largest text (JSON) a parser may return")
 
 
 class ApiSettings(BaseModel):
