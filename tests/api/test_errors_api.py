@@ -79,8 +79,8 @@ async def test_metrics_health_and_openapi(api_no_worker: Api) -> None:
         text = (await c.get("/metrics")).text
         lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
         assert lines["onebox_queue_depth"] == "1"
-        assert lines['onebox_runs{status="PENDING"}'] == "1"
-        for name in ("onebox_live_sessions", "onebox_blocked_network_attempts_total"):
+        assert lines['onebox_runs{status="PENDING",tenant="acme"}'] == "1"
+        for name in ("onebox_live_sessions", 'onebox_blocked_network_attempts_total{tenant="acme"}'):
             assert name in lines
         assert "# TYPE onebox_step_duration_ms histogram" in text
         assert (await c.get("/healthz")).json() == {"status": "ok"}

@@ -85,7 +85,7 @@ async def test_blocked_network_is_a_visible_warning_and_a_metric(api: Api) -> No
         assert blocked and "blocked.example.org:80" in blocked[0]["message"], warnings
         assert detail["steps"][-1]["resources"]["allow_domains"] == ["example.com"]
         text = (await c.get("/metrics")).text
-        assert "onebox_blocked_network_attempts_total 1\n" in text
+        assert 'onebox_blocked_network_attempts_total{tenant="acme"} 1\n' in text
 
 
 INTENT = {"goal": "count lines", "entities": [], "capabilities": ["python"], "formats": [],

@@ -25,6 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from onebox.api.bounds import JsonDepthLimit
 from onebox.api.errors import BodyLimit, SecurityHeaders, install_error_handlers
 from onebox.api.events import EventHub
+from onebox.api.hosts import LoopbackHostOnly, check_no_auth_binding
 from onebox.api.routes import knowledge, runs, sessions, system
 from onebox.api.state import ApiState
 from onebox.config import Settings
@@ -48,6 +49,7 @@ def create_app(
     embedding: EmbeddingModel | None = None,
 ) -> FastAPI:
     """The API and console. Without ``runtime`` one is opened (and closed) with the app."""
+    check_no_auth_binding(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -87,6 +89,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_request_bytes,
                        max_upload_bytes=settings.api.max_upload_bytes)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(LoopbackHostOnly, settings=settings)  # outermost: before anything else
     return app
 
 

@@ -1,7 +1,7 @@
 """Who is calling: an API key (``Authorization: Bearer obx_...`` or ``X-API-Key``) -> a tenant.
 
-With ``api.auth`` off (loopback only; `onebox serve` refuses otherwise) every
-caller is the ``default`` tenant.
+With ``api.auth`` off (loopback only: the app refuses to start otherwise and answers
+421 to a non-loopback Host header, see ``hosts.py``) every caller is the ``default`` tenant.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,10 +161,31 @@ class EventHub:
                     queue.put_nowait(batch)
 
 
+@dataclass
+class Recheck:
+    """Whether the caller may still listen (its API key is not revoked), asked every
+    ``every_s``; a stream ends at the first no."""
+
+    allowed: Callable[[], Awaitable[bool]]
+    every_s: float
+    due: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.due = time.monotonic() + self.every_s
+
+    async def still_allowed(self) -> bool:
+        if time.monotonic() < self.due:
+            return True
+        self.due = time.monotonic() + self.every_s
+        return await self.allowed()
+
+
 async def run_event_stream(
-    hub: EventHub, run_id: uuid.UUID, after: int, heartbeat_s: float
+    hub: EventHub, run_id: uuid.UUID, after: int, heartbeat_s: float,
+    recheck: Recheck | None = None,
 ) -> AsyncIterator[dict[str, Any] | None]:
-    """Events of one run with seq > ``after``, in order, forever; None is a keep-alive tick."""
+    """Events of one run with seq > ``after``, in order; None is a keep-alive tick. Forever,
+    unless ``recheck`` says the caller may no longer listen: then the iterator ends."""
     queue = hub.subscribe(run_id)
     try:
         covered = after
@@ -172,11 +193,17 @@ async def run_event_stream(
         async for event in _backfill(hub.db, run_id, covered, horizon):
             yield event
         covered = max(covered, horizon)
-        while True:
+        beat = time.monotonic() + heartbeat_s
+        while recheck is None or await recheck.still_allowed():
+            wait_s = beat - time.monotonic()
+            if recheck is not None:
+                wait_s = min(wait_s, recheck.due - time.monotonic())
             try:
-                batch = await asyncio.wait_for(queue.get(), heartbeat_s)
+                batch = await asyncio.wait_for(queue.get(), max(wait_s, 0.0))
             except TimeoutError:
-                yield None
+                if time.monotonic() >= beat:
+                    beat = time.monotonic() + heartbeat_s
+                    yield None
                 continue
             if batch.hi <= covered:
                 continue

@@ -1,4 +1,9 @@
-"""Prometheus text exposition of what an operator watches: queue, sessions, steps, egress."""
+"""Prometheus text exposition: the machine's load for everyone, each tenant's own figures.
+
+Totals without a tenant in them (queue depth, running steps, live sandboxes, open
+streams) are shown to any key; runs, sessions, step durations and blocked network
+attempts are counted over the caller's tenant only and labelled ``tenant``.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +31,25 @@ def _header(name: str, kind: str, help_text: str) -> list[str]:
     return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
 
 
-async def render_metrics(db: Database, backend: SandboxBackend, hub: EventHub) -> str:
+async def render_metrics(db: Database, backend: SandboxBackend, hub: EventHub,
+                         tenant_id: str) -> str:
+    """Operator totals (no tenant in them) and the calling tenant's own figures, labelled
+    ``tenant``; another tenant's figures are never in the text."""
+    lines = await _totals(db, backend, hub)
+    scope = {"tenant_id": tenant_id}
+    lines += _runs(await db.fetch(Q["metrics_runs"], scope), tenant_id)
+    lines += _tenant_sessions(await db.fetchone(Q["metrics_sessions"], scope) or {}, tenant_id)
+    lines += _durations(await db.fetch(Q["metrics_durations"], scope), tenant_id)
+    blocked = await db.fetchone(Q["metrics_blocked"], scope) or {}
+    lines += _header("onebox_blocked_network_attempts_total", "counter",
+                     "connections the egress proxy refused, in the tenant's runs")
+    lines.append(_line("onebox_blocked_network_attempts_total", float(str(blocked.get("n") or 0)),
+                       {"tenant": tenant_id}))
+    return "\n".join(lines) + "\n"
+
+
+async def _totals(db: Database, backend: SandboxBackend, hub: EventHub) -> list[str]:
+    """What the operator of the machine watches: load, not anyone's data."""
     queue = await db.fetchone(Q["metrics_queue"]) or {}
     lines = _header("onebox_queue_depth", "gauge", "step attempts waiting to be claimed")
     lines.append(_line("onebox_queue_depth", queue.get("queued") or 0))
@@ -34,44 +57,38 @@ async def render_metrics(db: Database, backend: SandboxBackend, hub: EventHub) -
     lines.append(_line("onebox_steps_running", queue.get("running") or 0))
     lines += _header("onebox_approvals_waiting", "gauge", "approval steps waiting for a person")
     lines.append(_line("onebox_approvals_waiting", queue.get("waiting") or 0))
-    lines += _runs(await db.fetch(Q["metrics_runs"]))
-    lines += _sessions(backend, await db.fetchone(Q["metrics_sessions"]) or {})
-    lines += _durations(await db.fetch(Q["metrics_durations"]))
-    blocked = await db.fetchone(Q["metrics_blocked"]) or {}
-    lines += _header("onebox_blocked_network_attempts_total", "counter",
-                     "connections the egress proxy refused")
-    lines.append(_line("onebox_blocked_network_attempts_total", blocked.get("n") or 0))
+    live = getattr(backend, "live_sessions", None)
+    lines += _header("onebox_live_sessions", "gauge", "sandbox sessions with a workspace")
+    lines.append(_line("onebox_live_sessions", float(live() if callable(live) else 0)))
     lines += _header("onebox_sse_subscribers", "gauge", "open event streams")
     lines.append(_line("onebox_sse_subscribers", hub.subscribers))
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def _runs(rows: list[dict[str, object]]) -> list[str]:
-    lines = _header("onebox_runs", "gauge", "runs by status")
+def _runs(rows: list[dict[str, object]], tenant_id: str) -> list[str]:
+    lines = _header("onebox_runs", "gauge", "the tenant's runs by status")
     for row in rows:
-        lines.append(_line("onebox_runs", float(str(row["n"])), {"status": str(row["status"])}))
+        lines.append(_line("onebox_runs", float(str(row["n"])),
+                           {"status": str(row["status"]), "tenant": tenant_id}))
     return lines
 
 
-def _sessions(backend: SandboxBackend, row: dict[str, object]) -> list[str]:
-    live = getattr(backend, "live_sessions", None)
-    count = live() if callable(live) else float(str(row.get("n") or 0))
-    lines = _header("onebox_live_sessions", "gauge", "sandbox sessions with a workspace")
-    lines.append(_line("onebox_live_sessions", float(count)))
-    lines += _header("onebox_active_sessions", "gauge", "sessions recorded as active")
-    lines.append(_line("onebox_active_sessions", float(str(row.get("n") or 0))))
+def _tenant_sessions(row: dict[str, object], tenant_id: str) -> list[str]:
+    lines = _header("onebox_active_sessions", "gauge", "the tenant's sessions recorded as active")
+    lines.append(_line("onebox_active_sessions", float(str(row.get("n") or 0)),
+                       {"tenant": tenant_id}))
     return lines
 
 
-def _durations(rows: list[dict[str, object]]) -> list[str]:
+def _durations(rows: list[dict[str, object]], tenant_id: str) -> list[str]:
     name = "onebox_step_duration_ms"
-    lines = _header(name, "histogram", "duration of finished step attempts, by status")
+    lines = _header(name, "histogram", "duration of the tenant's finished step attempts")
     for row in rows:
-        status = str(row["status"])
+        labels = {"status": str(row["status"]), "tenant": tenant_id}
         for bound in BUCKETS_MS:
             lines.append(_line(f"{name}_bucket", float(str(row[f"le_{bound}"])),
-                               {"status": status, "le": str(bound)}))
-        lines.append(_line(f"{name}_bucket", float(str(row["n"])), {"status": status, "le": "+Inf"}))
-        lines.append(_line(f"{name}_sum", float(str(row["total_ms"])), {"status": status}))
-        lines.append(_line(f"{name}_count", float(str(row["n"])), {"status": status}))
+                               {**labels, "le": str(bound)}))
+        lines.append(_line(f"{name}_bucket", float(str(row["n"])), {**labels, "le": "+Inf"}))
+        lines.append(_line(f"{name}_sum", float(str(row["total_ms"])), labels))
+        lines.append(_line(f"{name}_count", float(str(row["n"])), labels))
     return lines

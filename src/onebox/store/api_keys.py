@@ -89,6 +89,12 @@ async def count_active_keys(db: Database) -> int:
     return int(row["n"]) if row else 0
 
 
+async def is_active(db: Database, key_id: uuid.UUID) -> bool:
+    """Whether the key with this id still exists and is not revoked (a primary-key lookup)."""
+    row = await db.fetchone(Q["key_active"], {"id": key_id})
+    return bool(row and row["active"])
+
+
 async def authenticate(db: Database, key: str) -> Principal | None:
     """The principal of an active key, or None. Records when the key was last used."""
     if not key.startswith(KEY_PREFIX) or len(key) > 200:

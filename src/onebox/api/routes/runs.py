@@ -6,6 +6,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Response
@@ -16,11 +17,15 @@ from fastapi.responses import StreamingResponse
 from onebox.api import runs as service
 from onebox.api import sessions
 from onebox.api.auth import Caller, State
-from onebox.api.events import run_event_stream
+from onebox.api.errors import body as error_body
+from onebox.api.events import Recheck, run_event_stream
 from onebox.api.schemas import CreateRun, Decision
+from onebox.api.state import ApiState
 from onebox.errors import ValidationError
 from onebox.runtime import runs as runtime_runs
 from onebox.runtime.submit import session_id_for
+from onebox.store import api_keys
+from onebox.store.api_keys import Principal
 from onebox.store.queries import load_queries
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
@@ -97,9 +102,19 @@ async def stream_events(
             raise ValidationError("Last-Event-ID must be an event seq (a number)",
                                   field="Last-Event-ID")
         start = int(last_event_id.strip())
-    stream = _sse(run_event_stream(state.hub, run_id, start, state.settings.api.heartbeat_s))
+    events = run_event_stream(state.hub, run_id, start, state.settings.api.heartbeat_s,
+                              key_recheck(state, caller))
+    stream = _sse(events)
     return StreamingResponse(stream, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def key_recheck(state: ApiState, caller: Principal) -> Recheck | None:
+    """An open stream ends within api.key_recheck_s of its API key's revocation."""
+    key_id = caller.key_id
+    if key_id is None:
+        return None
+    return Recheck(partial(api_keys.is_active, state.db, key_id), state.settings.api.key_recheck_s)
 
 
 async def _sse(events: AsyncIterator[dict[str, Any] | None]) -> AsyncIterator[str]:
@@ -110,6 +125,8 @@ async def _sse(events: AsyncIterator[dict[str, Any] | None]) -> AsyncIterator[st
             continue
         data = json.dumps(jsonable_encoder(event), separators=(",", ":"))
         yield f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
+    revoked = json.dumps(error_body("unauthorized", "this API key was revoked; the stream ends here"))
+    yield f"event: revoked\ndata: {revoked}\n\n"
 
 
 @router.post("/{run_id}/cancel", summary="Cancel an unfinished run")

@@ -37,9 +37,10 @@ async def readyz(state: State) -> JSONResponse:
 
 
 @router.get("/metrics", tags=["system"], response_class=PlainTextResponse,
-            summary="Prometheus metrics: queue depth, sessions, step durations, blocked network")
+            summary="Prometheus metrics: machine totals, and the caller's tenant's runs, sessions, "
+            "step durations and blocked network attempts")
 async def metrics(state: State, caller: Caller) -> PlainTextResponse:
-    text = await render_metrics(state.db, state.backend, state.hub)
+    text = await render_metrics(state.db, state.backend, state.hub, caller.tenant_id)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

@@ -31,6 +31,9 @@ SELECT k.id, k.tenant_id, k.name, k.prefix FROM k;
 -- name: count_keys
 SELECT count(*) AS n FROM onebox.api_keys WHERE revoked_at IS NULL;
 
+-- name: key_active
+SELECT EXISTS (SELECT 1 FROM onebox.api_keys WHERE id = %(id)s AND revoked_at IS NULL) AS active;
+
 -- name: run_tenant
 SELECT tenant_id FROM onebox.runs WHERE id = %(run_id)s;
 
@@ -142,7 +145,7 @@ SELECT count(*) FILTER (WHERE status = 'PENDING' AND waiting_for IS NULL) AS que
 FROM onebox.task_execution WHERE status IN ('PENDING', 'RUNNING');
 
 -- name: metrics_runs
-SELECT status, count(*) AS n FROM onebox.runs GROUP BY status;
+SELECT status, count(*) AS n FROM onebox.runs WHERE tenant_id = %(tenant_id)s GROUP BY status;
 
 -- name: metrics_durations
 SELECT status, count(*) AS n, coalesce(sum(duration_ms), 0) AS total_ms,
@@ -154,15 +157,18 @@ SELECT status, count(*) AS n, coalesce(sum(duration_ms), 0) AS total_ms,
        count(*) FILTER (WHERE duration_ms <= 5000) AS le_5000,
        count(*) FILTER (WHERE duration_ms <= 30000) AS le_30000,
        count(*) FILTER (WHERE duration_ms <= 300000) AS le_300000
-FROM onebox.task_execution
+FROM onebox.task_execution t
 WHERE status IN ('SUCCESS', 'FAILED', 'TIMEOUT') AND duration_ms IS NOT NULL
+  AND t.run_id IN (SELECT id FROM onebox.runs WHERE tenant_id = %(tenant_id)s)
 GROUP BY status;
 
 -- name: metrics_blocked
-SELECT count(*) AS n FROM onebox.agent_events WHERE type = 'BLOCKED_EXTERNAL_ACCESS';
+SELECT count(*) AS n FROM onebox.agent_events
+WHERE type = 'BLOCKED_EXTERNAL_ACCESS'
+  AND run_id IN (SELECT id FROM onebox.runs WHERE tenant_id = %(tenant_id)s);
 
 -- name: metrics_sessions
-SELECT count(*) AS n FROM onebox.sessions WHERE status = 'ACTIVE';
+SELECT count(*) AS n FROM onebox.sessions WHERE status = 'ACTIVE' AND tenant_id = %(tenant_id)s;
 
 -- name: tenant_collections
 SELECT k.name, k.embedding_model, k.embedding_dim, k.created_at,
