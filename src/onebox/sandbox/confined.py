@@ -244,6 +244,8 @@ async def _supervise(proc: asyncio.subprocess.Process, data: bytes,
         if proc.returncode is None:  # cancelled: never leave a parser behind
             _kill_group(proc)
             await proc.wait()
+        if proc.stdin is not None:  # a feed cut short leaves it open, and the transport too
+            proc.stdin.close()
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
@@ -259,6 +261,8 @@ async def _read_bounded(proc: asyncio.subprocess.Process, max_bytes: int) -> tup
         size += len(chunk)
         if size > max_bytes:
             _kill_group(proc)
+            while await proc.stdout.read(CHUNK_BYTES):  # to EOF, so the pipe closes
+                pass
             return b"", True
         chunks.append(chunk)
     return b"".join(chunks), False
