@@ -18,6 +18,7 @@ from sbx_helpers import DISK_MB, sh
 
 from onebox.config import SandboxSettings, load_settings
 from onebox.errors import SandboxUnavailable
+from onebox.sandbox.base import ExecRequest
 from onebox.sandbox.identity import SessionIdentities
 from onebox.sandbox.linux import BwrapSandbox
 
@@ -267,3 +268,13 @@ async def test_doctor_names_the_identity_sandboxes_run_as(linux: BwrapSandbox) -
         assert "per-session unprivileged host uid" in identity
     else:
         assert f"host uid {os.getuid()}" in identity
+
+
+async def test_the_sandbox_user_can_reopen_its_own_stdio(linux: BwrapSandbox) -> None:
+    """Tools read /dev/stdin or write /dev/stdout by name (bash -n /dev/stdin, tee)."""
+    request = ExecRequest(session_id="stdio", argv=("/bin/sh", "-c",
+                          "cat /dev/stdin; echo out > /dev/stdout; echo err > /dev/stderr"),
+                          stdin=b"from stdin\n")
+    r = await linux.execute(request)
+    assert r.ok, r.stderr
+    assert r.stdout == "from stdin\nout\n" and r.stderr == "err\n"

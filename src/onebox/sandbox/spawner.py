@@ -114,6 +114,11 @@ def _popen(
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    if run_as is not None:
+        # A pipe belongs to its creator (root): the sandbox's user could not reopen its own
+        # stdio through /dev/stdin (/proc/self/fd/0) unless the pipes are its own.
+        for fd in (in_r, out_w, err_w):
+            os.fchown(fd, *run_as)
     try:
         proc = subprocess.Popen(
             [*DEATH_SIGNAL_PREFIX, bwrap, "--args", str(args_fd), *command],
