@@ -217,3 +217,21 @@ async def test_files_a_step_declares_become_knowledge(rt: Runtime) -> None:
     provenance = hits[0].to_dict()
     assert str(steps["notes"]["id"]) in str(provenance)
     assert str(steps["notes"]["snapshot_id"]) in str(provenance)
+
+
+async def test_a_result_of_several_megabytes_is_archived(rt: Runtime) -> None:
+    """A step that wrote 20,000 files has megabytes of details; archiving them once hung
+    the worker for good (psycopg's pipeline with a 3 MB parameter)."""
+    sub = await rt.submit(plan_of({"id": "a", "tool": "bash", "code": "true"}))
+    (claimed,) = await claim_steps(rt.db, rt.settings, "worker-A", 1, run_id=sub.run_id)
+    files = [{"path": f"many/{i}", "change": "created", "size": 1, "sha256": "0" * 64}
+             for i in range(20_000)]
+    outcome = Outcome("SUCCESS", exit_code=0, output_hash="0" * 64,
+                      details={"files_written": files})
+    state = await asyncio.wait_for(archive_step(rt.db, rt.settings, claimed, outcome), 60)
+    assert state == "SUCCEEDED"
+    async with rt.db.connection() as conn:
+        cur = await conn.execute("SELECT details FROM onebox.task_execution WHERE id = %s",
+                                 (claimed["id"],))
+        row = await cur.fetchone()
+    assert len(row["details"]["files_written"]) == 20_000

@@ -9,11 +9,15 @@ writes nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from psycopg import AsyncPipeline
 from psycopg.types.json import Jsonb
 
 from onebox.agent.hashing import canonical_hash
@@ -29,6 +33,7 @@ from onebox.store.db import Database
 log = logging.getLogger(__name__)
 
 STDIO_TAIL_CHARS = 64_000
+PIPELINE_MAX_BYTES = 256 << 10  # larger results skip the pipeline (see _pipeline_if_small)
 _plans: dict[uuid.UUID, PlanIndex] = {}
 EVENT_OF_STATUS = {"SUCCESS": "step_succeeded", "FAILED": "step_failed", "TIMEOUT": "step_timed_out"}
 
@@ -117,7 +122,8 @@ async def archive_step(
     db: Database, settings: Settings, claimed: store.Row, outcome: Outcome
 ) -> str | None:
     """Write the attempt's result and advance the run. Returns the run's new terminal state, if any."""
-    async with db.pool.connection() as conn, conn.pipeline() as pipeline, conn.transaction():
+    async with (db.pool.connection() as conn,
+                _pipeline_if_small(conn, outcome) as pipeline, conn.transaction()):
         # BEGIN, the run lock and the fenced write go out together: one round trip.
         run_cur = await conn.execute(store.Q["lock_run_for_archive"], {
             "run_id": claimed["run_id"], "succeeded": int(outcome.status == "SUCCESS")})
@@ -130,7 +136,8 @@ async def archive_step(
             "stderr": outcome.stderr, "error": outcome.error, "details": Jsonb(outcome.details),
             "event_type": EVENT_OF_STATUS[outcome.status],
         })
-        await pipeline.sync()
+        if pipeline is not None:
+            await pipeline.sync()
         run, row = await run_cur.fetchone(), await row_cur.fetchone()
         assert run is not None
         if row is None:
@@ -145,6 +152,25 @@ async def archive_step(
         if run["status"] in store.TERMINAL_RUN_STATES:
             return None
         return await advance(conn, settings, run, row)
+
+
+@contextlib.asynccontextmanager
+async def _pipeline_if_small(
+    conn: store.Conn, outcome: Outcome
+) -> AsyncIterator[AsyncPipeline | None]:
+    """A pipeline for the usual small result; plain statements for a big one.
+
+    psycopg's async pipeline stalls for good when one statement's parameters are a few
+    MB (seen with 3 MB: client and server both wait to read), and a step's details can
+    be that big (files_written of 20,000 files). One more round trip is the price.
+    """
+    size = len(outcome.stdout or "") + len(outcome.stderr or "")
+    size += len(json.dumps(outcome.details, default=str))
+    if size > PIPELINE_MAX_BYTES:
+        yield None
+        return
+    async with conn.pipeline() as pipeline:
+        yield pipeline
 
 
 def step_payload(row: store.Row) -> dict[str, Any]:
