@@ -284,6 +284,7 @@ async def test_a_1200_deep_tree_fails_the_snapshot_not_the_step(
         assert [(s["step_id"], s["status"]) for s in steps] == [
             ("deep", "SUCCESS"), ("after", "SUCCESS")]
         assert steps[0]["stdout"] == "deep\n"
+        assert steps[0]["details"]["files_truncated"] is True  # the listing stopped at a bound
         events = await runs_api.run_events(db, run["id"])
         failed = [e for e in events if e["type"] == "snapshot_failed"]
         assert failed and all(e["payload"]["bound"] == "max_depth" for e in failed)

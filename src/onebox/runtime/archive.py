@@ -90,6 +90,7 @@ def outcome_from_result(result: ExecResult, request_details: dict[str, Any]) -> 
             "enforcement": dict(result.enforcement), "truncated": result.truncated,
             "session_reset": result.session_reset, "cpu_time_ms": result.cpu_time_ms,
             "files_written": [asdict(f) for f in result.files_written],
+            "files_truncated": result.files_truncated,
         },
         blocked_network=tuple(asdict(b) for b in result.blocked_network),
     )

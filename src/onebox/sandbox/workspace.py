@@ -145,22 +145,33 @@ def diff(root: Path, before: Snapshot, after: Snapshot) -> tuple[FileChange, ...
 
 
 def changes(root: Path, before: Snapshot, after: Snapshot) -> Changes:
-    """What changed between two snapshots, with size and sha256 of what exists now."""
+    """What changed between two snapshots, with size and sha256 of what exists now.
+
+    A workspace that is gone (its run ended on another worker while this one was
+    paused) has nothing left to list: the result says so (truncated), it never raises.
+    """
+    try:
+        with hostfs.root(root) as root_fd:
+            return _changes(root_fd, before, after)
+    except OSError:
+        return Changes((), truncated=True)
+
+
+def _changes(root_fd: int, before: Snapshot, after: Snapshot) -> Changes:
     out: list[FileChange] = []
     budget = HASH_BUDGET_BYTES
-    with hostfs.root(root) as root_fd:
-        for path, now in sorted(after.items()):
-            old = before.get(path)
-            if old == now:
-                continue
-            if len(out) >= MAX_CHANGES:
-                return Changes(tuple(out), truncated=True)
-            sha256, note = _hash(root_fd, path, budget)
-            budget -= now.size if sha256 is not None else 0
-            if old is None:
-                out.append(FileChange(path, "created", now.size, sha256, note))
-            else:
-                out.append(FileChange(path, "modified", now.size, sha256, note))
+    for path, now in sorted(after.items()):
+        old = before.get(path)
+        if old == now:
+            continue
+        if len(out) >= MAX_CHANGES:
+            return Changes(tuple(out), truncated=True)
+        sha256, note = _hash(root_fd, path, budget)
+        budget -= now.size if sha256 is not None else 0
+        if old is None:
+            out.append(FileChange(path, "created", now.size, sha256, note))
+        else:
+            out.append(FileChange(path, "modified", now.size, sha256, note))
     gone = [] if after.truncated else sorted(before.keys() - after.keys())
     room = MAX_CHANGES - len(out)
     out += [FileChange(path, "deleted", None, None) for path in gone[:room]]
