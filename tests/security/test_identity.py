@@ -278,3 +278,20 @@ async def test_the_sandbox_user_can_reopen_its_own_stdio(linux: BwrapSandbox) ->
     r = await linux.execute(request)
     assert r.ok, r.stderr
     assert r.stdout == "from stdin\nout\n" and r.stderr == "err\n"
+
+
+@as_root
+async def test_two_backends_sharing_a_home_keep_the_run_dirs_private(sec_home: Path) -> None:
+    """A server and a worker on one home: the first to close unmounts the run tmpfs; the
+    other mounts it again at its next spawn, so no host path leaks into its sandboxes."""
+    sandbox = SandboxSettings(backend="linux", pool_size=0, disk_mb=DISK_MB, timeout_s=20)
+    settings = load_settings(home=sec_home / "shared-home", sandbox=sandbox)
+    first, second = BwrapSandbox(settings), BwrapSandbox(settings)
+    try:
+        await sh(first, "print(1)", session="one")
+        await first.close()
+        r = await sh(second, "print(open('/proc/self/mountinfo').read())", session="two")
+        assert r.ok and "onebox-run" in r.stdout
+        assert str(second.state_dir) not in r.stdout and str(settings.home) not in r.stdout
+    finally:
+        await second.close()

@@ -111,15 +111,19 @@ class BwrapSandbox(SandboxBackend):
             path.mkdir(parents=True, exist_ok=True)
         if self.identities.per_session:  # session users must reach their workspace
             _traversable(self.state_dir)
+        self._mount_run_root()
+        os.chmod(self.settings.workspaces_dir, 0o711)
+
+    def _mount_run_root(self) -> None:
+        """As root, run dirs live on a tmpfs of their own: bound into a sandbox, their mount
+        shows "/<exec_id>" on "onebox-run", not a path of the onebox home. Checked again at
+        every spawn: another onebox process sharing this home may have unmounted it."""
         if self.identities.per_session and not os.path.ismount(self.run_root):
-            # Run dirs on a tmpfs of their own: bound into a sandbox, their mount shows
-            # "/<exec_id>" on "onebox-run", not a path of the onebox home.
             subprocess.run(
                 ["mount", "-t", "tmpfs", "-o", f"nosuid,nodev,mode=0711,size={RUN_TMPFS_MB}m",
                  "onebox-run", str(self.run_root)], check=True, capture_output=True)
             self._run_tmpfs = True
         os.chmod(self.run_root, 0o711)
-        os.chmod(self.settings.workspaces_dir, 0o711)
 
     # -- the interface -------------------------------------------------------
 
@@ -247,6 +251,7 @@ class BwrapSandbox(SandboxBackend):
         exec_id = uuid.uuid4().hex[:16]
         run_dir = self.run_root / exec_id
         owner = self.identities.owner_of(workspace)
+        self._mount_run_root()
         self._make_run_dir(run_dir, owner[1])
         egress = await self.egress.open(run_dir, request) if request is not None else None
         opened: list[int] = []
