@@ -129,17 +129,18 @@ def _parent_dirs(paths: Sequence[str]) -> list[str]:
 
 
 def _mount_args(spec: ConfinedSpec) -> list[str]:
-    args: list[str] = []
+    # /proc, /dev and the private /tmp first: a Python environment that lives under /tmp
+    # (a checkout in a temp dir) is bound on top of the tmpfs, not hidden by it.
+    tmp_bytes = str(spec.limits.file_mb << 20)
+    args = ["--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
     for parent in _parent_dirs(spec.ro_paths):
         args += ["--perms", "0755", "--dir", parent]
     for path in spec.ro_paths:
         args += ["--ro-bind", path, path]
     for link, target in spec.symlinks.items():
         args += ["--symlink", target, link]
-    tmp_bytes = str(spec.limits.file_mb << 20)
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp", "--remount-ro", "/"]
-    return args
+    return [*args, "--remount-ro", "/"]
 
 
 def compile_argv(spec: ConfinedSpec) -> list[str]:
