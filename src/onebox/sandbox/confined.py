@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from onebox.sandbox import seccomp
-from onebox.sandbox.linux_support import MERGED_USR, probe_bwrap
+from onebox.sandbox.linux_support import probe_bwrap, system_paths
 
 log = logging.getLogger(__name__)
 
@@ -171,13 +171,7 @@ def minimal_paths(paths: Sequence[str]) -> tuple[str, ...]:
 
 def host_paths(extra_ro: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str]]:
     """What of the host the child sees: system paths, the Python environment, ``extra_ro``."""
-    ro = [p for p in SYSTEM_RO if os.path.exists(p)]
-    links: dict[str, str] = {}
-    for path in MERGED_USR:
-        if os.path.islink(path):
-            links[path] = os.readlink(path)
-        elif os.path.isdir(path):
-            ro.append(path)
+    ro, links = system_paths(SYSTEM_RO)
     ro += [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *extra_ro]
     return minimal_paths(ro), links
 

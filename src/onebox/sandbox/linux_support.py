@@ -23,15 +23,22 @@ MERGED_USR = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 FULL_DISK_FREE_BYTES = 1024 * 1024
 
 
-def host_layout() -> policy.HostLayout:
-    """Which system paths exist here, and which top-level dirs are merged-/usr symlinks."""
-    ro = [p for p in policy.SYSTEM_RO_PATHS if os.path.exists(p)]
+def system_paths(candidates: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The ``candidates`` that exist here plus the top-level dirs, and which of those are
+    merged-/usr symlinks (``/bin -> usr/bin``) to recreate rather than bind."""
+    ro = [p for p in candidates if os.path.exists(p)]
     links: dict[str, str] = {}
     for path in MERGED_USR:
         if os.path.islink(path):
             links[path] = os.readlink(path)
         elif os.path.isdir(path):
             ro.append(path)
+    return ro, links
+
+
+def host_layout() -> policy.HostLayout:
+    """Which system paths exist here, and which top-level dirs are merged-/usr symlinks."""
+    ro, links = system_paths(policy.SYSTEM_RO_PATHS)
     return policy.HostLayout(
         tuple(ro), links,
         proc_read_only=_existing(policy.PROC_READ_ONLY, dirs=None),
