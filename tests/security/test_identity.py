@@ -295,3 +295,24 @@ async def test_two_backends_sharing_a_home_keep_the_run_dirs_private(sec_home: P
         assert str(second.state_dir) not in r.stdout and str(settings.home) not in r.stdout
     finally:
         await second.close()
+
+
+@as_root
+async def test_the_process_backend_never_runs_code_as_root_either(tmp_path: Path) -> None:
+    from onebox.sandbox.process import ProcessSandbox
+
+    sandbox = SandboxSettings(backend="process", pool_size=0, timeout_s=20)
+    backend = ProcessSandbox(load_settings(home=tmp_path / "proc-home", sandbox=sandbox))
+    code = "import os; print(os.getuid(), os.getgid(), os.getgroups())\n" + \
+        _errno_of_write("/proc/sys/fs/file-max") + "print(open('/dev/stdin').read())"
+    try:
+        a = await backend.execute(ExecRequest(session_id="a", code=code, stdin=b"in"))
+        b = await backend.execute(ExecRequest(session_id="b", code=code, stdin=b"in"))
+    finally:
+        await backend.close()
+    (uid_a, gid_a, groups_a), (uid_b, _, _) = (r.stdout.split(maxsplit=2) for r in (a, b))
+    assert a.ok and b.ok, a.stderr + b.stderr
+    lo, hi = sandbox.session_uid_min, sandbox.session_uid_max
+    assert lo <= int(uid_a) <= hi and uid_a == gid_a and uid_a != uid_b
+    assert groups_a.startswith("[]")
+    assert "EACCES" in a.stdout and a.stdout.rstrip().endswith("in")

@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 Owner = tuple[int, int]
 MAX_CHOWN_ENTRIES = 1_000_000
+ONEBOX_VAR = Path("/var/lib/onebox")
 
 
 @dataclass(frozen=True)
@@ -206,3 +207,19 @@ def _chown_entry(dir_fd: int, name: str, owner: Owner) -> int | None:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
             return None
         raise
+
+
+def ensure_reachable(path: Path) -> None:
+    """Session users must traverse every directory down to ``path``: give o+x to the ones
+    onebox made (``path`` itself, /var/lib/onebox/...), refuse a root elsewhere that lacks it."""
+    for part in (path, *path.parents):
+        st = os.stat(part)
+        if st.st_mode & 0o001:
+            continue
+        if part == path or part.is_relative_to(ONEBOX_VAR):
+            os.chmod(part, stat.S_IMODE(st.st_mode) | 0o111)
+        else:
+            raise SandboxUnavailable(
+                f"sandbox.root {path} is below {part} (mode {stat.S_IMODE(st.st_mode):o}), which "
+                "session users cannot traverse; set ONEBOX_SANDBOX__ROOT to a directory whose "
+                "parents are world-searchable, or leave it unset (/var/lib/onebox/homes/...)")

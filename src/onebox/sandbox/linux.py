@@ -20,7 +20,6 @@ import dataclasses
 import itertools
 import os
 import shutil
-import stat
 import subprocess
 import uuid
 from collections.abc import Callable
@@ -28,13 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from onebox.config import Settings
-from onebox.errors import SandboxError, SandboxUnavailable
+from onebox.errors import SandboxError
 from onebox.sandbox import policy, seccomp
 from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
 from onebox.sandbox.cgroups import CgroupManager, CgroupUsage
 from onebox.sandbox.disk import LoopDiskQuota
 from onebox.sandbox.egress import EgressLimits, EgressProxy, ExecutionEgress
-from onebox.sandbox.identity import SessionIdentities
+from onebox.sandbox.identity import SessionIdentities, ensure_reachable
 from onebox.sandbox.linux_support import (
     build_result,
     close_all,
@@ -61,7 +60,6 @@ from onebox.sandbox.workspace import changes_since, state, write_files
 _instances = itertools.count()
 SUCCESSOR_LINGER_S = 5.0
 RUN_TMPFS_MB = 256
-ONEBOX_VAR = Path("/var/lib/onebox")
 
 
 class BwrapSandbox(SandboxBackend):
@@ -110,7 +108,7 @@ class BwrapSandbox(SandboxBackend):
         for path in (self.state_dir, self.run_root, self.settings.workspaces_dir):
             path.mkdir(parents=True, exist_ok=True)
         if self.identities.per_session:  # session users must reach their workspace
-            _traversable(self.state_dir)
+            ensure_reachable(self.state_dir)
         self._mount_run_root()
         os.chmod(self.settings.workspaces_dir, 0o711)
 
@@ -403,22 +401,6 @@ class BwrapSandbox(SandboxBackend):
         if self.cgroups is not None:
             await self._in_thread(self.cgroups.remove, exec_id)
         shutil.rmtree(self.run_root / exec_id, ignore_errors=True)
-
-
-def _traversable(path: Path) -> None:
-    """Session users must traverse every directory down to ``path``: give o+x to the ones
-    onebox made (``path`` itself, /var/lib/onebox/...), refuse a root elsewhere that lacks it."""
-    for part in (path, *path.parents):
-        st = os.stat(part)
-        if st.st_mode & 0o001:
-            continue
-        if part == path or part.is_relative_to(ONEBOX_VAR):
-            os.chmod(part, stat.S_IMODE(st.st_mode) | 0o111)
-        else:
-            raise SandboxUnavailable(
-                f"sandbox.root {path} is below {part} (mode {stat.S_IMODE(st.st_mode):o}), which "
-                "session users cannot traverse; set ONEBOX_SANDBOX__ROOT to a directory whose "
-                "parents are world-searchable, or leave it unset (/var/lib/onebox/homes/...)")
 
 
 def _owner_uid(path: Path) -> int | None:

@@ -1,10 +1,11 @@
 """The ``process`` backend: the portable fallback with NO isolation.
 
 For macOS and machines without user namespaces. Code runs as the current user
-in its own session and process group, in the session's workspace directory as
-cwd, with a clean environment and rlimits (address space, CPU seconds, file
-size, processes, core dumps). It cannot hide host files, block the network or
-catch processes that leave the process group; it says so as ``isolation="none"``.
+(as root: the session's own unprivileged uid, as in the linux backend) in its own
+session and process group, in the session's workspace directory as cwd, with a
+clean environment and rlimits (address space, CPU seconds, file size, processes,
+core dumps). It cannot hide host files, block the network or catch processes that
+leave the process group; it says so as ``isolation="none"``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from onebox.config import Settings
 from onebox.errors import PolicyViolation
 from onebox.sandbox import policy
 from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
 from onebox.sandbox.capture import BoundedCapture
+from onebox.sandbox.identity import Owner, SessionIdentities, ensure_reachable
 from onebox.sandbox.sessions import SessionTable
 from onebox.sandbox.workspace import Changes, changes_since, state, write_files
 
@@ -66,9 +69,15 @@ class ProcessSandbox(SandboxBackend):
         self.settings = settings
         self.cfg = settings.sandbox
         self.fallback_reason = fallback_reason
-        self.run_root = settings.home / "sandbox" / "process-run"
+        self.identities = SessionIdentities(
+            self.cfg.uid_registry, self.cfg.session_uid_min, self.cfg.session_uid_max
+        )
+        self.run_root = settings.sandbox_dir / "process-run"
         self.run_root.mkdir(parents=True, exist_ok=True)
         settings.workspaces_dir.mkdir(parents=True, exist_ok=True)
+        if self.identities.per_session:
+            ensure_reachable(self.run_root)
+            os.chmod(settings.workspaces_dir, 0o711)
         self.sessions = SessionTable(
             settings.workspaces_dir, self.cfg.idle_timeout_s, self._make_ws, self._drop_ws
         )
@@ -82,9 +91,15 @@ class ProcessSandbox(SandboxBackend):
 
     async def _make_ws(self, path: Path) -> None:
         path.mkdir(mode=0o700, exist_ok=True)
+        await asyncio.to_thread(self.identities.claim, path)
 
     async def _drop_ws(self, path: Path) -> None:
+        uid = path.stat().st_uid if path.is_dir() else None
         await asyncio.to_thread(shutil.rmtree, path, True)
+        self.identities.free(path, uid)
+
+    def _run_as(self, workspace: Path) -> Owner | None:
+        return self.identities.owner_of(workspace) if self.identities.per_session else None
 
     def health(self) -> Health:
         problems = ["the 'process' backend has NO isolation: code can read host files, use "
@@ -92,7 +107,8 @@ class ProcessSandbox(SandboxBackend):
                     "(install bubblewrap, enable user namespaces)"]  # fmt: skip
         if self.fallback_reason:
             problems.append(f"linux backend unavailable: {self.fallback_reason}")
-        details = {"live_sessions": self.live_sessions(), "limits": "rlimits only"}
+        details = {"live_sessions": self.live_sessions(), "limits": "rlimits only",
+                   "sandbox_identity": self.identities.info().describe()}
         return Health(True, self.name, self.isolation, details, tuple(problems))
 
     async def cleanup(self, session_id: str) -> None:
@@ -124,14 +140,15 @@ class ProcessSandbox(SandboxBackend):
         limits = policy.resolve_limits(self.cfg, request.limits)
         session, reset = await self.sessions.acquire(request.session_id)
         run_dir = self.run_root / uuid.uuid4().hex[:16]
-        run_dir.mkdir()
+        run_as = self._run_as(session.path)
+        _make_run_dir(run_dir, run_as)
         try:
-            await asyncio.to_thread(write_files, session.path, request.files, None)
+            await asyncio.to_thread(write_files, session.path, request.files, run_as)
             before = await state(session.path)
             argv = self._command(request, run_dir)
             env = policy.sandbox_env(request, limits, proxy=False)
             env["HOME"] = str(session.path)
-            result = await self._spawn(request, limits, argv, env, session.path)
+            result = await self._spawn(request, limits, argv, env, session.path, run_as)
             changes = await changes_since(session.path, before)
         finally:
             self.sessions.release(session)
@@ -140,14 +157,15 @@ class ProcessSandbox(SandboxBackend):
 
     async def _spawn(
         self, request: ExecRequest, limits: policy.ResolvedLimits, argv: list[str],
-        env: dict[str, str], cwd: Path,
+        env: dict[str, str], cwd: Path, run_as: Owner | None,
     ) -> _Run:  # fmt: skip
+        identity: dict[str, Any] = {}
+        if run_as is not None:
+            identity = {"user": run_as[0], "group": run_as[1], "extra_groups": []}
         try:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=cwd, env=env, start_new_session=True,
-                preexec_fn=lambda: _limit_child(limits),  # noqa: PLW1509 - setrlimit only
-            )  # fmt: skip
+            proc = _popen_owned(argv, run_as, cwd=cwd, env=env, start_new_session=True,
+                                preexec_fn=lambda: _limit_child(limits),  # noqa: PLW1509
+                                **identity)
         except OSError as exc:  # like a shell: 127 not found, 126 not executable
             return _not_started(argv[0], exc, limits)
         groups = self._groups.setdefault(request.session_id, set())
@@ -184,6 +202,36 @@ class ProcessSandbox(SandboxBackend):
             },
             error=error,
         )  # fmt: skip
+
+
+def _make_run_dir(run_dir: Path, run_as: Owner | None) -> None:
+    """The entry file's directory: root's, readable by the session's group only."""
+    run_dir.mkdir(mode=0o750)
+    if run_as is not None:
+        os.chown(run_dir, 0, run_as[1])
+
+
+def _popen_owned(argv: list[str], run_as: Owner | None, **options: Any) -> subprocess.Popen[bytes]:
+    """Popen with stdio pipes that belong to ``run_as``, so the code can reopen /dev/stdin."""
+    pipes = [os.pipe() for _ in range(3)]
+    child = (pipes[0][0], pipes[1][1], pipes[2][1])
+    try:
+        if run_as is not None:
+            for fd in child:
+                os.fchown(fd, *run_as)
+        proc = subprocess.Popen(argv, stdin=child[0], stdout=child[1], stderr=child[2],
+                                **options)
+    except BaseException:
+        for fd in (pipes[0][1], pipes[1][0], pipes[2][0]):
+            os.close(fd)
+        raise
+    finally:
+        for fd in child:
+            os.close(fd)
+    proc.stdin = os.fdopen(pipes[0][1], "wb")
+    proc.stdout = os.fdopen(pipes[1][0], "rb")
+    proc.stderr = os.fdopen(pipes[2][0], "rb")
+    return proc
 
 
 class _Run:
