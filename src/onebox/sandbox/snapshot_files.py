@@ -55,12 +55,15 @@ def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES,
         with hostfs.root(root) as root_fd:
             entries = _scan(root_fd, root, bounds, skip, max_bytes)
     except hostfs.BoundExceeded as exc:
+        # Named by session, not host path: this message reaches API clients in events.
+        limit = int(exc.limit) if float(exc.limit).is_integer() else exc.limit
         raise StorageError(
-            f"workspace {root} is too big to snapshot: {exc} (bound {exc.bound} = "
-            f"{exc.limit:g}); not snapshotting it. Fix: have the step clean up temporary "
-            "files, or raise the bound.") from exc
+            f"the workspace of session {root.name} is too big to snapshot: {exc} (bound "
+            f"{exc.bound} = {limit}); not snapshotting it. Fix: have the step clean up "
+            "temporary files, or raise the bound.") from exc
     except OSError as exc:
-        raise StorageError(f"cannot snapshot workspace {root}: {exc}") from exc
+        raise StorageError(f"cannot snapshot the workspace of session {root.name}: "
+                           f"{exc.strerror or exc}") from exc
     return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
 
 
