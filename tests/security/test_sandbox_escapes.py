@@ -524,7 +524,12 @@ async def test_sandboxes_die_with_a_killed_supervisor(tmp_path: Path) -> None:
             break
         await asyncio.sleep(0.05)
     assert _host_pids_matching(f"sleep {marker}") == []
-    subprocess.run(["umount", "-l", str(tmp_path / "workspaces" / "x")], capture_output=True)
+    # A killed supervisor leaves its mounts for the next process to adopt; clean them here.
+    from onebox.config import load_settings
+
+    settings = load_settings(home=tmp_path)
+    for mount in (settings.workspaces_dir / "x", settings.sandbox_dir / "run"):
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 async def test_nothing_is_left_behind_after_close(tmp_path: Path) -> None:
