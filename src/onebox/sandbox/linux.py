@@ -109,13 +109,14 @@ class BwrapSandbox(SandboxBackend):
             path.mkdir(parents=True, exist_ok=True)
         if self.identities.per_session:  # session users must reach their workspace
             ensure_reachable(self.state_dir)
-        self._mount_run_root()
+        os.chmod(self.run_root, 0o711)
         os.chmod(self.settings.workspaces_dir, 0o711)
 
     def _mount_run_root(self) -> None:
         """As root, run dirs live on a tmpfs of their own: bound into a sandbox, their mount
-        shows "/<exec_id>" on "onebox-run", not a path of the onebox home. Checked again at
-        every spawn: another onebox process sharing this home may have unmounted it."""
+        shows "/<exec_id>" on "onebox-run", not a path of the onebox home. Mounted at the
+        first spawn (a backend built only for health() mounts nothing) and checked at every
+        spawn: another onebox process sharing this home may have unmounted it."""
         if self.identities.per_session and not os.path.ismount(self.run_root):
             subprocess.run(
                 ["mount", "-t", "tmpfs", "-o", f"nosuid,nodev,mode=0711,size={RUN_TMPFS_MB}m",
