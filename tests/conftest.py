@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -76,7 +77,16 @@ def settings() -> Iterator[Settings]:
     """Settings for one test: its own ONEBOX_HOME; no database URL (tests pass one in)."""
     home = _world_traversable_tmpdir("onebox-test-")
     yield load_settings(home=home / "home")
+    _unmount_below(home)
     shutil.rmtree(home, ignore_errors=True)
+
+
+def _unmount_below(path: Path) -> None:
+    """Mounts a SIGKILLed worker left (its run tmpfs, workspace images) for a successor to
+    adopt; a test's home has no successor."""
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(str(path) + "/")), reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True)
 
 
 @pytest.fixture
