@@ -316,3 +316,19 @@ async def test_the_process_backend_never_runs_code_as_root_either(tmp_path: Path
     assert lo <= int(uid_a) <= hi and uid_a == gid_a and uid_a != uid_b
     assert groups_a.startswith("[]")
     assert "EACCES" in a.stdout and a.stdout.rstrip().endswith("in")
+
+
+@as_root
+def test_a_host_account_in_the_range_is_never_given_to_a_session(tmp_path: Path) -> None:
+    import pwd
+
+    root_like = pwd.getpwnam("nobody").pw_uid  # an account every host has
+    ids = SessionIdentities(tmp_path / "registry", root_like - 1, root_like + 1)
+    given = set()
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        given.add(ids.claim(tmp_path / name)[0])
+    assert given == {root_like - 1, root_like + 1}
+    (tmp_path / "c").mkdir()
+    with pytest.raises(SandboxUnavailable):
+        ids.claim(tmp_path / "c")

@@ -62,6 +62,7 @@ class SessionIdentities:
         self.uid_min, self.uid_max = uid_min, uid_max
         self.per_session = os.geteuid() == 0
         self._next = uid_min
+        self._taken = _local_ids(uid_min, uid_max) if self.per_session else frozenset()
         if self.per_session:
             registry.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(registry, 0o700)
@@ -138,7 +139,7 @@ class SessionIdentities:
         start = self._next
         for offset in range(span):
             uid = self.uid_min + (start - self.uid_min + offset) % span
-            if self._mark(uid, workspace, exclusive=True):
+            if uid not in self._taken and self._mark(uid, workspace, exclusive=True):
                 self._next = uid + 1 if uid < self.uid_max else self.uid_min
                 return uid
         return None
@@ -162,6 +163,19 @@ class SessionIdentities:
             if marker.name.isdigit() and _stale(marker, int(marker.name)):
                 logger.info("freeing session uid %s: its workspace is gone", marker.name)
                 marker.unlink(missing_ok=True)
+
+
+def _local_ids(lo: int, hi: int) -> frozenset[int]:
+    """uids and gids of this host's own accounts and groups inside the range: a session must
+    never become one of them (an escape would then own that account's files)."""
+    ids: set[int] = set()
+    for path in ("/etc/passwd", "/etc/group"):
+        with contextlib.suppress(OSError):
+            for line in Path(path).read_text(errors="replace").splitlines():
+                fields = line.split(":")
+                if len(fields) > 2 and fields[2].isdigit() and lo <= int(fields[2]) <= hi:
+                    ids.add(int(fields[2]))
+    return frozenset(ids)
 
 
 def _stale(marker: Path, uid: int) -> bool:
