@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 STDIO_TAIL_CHARS = 64_000
 PIPELINE_MAX_BYTES = 256 << 10  # larger results skip the pipeline (see _pipeline_if_small)
+BIG_LISTING = 500  # files_written entries past which details are serialised in a thread
 _plans: dict[uuid.UUID, PlanIndex] = {}
 EVENT_OF_STATUS = {"SUCCESS": "step_succeeded", "FAILED": "step_failed", "TIMEOUT": "step_timed_out"}
 
@@ -89,7 +90,8 @@ def outcome_from_result(result: ExecResult, request_details: dict[str, Any]) -> 
             "backend": result.backend, "isolation": result.isolation,
             "enforcement": dict(result.enforcement), "truncated": result.truncated,
             "session_reset": result.session_reset, "cpu_time_ms": result.cpu_time_ms,
-            "files_written": [asdict(f) for f in result.files_written],
+            # vars(), not asdict(): 25x cheaper, and a listing has up to 10,000 entries.
+            "files_written": [dict(vars(f)) for f in result.files_written],
             "files_truncated": result.files_truncated,
         },
         blocked_network=tuple(asdict(b) for b in result.blocked_network),
@@ -123,8 +125,9 @@ async def archive_step(
     db: Database, settings: Settings, claimed: store.Row, outcome: Outcome
 ) -> str | None:
     """Write the attempt's result and advance the run. Returns the run's new terminal state, if any."""
+    details = await _details_json(outcome.details)
     async with (db.pool.connection() as conn,
-                _pipeline_if_small(conn, outcome) as pipeline, conn.transaction()):
+                _pipeline_if_small(conn, outcome, details) as pipeline, conn.transaction()):
         # BEGIN, the run lock and the fenced write go out together: one round trip.
         run_cur = await conn.execute(store.Q["lock_run_for_archive"], {
             "run_id": claimed["run_id"], "succeeded": int(outcome.status == "SUCCESS")})
@@ -134,7 +137,7 @@ async def archive_step(
             "output_hash": outcome.output_hash, "duration_ms": outcome.duration_ms,
             "memory_used_mb": outcome.memory_used_mb,
             "cpu_usage_percent": outcome.cpu_usage_percent, "stdout": outcome.stdout,
-            "stderr": outcome.stderr, "error": outcome.error, "details": Jsonb(outcome.details),
+            "stderr": outcome.stderr, "error": outcome.error, "details": Jsonb(outcome.details, dumps=lambda _: details),
             "event_type": EVENT_OF_STATUS[outcome.status],
         })
         if pipeline is not None:
@@ -155,9 +158,17 @@ async def archive_step(
         return await advance(conn, settings, run, row)
 
 
+async def _details_json(details: dict[str, Any]) -> str:
+    """The step's details as JSON; a big one (files_written of thousands of files) is
+    serialised in a thread, so archiving it does not stall the worker's event loop."""
+    if len(details.get("files_written") or ()) > BIG_LISTING:
+        return await asyncio.to_thread(json.dumps, details, default=str)
+    return json.dumps(details, default=str)
+
+
 @contextlib.asynccontextmanager
 async def _pipeline_if_small(
-    conn: store.Conn, outcome: Outcome
+    conn: store.Conn, outcome: Outcome, details_json: str
 ) -> AsyncIterator[AsyncPipeline | None]:
     """A pipeline for the usual small result; plain statements for a big one.
 
@@ -165,8 +176,7 @@ async def _pipeline_if_small(
     MB (seen with 3 MB: client and server both wait to read), and a step's details can
     be that big (files_written of 20,000 files). One more round trip is the price.
     """
-    size = len(outcome.stdout or "") + len(outcome.stderr or "")
-    size += len(json.dumps(outcome.details, default=str))
+    size = len(outcome.stdout or "") + len(outcome.stderr or "") + len(details_json)
     if size > PIPELINE_MAX_BYTES:
         yield None
         return
