@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -34,12 +35,7 @@ PLAN = {"name": "queued", "steps": [{"id": "a", "tool": "bash", "code": "echo a"
                                   "127.0.0.1.nip.io", "localhost.evil.com", ""])
 async def test_no_auth_refuses_foreign_host_headers(api_no_worker: Api, host: str) -> None:
     """A page on evil.example.com rebinding its name to 127.0.0.1 sends its own Host."""
-    api_no_worker.settings.api.auth = False
-    try:
-        async with api_no_worker.client(None) as c:
-            r = await c.get("/v1/runs", headers={"Host": host})
-    finally:
-        api_no_worker.settings.api.auth = True
+    r = await _get_without_auth(api_no_worker, host)
     assert r.status_code == 421, r.text
     assert r.json()["code"] == "misdirected_request" and "localhost" in r.json()["message"]
 
@@ -47,13 +43,18 @@ async def test_no_auth_refuses_foreign_host_headers(api_no_worker: Api, host: st
 @pytest.mark.parametrize("host", ["localhost", "localhost:8420", "127.0.0.1:8420", "[::1]:8420",
                                   "127.0.0.1", "[::1]", "LOCALHOST:1"])
 async def test_no_auth_serves_loopback_host_headers(api_no_worker: Api, host: str) -> None:
-    api_no_worker.settings.api.auth = False
-    try:
-        async with api_no_worker.client(None) as c:
-            r = await c.get("/v1/runs", headers={"Host": host})
-    finally:
-        api_no_worker.settings.api.auth = True
+    r = await _get_without_auth(api_no_worker, host)
     assert r.status_code == 200, r.text
+
+
+async def _get_without_auth(api: Api, host: str) -> Any:
+    """GET /v1/runs with --no-auth and the given Host header."""
+    api.settings.api.auth = False
+    try:
+        async with api.client(None) as c:
+            return await c.get("/v1/runs", headers={"Host": host})
+    finally:
+        api.settings.api.auth = True
 
 
 async def test_with_auth_any_host_is_served(api_no_worker: Api) -> None:
