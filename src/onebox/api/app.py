@@ -11,10 +11,10 @@ knowledge and sandbox functions the CLI uses too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
@@ -59,14 +59,15 @@ def create_app(
             state = _state(settings, rt, embedding, owns=True)
             app.state.onebox = state
         stop = asyncio.Event()
-        task = asyncio.create_task(_work(state, stop)) if worker else None
+        if worker:
+            state.worker_task = asyncio.create_task(_work(state, stop))
+            state.worker_task.add_done_callback(partial(_worker_ended, stop))
         try:
             yield
         finally:
             stop.set()
-            if task is not None:
-                with contextlib.suppress(Exception):
-                    await task
+            if state.worker_task is not None:
+                await asyncio.gather(state.worker_task, return_exceptions=True)
             await state.close()
 
     app = FastAPI(
@@ -97,6 +98,16 @@ def _state(settings: Settings, runtime: Runtime, embedding: EmbeddingModel | Non
            *, owns: bool) -> ApiState:
     hub = EventHub(runtime.db, poll_s=settings.api.events_poll_s)
     return ApiState(settings, runtime, hub, owns_runtime=owns, embedding=embedding)
+
+
+def _worker_ended(stop: asyncio.Event, task: asyncio.Task[None]) -> None:
+    """An in-process worker that ends before the server is stopped is an outage: log it
+    (with its exception) and let /readyz answer 503 from now on."""
+    if stop.is_set():
+        return
+    exc = None if task.cancelled() else task.exception()
+    log.error("the in-process worker stopped while the server runs; steps are no longer run "
+              "here (/readyz now answers 503): %s", exc or "cancelled", exc_info=exc)
 
 
 async def _work(state: ApiState, stop: asyncio.Event) -> None:

@@ -27,6 +27,17 @@ class ApiState:
     _knowledge: Knowledge | None = None
     _embedding: EmbeddingModel | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    worker_task: asyncio.Task[None] | None = None  # `onebox up`'s in-process worker
+
+    def worker_problem(self) -> str | None:
+        """Why the in-process worker is not running, or None (also when there is none)."""
+        task = self.worker_task
+        if task is None or not task.done():
+            return None
+        if task.cancelled():
+            return "stopped: cancelled"
+        exc = task.exception()
+        return f"stopped: {type(exc).__name__}: {exc}" if exc else "stopped"
 
     @property
     def db(self) -> Database:

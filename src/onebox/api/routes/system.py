@@ -20,7 +20,8 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", tags=["system"], summary="The database and the sandbox answer")
+@router.get("/readyz", tags=["system"], summary="The database, the sandbox and (under `onebox "
+            "up`) the in-process worker answer; 503 naming what does not")
 async def readyz(state: State) -> JSONResponse:
     checks: dict[str, Any] = {}
     try:
@@ -30,6 +31,8 @@ async def readyz(state: State) -> JSONResponse:
         checks["database"] = f"error: {type(exc).__name__}"
     health = state.backend.health()
     checks["sandbox"] = "ok" if health.ok else "; ".join(health.problems) or "unavailable"
+    if state.worker_task is not None:
+        checks["worker"] = state.worker_problem() or "ok"
     ready = all(v == "ok" for v in checks.values())
     return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks,
                          "backend": health.backend, "isolation": health.isolation},
