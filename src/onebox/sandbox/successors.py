@@ -51,8 +51,9 @@ class SessionSuccessors:
     async def _spawn(self, session: Session) -> Blocked | None:
         try:
             return await self.backend.spawn(session.path, self.limits, None)
-        except Exception:
-            logger.warning("could not pre-spawn the next sandbox of %s", session.session_id)
+        except Exception as exc:  # the next call spawns its own sandbox; say why this failed
+            logger.warning("could not pre-spawn the next sandbox of %s: %s", session.session_id,
+                           exc, exc_info=exc)
             return None
 
     async def take(
