@@ -9,6 +9,7 @@ it buffers is at most ``ONEBOX_API__MAX_REQUEST_BYTES``.
 from __future__ import annotations
 
 import asyncio
+import json
 
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,7 +34,12 @@ class JsonDepthLimit:
             return
         messages, raw = await _read_body(receive)
         if await self._too_deep(raw):
-            await _refuse(send, self.max_depth)
+            await _refuse(send, f"request body is nested deeper than {self.max_depth} levels; "
+                          "flatten the JSON (nested lists and objects)")
+            return
+        if lone_surrogate(raw):
+            await _refuse(send, "request body holds a lone UTF-16 surrogate (a \\ud800-"
+                          "\\udfff escape without its pair) in a string; send valid Unicode")
             return
         await self.app(scope, _replay(messages, receive), send)
 
@@ -72,9 +78,39 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     return replayed
 
 
-async def _refuse(send: Send, max_depth: int) -> None:
-    response = JSONResponse(body(
-        "invalid_input", f"request body is nested deeper than {max_depth} levels; "
-        "flatten the JSON (nested lists and objects)", "body"), status_code=422)
+def lone_surrogate(raw: bytes) -> bool:
+    """Whether a JSON body has a string with an unpaired surrogate: Python parses one, but
+    nothing can encode it (PostgreSQL, UTF-8 logs), so it would fail far from the request.
+    Only bodies with a surrogate escape at all are parsed here (depth already checked)."""
+    if b"\\ud" not in raw.lower():
+        return False
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return False  # the request's own parser answers this one
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii() and _unencodable(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+async def _refuse(send: Send, message: str) -> None:
+    response = JSONResponse(body("invalid_input", message, "body"), status_code=422)
     await send({"type": "http.response.start", "status": 422, "headers": response.raw_headers})
     await send({"type": "http.response.body", "body": response.body})

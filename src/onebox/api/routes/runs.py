@@ -98,10 +98,7 @@ async def stream_events(
     await service.require_run(state.db, run_id, caller.tenant_id)
     start = after or 0
     if last_event_id:
-        if not last_event_id.strip().isdigit():
-            raise ValidationError("Last-Event-ID must be an event seq (a number)",
-                                  field="Last-Event-ID")
-        start = int(last_event_id.strip())
+        start = _event_seq(last_event_id)
     events = run_event_stream(state.hub, run_id, start, state.settings.api.heartbeat_s,
                               key_recheck(state, caller))
     stream = _sse(events)
@@ -189,3 +186,13 @@ async def run_snapshots(run_id: uuid.UUID, state: State, caller: Caller) -> dict
     rows = await state.db.fetch(Q["tenant_snapshots"], {
         "tenant_id": caller.tenant_id, "run_id": run_id, "session_id": None, "limit": 500})
     return {"snapshots": rows}
+
+
+def _event_seq(header: str) -> int:
+    """Last-Event-ID as an event seq: ASCII digits only ("²".isdigit() is true, int() of
+    it is not), and within the seq column's range."""
+    text = header.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 18):
+        raise ValidationError(f"Last-Event-ID {header!r} must be an event seq: a number as "
+                              "sent in an event's id: line", field="Last-Event-ID")
+    return int(text)
