@@ -40,6 +40,7 @@ from onebox.llm.base import ChatModel
 from onebox.llm.registry import price_table
 from onebox.runtime.agent_steps import Performed, StepPerformer
 from onebox.runtime.archive import finish_run
+from onebox.runtime.sessions import touch_session
 from onebox.runtime.submit import create_plan_version_once, insert_run, session_id_for
 from onebox.runtime.workspaces import StepWorkspace
 from onebox.sandbox.base import ExecRequest, SandboxBackend
@@ -79,6 +80,7 @@ class TaskDriver:
         self.waiting = False
 
     async def drive(self) -> None:
+        await self._touch_session()
         agent = Agent(self.run["request"]["task"], config=AgentConfig(
             max_parallel=self.settings.runtime.concurrency,
             max_attempts=self.settings.runtime.max_attempts))
@@ -105,6 +107,12 @@ class TaskDriver:
                 task.cancel()
         if self.waiting and not agent.finished:
             await self._wait_for_person()
+
+    async def _touch_session(self) -> None:
+        """Record the run's sandbox session, so the run's end releases its workspace and
+        image (``release_finished_sessions``), as it does for plan runs."""
+        async with self.db.transaction() as conn:
+            await touch_session(conn, session_id_for(self.run_id), self.run_id, self.backend.name)
 
     async def _log(self) -> tuple[list[Observation], set[str]]:
         async with self.db.connection() as conn:

@@ -2,8 +2,9 @@
 
 Writing past the cap fails inside the sandbox with ENOSPC ("No space left on
 device"); the host disk holds at most ``disk_mb`` for the session. A template
-image per size is formatted once and copied sparsely, so a new session costs a
-copy and a mount. Needs root (mount); without it the backend falls back to
+image per size is formatted once per home and copied sparsely, so a new session
+costs a copy and a mount. Templates are shared by every process on the home: created
+atomically (formatted under a temporary name, renamed) and never deleted by a process. Needs root (mount); without it the backend falls back to
 RLIMIT_FSIZE (a per-file cap) and says so in ``ExecResult.enforcement``.
 """
 
@@ -22,10 +23,10 @@ logger = logging.getLogger(__name__)
 class LoopDiskQuota:
     """Creates, mounts and removes per-session disk images under ``images_dir``."""
 
-    def __init__(self, images_dir: Path, owner: tuple[int, int]) -> None:
+    def __init__(self, images_dir: Path, owner: tuple[int, int], token: str) -> None:
         self.images_dir = images_dir
         self.owner = owner
-        self._templates: dict[int, Path] = {}
+        self.token = token
         self._lock = asyncio.Lock()
 
     @staticmethod
@@ -34,17 +35,24 @@ class LoopDiskQuota:
         return os.geteuid() == 0 and tools and Path("/dev/loop-control").exists()
 
     async def _template(self, disk_mb: int) -> Path:
+        """The shared template of ``disk_mb`` MB: formatted under a name of this process's,
+        then renamed into place, so no process ever copies a half-formatted one; never
+        deleted by a process (another may be copying it)."""
         async with self._lock:
-            if disk_mb in self._templates:
-                return self._templates[disk_mb]
-            self.images_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             path = self.images_dir / f"template-{disk_mb}.img"
+            if path.exists():
+                return path
+            self.images_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = self.images_dir / f"template-{disk_mb}.{self.token}.tmp"
             owner = f"root_owner={self.owner[0]}:{self.owner[1]}"
-            await _run(
-                "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", owner,
-                "-T", "small", str(path), f"{disk_mb}M",
-            )  # fmt: skip
-            self._templates[disk_mb] = path
+            try:
+                await _run(
+                    "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", owner,
+                    "-T", "small", str(tmp), f"{disk_mb}M",
+                )  # fmt: skip
+                os.rename(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
             return path
 
     def image_of(self, workspace: Path) -> Path:
@@ -78,10 +86,6 @@ class LoopDiskQuota:
         await self.unmount(workspace)
         self.image_of(workspace).unlink(missing_ok=True)
 
-    def close(self) -> None:
-        for template in self._templates.values():
-            template.unlink(missing_ok=True)
-        self._templates.clear()
 
 
 async def _run(*argv: str) -> None:

@@ -41,16 +41,6 @@ class WarmEntry:
     blocked: Blocked
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _move_mount(src: Path, dst: Path) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.mount(str(src).encode(), str(dst).encode(), None, MS_MOVE, None) != 0:
@@ -65,7 +55,8 @@ class WarmPool:
         self.backend = backend
         self.size = size
         self.root = backend.state_dir / "pool"
-        self.dir = self.root / f"{os.getpid()}-{id(self):x}"
+        # Named for the backend's owner token: what a dead process left is swept (sweep.py).
+        self.dir = self.root / backend.owner_lock.token
         self.limits = policy.resolve_limits(backend.cfg, Limits())
         self._entries: list[WarmEntry] = []
         self._filler: asyncio.Task[None] | None = None
@@ -76,6 +67,7 @@ class WarmPool:
         return len(self._entries)
 
     def start(self) -> None:
+        self.backend.sweeper.start()
         idle = self._filler is None or self._filler.done()
         if self.size > 0 and not self._closed and not self._broken and idle:
             self._filler = asyncio.get_running_loop().create_task(self._fill())
@@ -88,18 +80,7 @@ class WarmPool:
                 await asyncio.wait_for(asyncio.shield(self._filler), timeout_s)
         return self.ready()
 
-    async def _sweep_stale(self) -> None:
-        """Remove pools left by onebox processes that died without closing theirs."""
-        for old in list(self.root.iterdir()) if self.root.is_dir() else []:
-            pid = old.name.split("-", 1)[0]
-            if old == self.dir or not pid.isdigit() or _alive(int(pid)):
-                continue
-            for slot in list(old.iterdir()):
-                await self.backend.drop_workspace(slot)
-            shutil.rmtree(old, ignore_errors=True)
-
     async def _fill(self) -> None:
-        await self._sweep_stale()
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o711)
         while not self._closed and len(self._entries) < self.size:
             try:
