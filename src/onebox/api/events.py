@@ -180,12 +180,64 @@ class Recheck:
         return await self.allowed()
 
 
-async def run_event_stream(
+def run_event_stream(
     hub: EventHub, run_id: uuid.UUID, after: int, heartbeat_s: float,
     recheck: Recheck | None = None,
 ) -> AsyncIterator[dict[str, Any] | None]:
-    """Events of one run with seq > ``after``, in order; None is a keep-alive tick. Forever,
-    unless ``recheck`` says the caller may no longer listen: then the iterator ends."""
+    """Events of one run with seq > ``after``, in order; None is a keep-alive tick, due every
+    ``heartbeat_s`` whatever the events do (a wait for the first horizon, a long backfill, a
+    slow database, other runs' traffic). Forever, unless ``recheck`` says the caller may no
+    longer listen: then the iterator ends."""
+    return with_keepalives(_run_events(hub, run_id, after, recheck), heartbeat_s)
+
+
+async def with_keepalives(
+    source: AsyncIterator[dict[str, Any]], heartbeat_s: float,
+) -> AsyncIterator[dict[str, Any] | None]:
+    """``source``'s items, with a None at least every ``heartbeat_s``: the timer runs beside
+    the source (its next item is awaited in a task), so nothing the source waits for can
+    delay a keep-alive, and it is checked after every item, so a busy source cannot either."""
+    beat = time.monotonic() + heartbeat_s
+    pending: asyncio.Task[dict[str, Any]] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.create_task(_next(source))
+            await asyncio.wait({pending}, timeout=max(beat - time.monotonic(), 0.0))
+            if time.monotonic() >= beat:
+                beat = time.monotonic() + heartbeat_s
+                yield None
+            if pending.done():
+                done, pending = pending, None
+                try:
+                    item = done.result()
+                except StopAsyncIteration:
+                    return
+                yield item
+    finally:
+        await _stop(pending, source)
+
+
+async def _next(source: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
+    return await anext(source)
+
+
+async def _stop(pending: asyncio.Task[Any] | None, source: AsyncIterator[Any]) -> None:
+    """Cancel the item being awaited, then close the source (never while it is running)."""
+    if pending is not None:
+        pending.cancel()
+        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+            await pending
+    aclose = getattr(source, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+async def _run_events(
+    hub: EventHub, run_id: uuid.UUID, after: int, recheck: Recheck | None,
+) -> AsyncIterator[dict[str, Any]]:
+    """The run's events, gap-free and in order: the backfill up to the horizon, then the
+    hub's batches (backfilling any range a slow reader was not queued)."""
     queue = hub.subscribe(run_id)
     try:
         covered = after
@@ -193,19 +245,9 @@ async def run_event_stream(
         async for event in _backfill(hub.db, run_id, covered, horizon):
             yield event
         covered = max(covered, horizon)
-        beat = time.monotonic() + heartbeat_s
         while recheck is None or await recheck.still_allowed():
-            wait_s = beat - time.monotonic()
-            if recheck is not None:
-                wait_s = min(wait_s, recheck.due - time.monotonic())
-            try:
-                batch = await asyncio.wait_for(queue.get(), max(wait_s, 0.0))
-            except TimeoutError:
-                if time.monotonic() >= beat:
-                    beat = time.monotonic() + heartbeat_s
-                    yield None
-                continue
-            if batch.hi <= covered:
+            batch = await _next_batch(queue, recheck)
+            if batch is None or batch.hi <= covered:
                 continue
             if batch.lo > covered:
                 async for event in _backfill(hub.db, run_id, covered, batch.lo):
@@ -216,6 +258,16 @@ async def run_event_stream(
             covered = batch.hi
     finally:
         hub.unsubscribe(run_id, queue)
+
+
+async def _next_batch(queue: asyncio.Queue[Batch], recheck: Recheck | None) -> Batch | None:
+    """The next batch, or None when the caller's key is due for its re-check first."""
+    if recheck is None:
+        return await queue.get()
+    try:
+        return await asyncio.wait_for(queue.get(), max(recheck.due - time.monotonic(), 0.0))
+    except TimeoutError:
+        return None
 
 
 async def _backfill(
