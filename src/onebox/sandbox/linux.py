@@ -55,6 +55,7 @@ from onebox.sandbox.spawner import (
     spawn_blocked,
 )
 from onebox.sandbox.successors import SessionSuccessors
+from onebox.sandbox.sweep import DeadOwnerSweeper, OwnerLock
 from onebox.sandbox.workspace import changes_since, state, write_files
 
 _instances = itertools.count()
@@ -73,7 +74,8 @@ class BwrapSandbox(SandboxBackend):
         self.settings = settings
         self.cfg = settings.sandbox
         self.state_dir = settings.sandbox_dir
-        self.run_root = self.state_dir / "run"
+        self.owner_lock = OwnerLock(self.state_dir)
+        self.run_root = self.state_dir / "run" / self.owner_lock.token
         self.bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
         self.owner = (os.getuid(), os.getgid())
         self.identities = SessionIdentities(
@@ -82,7 +84,7 @@ class BwrapSandbox(SandboxBackend):
         self._run_tmpfs = False
         self.layout = host_layout()
         self.cgroups = CgroupManager.detect(f"{os.getpid()}-{next(_instances)}")
-        self.disk = LoopDiskQuota(self.state_dir / "images", self.owner)
+        self.disk = LoopDiskQuota(self.state_dir / "images", self.owner, self.owner_lock.token)
         self.disk_enabled = LoopDiskQuota.supported()
         self.seccomp_enabled = seccomp.available()
         self.host_cpuinfo = _read_text("/proc/cpuinfo")
@@ -103,20 +105,26 @@ class BwrapSandbox(SandboxBackend):
         self._cleanups: set[asyncio.Task[None]] = set()
         self._io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="onebox-cgroup")
         self._prepare_dirs()
+        self.sweeper = DeadOwnerSweeper(self.state_dir, self.identities, self.owner_lock)
+        self.sweeper.sweep()
+        with contextlib.suppress(RuntimeError):  # no event loop: a backend for health() only
+            asyncio.get_running_loop()
+            self.sweeper.start()
 
     def _prepare_dirs(self) -> None:
         for path in (self.state_dir, self.run_root, self.settings.workspaces_dir):
             path.mkdir(parents=True, exist_ok=True)
         if self.identities.per_session:  # session users must reach their workspace
             ensure_reachable(self.state_dir)
+        os.chmod(self.run_root.parent, 0o711)
         os.chmod(self.run_root, 0o711)
         os.chmod(self.settings.workspaces_dir, 0o711)
 
     def _mount_run_root(self) -> None:
         """As root, run dirs live on a tmpfs of their own: bound into a sandbox, their mount
         shows "/<exec_id>" on "onebox-run", not a path of the onebox home. Mounted at the
-        first spawn (a backend built only for health() mounts nothing) and checked at every
-        spawn: another onebox process sharing this home may have unmounted it."""
+        first spawn (a backend built only for health() mounts nothing); one per backend
+        (``run/<owner token>``), so no other process ever unmounts it under us."""
         if self.identities.per_session and not os.path.ismount(self.run_root):
             subprocess.run(
                 ["mount", "-t", "tmpfs", "-o", f"nosuid,nodev,mode=0711,size={RUN_TMPFS_MB}m",
@@ -189,18 +197,19 @@ class BwrapSandbox(SandboxBackend):
             for session_id in self.sessions.ids():
                 # Keep the images: a later process re-mounts them (interrupted runs resume).
                 await self.disk.unmount(self.workspace(session_id))
-        self.disk.close()
         if self.cgroups is not None:
             self.cgroups.close()
         self._io.shutdown(wait=False)
+        await self.sweeper.close()
         self._unmount_run_root()
+        self.owner_lock.close()
 
     def _unmount_run_root(self) -> None:
-        """Unmount the run tmpfs this backend mounted, unless another backend still uses it."""
-        if not self._run_tmpfs or any(n != "static" for n in os.listdir(self.run_root)):
-            return
-        subprocess.run(["umount", "-l", str(self.run_root)], capture_output=True)
-        self._run_tmpfs = False
+        """Unmount and remove this backend's own run tmpfs (no other process uses it)."""
+        if self._run_tmpfs:
+            subprocess.run(["umount", "-l", str(self.run_root)], capture_output=True)
+            self._run_tmpfs = False
+        shutil.rmtree(self.run_root, ignore_errors=True)
 
     # -- sessions and workspaces ---------------------------------------------
 
