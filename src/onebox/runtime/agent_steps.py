@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from onebox.agent.actions import (
@@ -35,11 +36,18 @@ from onebox.config import Settings
 from onebox.errors import OneboxError, SandboxError
 from onebox.knowledge.collections import list_collections, tenant_name, tenant_visible
 from onebox.knowledge.search import SearchFilters
-from onebox.runtime.archive import EVENT_OF_STATUS, Outcome, load_plan_index, outcome_from_result
-from onebox.runtime.executor import build_request, request_details
+from onebox.runtime.archive import (
+    Outcome,
+    archive_failure,
+    load_plan_index,
+    outcome_from_result,
+    step_params,
+)
+from onebox.runtime.executor import build_request, request_details, sandbox_failure
 from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.submit import queue_attempt, request_approval, session_id_for
 from onebox.sandbox import hostfs
+from onebox.sandbox.capture import safe_text
 from onebox.store import catalog
 from onebox.store import runs as store
 
@@ -125,8 +133,10 @@ class StepPerformer:
             await d.workspaces.before(row)
         try:
             exec_result = await d.backend.execute(request)
-        except SandboxError as exc:
-            outcome = Outcome("FAILED", error=f"sandbox error: {exc}", details=details)
+        except Exception as exc:
+            log.warning("sandbox could not run step %s: %s", action.instance, exc,
+                        exc_info=not isinstance(exc, SandboxError))
+            outcome = Outcome("FAILED", error=sandbox_failure(exc), details=details)
             return StepResult(action.id, ok=False, error=outcome.error), outcome
         if d.workspaces is not None:
             await d.workspaces.after(row, failed=not exec_result.ok)
@@ -180,14 +190,13 @@ class StepPerformer:
 
     def _finisher(self, row: store.Row, outcome: Outcome) -> Finisher:
         async def finish(conn: store.Conn) -> uuid.UUID | None:
-            done = await store.fetch_one(conn, "finish_step", {
-                "id": row["id"], "fencing_token": row["fencing_token"], "status": outcome.status,
-                "exit_code": outcome.exit_code, "output_hash": outcome.output_hash,
-                "duration_ms": outcome.duration_ms, "memory_used_mb": outcome.memory_used_mb,
-                "cpu_usage_percent": outcome.cpu_usage_percent, "stdout": outcome.stdout,
-                "stderr": outcome.stderr, "error": outcome.error,
-                "details": Jsonb(outcome.details), "event_type": EVENT_OF_STATUS[outcome.status]})
-            return None if done is None else done["id"]
+            try:
+                async with conn.transaction():  # a savepoint: a refused write is undone alone
+                    return await _finish_step(conn, row, outcome)
+            except psycopg.Error as exc:
+                log.exception("step %s: the result could not be archived; recording the "
+                              "attempt as FAILED", row["step_id"])
+                return await _finish_step(conn, row, archive_failure(outcome, exc))
         return finish
 
     async def approval(self, action: AskApproval) -> Performed | None:
@@ -219,6 +228,13 @@ class StepPerformer:
         await self.declared.close()
 
 
+async def _finish_step(conn: store.Conn, row: store.Row, outcome: Outcome) -> uuid.UUID | None:
+    done = await store.fetch_one(conn, "finish_step", {
+        "id": row["id"], "fencing_token": row["fencing_token"], **step_params(outcome),
+        "details": Jsonb(outcome.details)})
+    return None if done is None else done["id"]
+
+
 def _action_input(action: StepAction) -> dict[str, Any]:
     data = action.to_dict()
     return {k: v for k, v in data.items() if k not in ("id", "decision", "attempt")}
@@ -242,9 +258,32 @@ def _read_json(workspace: Path, rel: str) -> Any:
         log.warning("step result %s ignored: %s", rel, exc)
         return None
     try:
-        return json.loads(data)
+        return _storable(json.loads(data))
     except (ValueError, RecursionError):
         return None
+
+
+def _storable(value: Any) -> Any:
+    """The declared result with every string jsonb can store (no NUL, no lone surrogate):
+    it becomes part of the agent's observation event. Walked without recursion."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if not isinstance(value, dict | list):
+        return value
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, item in list(items):
+            if isinstance(item, str):
+                node[key] = safe_text(item)
+            elif isinstance(item, dict | list):
+                stack.append(item)
+        if isinstance(node, dict) and any(isinstance(k, str) and safe_text(k) != k for k in node):
+            fixed = {safe_text(k): v for k, v in node.items()}
+            node.clear()
+            node.update(fixed)
+    return value
 
 
 def _http_code(spec: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ writes nothing.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -27,6 +28,7 @@ from onebox.errors import LeaseLost
 from onebox.runtime.schedule import PlanIndex, StepState, backoff_s
 from onebox.runtime.submit import queue_attempt, queue_ready_steps
 from onebox.sandbox.base import ExecResult
+from onebox.sandbox.capture import safe_text
 from onebox.store import runs as store
 from onebox.store.db import Database
 
@@ -36,6 +38,7 @@ STDIO_TAIL_CHARS = 64_000
 PIPELINE_MAX_BYTES = 256 << 10  # larger results skip the pipeline (see _pipeline_if_small)
 BIG_LISTING = 500  # files_written entries past which details are serialised in a thread
 _plans: dict[uuid.UUID, PlanIndex] = {}
+REQUEST_KEYS = ("code", "language", "limits", "allow_domains", "backend", "isolation")
 EVENT_OF_STATUS = {"SUCCESS": "step_succeeded", "FAILED": "step_failed", "TIMEOUT": "step_timed_out"}
 
 
@@ -49,23 +52,44 @@ class Outcome:
     duration_ms: float | None = None
     memory_used_mb: float | None = None
     cpu_usage_percent: float | None = None
-    stdout: str = ""
+    stdout: str = ""  # the text view (see onebox.sandbox.capture.text_view), its tail
     stderr: str = ""
     error: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     blocked_network: tuple[dict[str, Any], ...] = ()
+    stdout_bytes: bytes | None = None  # the exact bytes, when the text above is not them
+    stderr_bytes: bytes | None = None
 
 
 def output_hash(result: ExecResult) -> str:
-    """sha256 of what a step printed and returned: exit code, stdout and stderr.
+    """sha256 of what a step printed and returned: exit code, stdout and stderr bytes.
 
     Files are not part of it: steps of a run share one workspace, so a workspace diff
     cannot tell which of two parallel steps wrote a file. The files a step leaves are
     covered by its post-execution snapshot (``snapshot_id``, content-addressed).
     """
-    return canonical_hash({
-        "exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
-    })
+    return output_hash_of(result.exit_code, result.stdout_raw, result.stderr_raw)
+
+
+def output_hash_of(exit_code: int | None, stdout: bytes, stderr: bytes) -> str:
+    """sha256 over the exit code and the exact bytes printed. A stream that is valid UTF-8
+    enters as its text (so hashes of text output are what they always were), any other as
+    ``{"base64": ...}``: two different byte strings never hash alike."""
+    return canonical_hash({"exit_code": exit_code, "stdout": _hashable(stdout),
+                           "stderr": _hashable(stderr)})
+
+
+def _hashable(data: bytes) -> str | dict[str, str]:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def output_bytes(row: store.Row, stream: str) -> bytes:
+    """The exact bytes a stored attempt printed on ``stream`` ("stdout" or "stderr")."""
+    raw = row.get(f"{stream}_bytes")
+    return bytes(raw) if raw is not None else (row.get(stream) or "").encode("utf-8")
 
 
 def outcome_from_result(result: ExecResult, request_details: dict[str, Any]) -> Outcome:
@@ -84,6 +108,8 @@ def outcome_from_result(result: ExecResult, request_details: dict[str, Any]) -> 
         cpu_usage_percent=result.cpu_percent,
         stdout=_tail(result.stdout),
         stderr=_tail(result.stderr),
+        stdout_bytes=_unless_exact(result.stdout_raw),
+        stderr_bytes=_unless_exact(result.stderr_raw),
         error=error,
         details={
             **request_details,
@@ -100,6 +126,41 @@ def outcome_from_result(result: ExecResult, request_details: dict[str, Any]) -> 
 
 def _tail(text: str) -> str:
     return text if len(text) <= STDIO_TAIL_CHARS else text[-STDIO_TAIL_CHARS:]
+
+
+def _unless_exact(data: bytes) -> bytes | None:
+    """The bytes to keep beside the text column: None when that column holds them exactly
+    (valid UTF-8, no NUL, not cut to its tail), so the usual output is stored once."""
+    if len(data) > STDIO_TAIL_CHARS or b"\0" in data:
+        return data
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+    return None
+
+
+def archive_failure(outcome: Outcome, exc: BaseException) -> Outcome:
+    """The attempt as FAILED because its result could not be written, with the reason; only
+    what describes the request is kept (the rest may be what the database refused)."""
+    kept = {k: v for k, v in outcome.details.items() if k in REQUEST_KEYS}
+    reason = safe_text(f"could not archive: {type(exc).__name__}: {exc}")[:2000]
+    return Outcome("FAILED", duration_ms=outcome.duration_ms, error=reason,
+                   details={**kept, "archive_error": reason, "archived_status": outcome.status})
+
+
+def step_params(outcome: Outcome) -> dict[str, Any]:
+    """The result columns of ``finish_step``, as PostgreSQL takes them (no NUL in text)."""
+    return {
+        "status": outcome.status, "exit_code": outcome.exit_code,
+        "output_hash": outcome.output_hash, "duration_ms": outcome.duration_ms,
+        "memory_used_mb": outcome.memory_used_mb,
+        "cpu_usage_percent": outcome.cpu_usage_percent,
+        "stdout": safe_text(outcome.stdout), "stderr": safe_text(outcome.stderr),
+        "stdout_bytes": outcome.stdout_bytes, "stderr_bytes": outcome.stderr_bytes,
+        "error": None if outcome.error is None else safe_text(outcome.error),
+        "event_type": EVENT_OF_STATUS[outcome.status],
+    }
 
 
 async def load_plan_version(conn: store.Conn, plan_id: uuid.UUID) -> Plan:
@@ -133,12 +194,7 @@ async def archive_step(
             "run_id": claimed["run_id"], "succeeded": int(outcome.status == "SUCCESS")})
         row_cur = await conn.execute(store.Q["finish_step"], {
             "id": claimed["id"], "fencing_token": claimed["fencing_token"],
-            "status": outcome.status, "exit_code": outcome.exit_code,
-            "output_hash": outcome.output_hash, "duration_ms": outcome.duration_ms,
-            "memory_used_mb": outcome.memory_used_mb,
-            "cpu_usage_percent": outcome.cpu_usage_percent, "stdout": outcome.stdout,
-            "stderr": outcome.stderr, "error": outcome.error, "details": Jsonb(outcome.details, dumps=lambda _: details),
-            "event_type": EVENT_OF_STATUS[outcome.status],
+            **step_params(outcome), "details": Jsonb(outcome.details, dumps=lambda _: details),
         })
         if pipeline is not None:
             await pipeline.sync()
@@ -176,7 +232,8 @@ async def _pipeline_if_small(
     MB (seen with 3 MB: client and server both wait to read), and a step's details can
     be that big (files_written of 20,000 files). One more round trip is the price.
     """
-    size = len(outcome.stdout or "") + len(outcome.stderr or "") + len(details_json)
+    size = len(outcome.stdout or "") + len(outcome.stderr or "") + len(details_json) \
+        + len(outcome.stdout_bytes or b"") + len(outcome.stderr_bytes or b"")
     if size > PIPELINE_MAX_BYTES:
         yield None
         return

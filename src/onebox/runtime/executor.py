@@ -63,7 +63,16 @@ async def execute_step(
     try:
         with span("sandbox.exec", row["trace_id"], backend=backend.name, session=row["session_id"]):
             result = await backend.execute(request)
-    except SandboxError as exc:
-        log.warning("sandbox could not run step %s: %s", row["step_id"], exc)
-        return Outcome("FAILED", error=f"sandbox error: {exc}", details=details)
+    except Exception as exc:
+        log.warning("sandbox could not run step %s: %s", row["step_id"], exc,
+                    exc_info=not isinstance(exc, SandboxError))
+        return Outcome("FAILED", error=sandbox_failure(exc), details=details)
     return outcome_from_result(result, details)
+
+
+def sandbox_failure(exc: Exception) -> str:
+    """The reason a backend could not run a step. A SandboxError says it in its message;
+    anything else (an OSError of a cgroup write, a bug) is named with its type."""
+    if isinstance(exc, SandboxError):
+        return f"sandbox error: {exc}"
+    return f"sandbox error: {type(exc).__name__}: {exc}"

@@ -30,7 +30,7 @@ from onebox.runtime.agent_runs import (
     release_run_leases,
     renew_run_leases,
 )
-from onebox.runtime.archive import Outcome, archive_step, load_plan_version
+from onebox.runtime.archive import Outcome, archive_failure, archive_step, load_plan_version
 from onebox.runtime.executor import build_request, execute_step, request_details
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
 from onebox.runtime.schedules import fire_due
@@ -158,20 +158,45 @@ class Worker:
 
     async def _attempt_traced(self, row: store.Row) -> None:
         try:
-            outcome = await self._run_in_sandbox(row)
-            terminal = await archive_step(self.db, self.settings, row, outcome)
+            outcome = await self._outcome_of(row)
+            terminal = await self._archive(row, outcome)
             if terminal is not None or outcome.error == "the run was cancelled":
                 await release_finished_sessions(self.db, self.backend, run_id=row["run_id"])
         except LeaseLost as exc:
             log.warning("%s", exc)
         except (OneboxError, psycopg.Error) as exc:
-            log.error("step %s of run %s could not be archived: %s (its lease will expire and "
-                      "the step will be retried)", row["step_id"], row["run_id"], exc)
+            log.error("step %s of run %s could not be archived, not even as a failure: %s "
+                      "(its lease will expire and the step will be retried)",
+                      row["step_id"], row["run_id"], exc)
         finally:
             self._running.pop(row["id"], None)
             self._rows.pop(row["id"], None)
             self._stop_reasons.pop(row["id"], None)
             self._wake.set()
+
+    async def _outcome_of(self, row: store.Row) -> Outcome:
+        """The attempt's outcome; a failure around the sandbox (preparing the workspace,
+        a snapshot, ingesting knowledge) is a FAILED outcome with its reason."""
+        try:
+            return await self._run_in_sandbox(row)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            log.exception("step %s of run %s could not run", row["step_id"], row["run_id"])
+            return Outcome("FAILED", error=f"could not run the step: {type(exc).__name__}: {exc}")
+
+    async def _archive(self, row: store.Row, outcome: Outcome) -> str | None:
+        """Archive the outcome; when that fails (a value the database refuses, a query
+        error), archive the failure itself with its reason. Only a worker that really
+        vanished leaves an attempt to expire."""
+        try:
+            return await archive_step(self.db, self.settings, row, outcome)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            log.exception("step %s of run %s: the result could not be archived; recording "
+                          "the attempt as FAILED", row["step_id"], row["run_id"])
+            return await archive_step(self.db, self.settings, row, archive_failure(outcome, exc))
 
     async def _run_in_sandbox(self, row: store.Row) -> Outcome:
         async with self.db.connection() as conn:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import deque
 
 CHUNK_BYTES = 65536
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class BoundedCapture:
@@ -41,15 +43,35 @@ class BoundedCapture:
     def truncated(self) -> bool:
         return self.total > self.limit
 
-    def text(self) -> str:
+    def data(self) -> bytes:
+        """The bytes kept, exactly; past the limit, head + a marker line + tail."""
         tail = b"".join(self.tail)
         if not self.truncated:
-            return (bytes(self.head) + tail).decode("utf-8", errors="replace")
-        tail = tail[-self.tail_cap :]
-        dropped = self.total - len(self.head) - len(tail)
-        marker = f"\n... [onebox: {dropped} bytes truncated] ...\n"
-        head = bytes(self.head).decode("utf-8", errors="replace")
-        return head + marker + tail.decode("utf-8", errors="replace")
+            return bytes(self.head) + tail
+        return bytes(self.head) + self._marker().encode() + tail[-self.tail_cap :]
+
+    def text(self) -> str:
+        """The text view for people: see :func:`text_view` (head and tail decoded apart,
+        so a character cut at the marker does not swallow it)."""
+        tail = b"".join(self.tail)
+        if not self.truncated:
+            return text_view(bytes(self.head) + tail)
+        return text_view(bytes(self.head)) + self._marker() + text_view(tail[-self.tail_cap :])
+
+    def _marker(self) -> str:
+        kept = len(self.head) + min(self.tail_len, self.tail_cap)
+        return f"\n... [onebox: {self.total - kept} bytes truncated] ...\n"
+
+
+def text_view(data: bytes) -> str:
+    """Bytes as text a person and PostgreSQL can both take: invalid UTF-8 and NUL become
+    U+FFFD. The bytes themselves are kept apart (``ExecResult.stdout_bytes``)."""
+    return data.decode("utf-8", errors="replace").replace("\0", "\ufffd")
+
+
+def safe_text(text: str) -> str:
+    """A str PostgreSQL text and jsonb accept: NUL and lone surrogates become U+FFFD."""
+    return text if text.isascii() and "\0" not in text else _UNSTORABLE.sub("\ufffd", text)
 
 
 async def drain(reader: asyncio.StreamReader, capture: BoundedCapture) -> None:

@@ -100,6 +100,7 @@ WITH done AS (
     SET status = %(status)s, exit_code = %(exit_code)s, output_hash = %(output_hash)s,
         duration_ms = %(duration_ms)s, memory_used_mb = %(memory_used_mb)s,
         cpu_usage_percent = %(cpu_usage_percent)s, stdout = %(stdout)s, stderr = %(stderr)s,
+        stdout_bytes = %(stdout_bytes)s, stderr_bytes = %(stderr_bytes)s,
         error = %(error)s, details = details || %(details)s, finished_at = now(),
         updated_at = now(), lease_owner = NULL, lease_expires_at = NULL
     WHERE id = %(id)s AND fencing_token = %(fencing_token)s AND status = 'RUNNING'
