@@ -63,9 +63,9 @@ class StepLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    timeout_s: float | None = Field(None, gt=0, le=24 * 3600)
+    timeout_s: float | None = Field(None, gt=0, le=24 * 3600, allow_inf_nan=False)
     memory_mb: int | None = Field(None, ge=16)
-    cpus: float | None = Field(None, gt=0)
+    cpus: float | None = Field(None, gt=0, allow_inf_nan=False)
     pids: int | None = Field(None, ge=8)
     disk_mb: int | None = Field(None, ge=1)
 

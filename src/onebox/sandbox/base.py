@@ -100,6 +100,10 @@ class ExecResult:
     enforcement: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
     files_truncated: bool = False  # files_written stops at a bound (count, depth, time)
+    # The exact bytes printed (stdout/stderr above are their text view: NUL and invalid
+    # UTF-8 shown as U+FFFD). None: the str is the output (stdout.encode() gives the bytes).
+    stdout_bytes: bytes | None = None
+    stderr_bytes: bytes | None = None
 
     @property
     def cpu_percent(self) -> float | None:
@@ -107,6 +111,16 @@ class ExecResult:
         if self.cpu_time_ms is None or self.duration_ms <= 0:
             return None
         return round(100.0 * self.cpu_time_ms / self.duration_ms, 2)
+
+    @property
+    def stdout_raw(self) -> bytes:
+        return self.stdout.encode("utf-8", "surrogatepass") if self.stdout_bytes is None \
+            else self.stdout_bytes
+
+    @property
+    def stderr_raw(self) -> bytes:
+        return self.stderr.encode("utf-8", "surrogatepass") if self.stderr_bytes is None \
+            else self.stderr_bytes
 
     def check(self) -> ExecResult:
         """Return self when the execution succeeded, else raise CommandFailed."""

@@ -196,16 +196,20 @@ def build_result(
 ) -> ExecResult:
     error = _error_of(outcome, usage, limits, _disk_full(workspace))
     stderr = outcome.stderr.text()
+    notes = ""
     for attempt in blocked:
-        stderr += f"\n[onebox] blocked network access to {attempt.host}:{attempt.port}: "
-        stderr += attempt.reason
-    if error and error not in stderr:
-        stderr += f"\n[onebox] {error}"
+        notes += f"\n[onebox] blocked network access to {attempt.host}:{attempt.port}: "
+        notes += attempt.reason
+    if error and error not in stderr + notes:
+        notes += f"\n[onebox] {error}"
+    stderr += notes
     return ExecResult(
         ok=outcome.exit_code == 0 and not outcome.timed_out,
         exit_code=None if outcome.timed_out else outcome.exit_code,
         stdout=outcome.stdout.text(),
         stderr=stderr,
+        stdout_bytes=outcome.stdout.data(),
+        stderr_bytes=outcome.stderr.data() + notes.encode("utf-8", "replace"),
         duration_ms=round(outcome.duration_ms, 3),
         timed_out=outcome.timed_out,
         truncated=outcome.stdout.truncated or outcome.stderr.truncated,

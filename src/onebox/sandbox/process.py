@@ -188,6 +188,8 @@ class ProcessSandbox(SandboxBackend):
         return ExecResult(
             ok=run.exit_code == 0 and not run.timed_out, exit_code=run.exit_code,
             stdout=run.out.text(), stderr=run.err.text() + (f"\n[onebox] {error}" if error else ""),
+            stdout_bytes=run.out.data(),
+            stderr_bytes=run.err.data() + (f"\n[onebox] {error}".encode() if error else b""),
             duration_ms=round(run.duration_ms, 3), timed_out=run.timed_out,
             truncated=run.out.truncated or run.err.truncated,
             memory_peak_mb=run.maxrss_mb, cpu_time_ms=run.cpu_ms, files_written=changes.files,
