@@ -176,3 +176,44 @@ async def test_absurd_cpus_are_refused_at_submission(rt: Runtime, cpus: Any) -> 
     assert refused.value.http_status // 100 == 4
     assert "cpus" in (refused.value.field or "") + refused.value.message
     assert await rt.db.fetchone("SELECT count(*) AS n FROM onebox.runs") == {"n": 0}
+
+
+AGENT_INTENT = {"goal": "print bytes", "entities": [], "capabilities": ["python"],
+                "formats": [], "risks": [], "fallbacks": []}
+AGENT_PLAN = {"name": "bytes", "steps": [
+    {"id": "raw", "tool": "python", "code":
+        "import json, os, sys\nsys.stdout.buffer.write(b'a\\x00b\\xff'); sys.stdout.flush()\n"
+        "json.dump({'k\\u0000': 'v\\u0000'}, open(os.environ['ONEBOX_RESULT'], 'w'))"},
+    {"id": "answer", "kind": "final", "depends_on": ["raw"], "input": {"answer": "done"}},
+]}
+
+
+async def test_the_agent_path_keeps_the_bytes_and_stores_its_observation(
+        db: Database, settings: Settings) -> None:
+    import asyncio
+
+    from onebox.objects.registry import get_object_store
+    from onebox.runtime.agent_runs import submit_task
+    from onebox.runtime.worker import Worker
+    from onebox.sandbox.registry import get_backend
+    from onebox.testing import ScriptedModel
+
+    settings.runtime.poll_s = 0.1
+    backend = get_backend(settings)
+    try:
+        run_id, _ = await submit_task(db, "print some bytes")
+        worker = Worker(db, backend, settings, run_id=run_id,
+                        model=ScriptedModel([AGENT_INTENT, AGENT_PLAN]),
+                        objects=get_object_store(settings))
+        await asyncio.wait_for(worker.serve(asyncio.Event()), 90)
+    finally:
+        await backend.close()
+    run = await runs_api.get_run(db, run_id)
+    assert run["status"] == "SUCCEEDED", run["error"]
+    (raw,) = [s for s in await runs_api.run_steps(db, run_id) if s["step_id"] == "raw"]
+    assert raw["status"] == "SUCCESS" and raw["attempt"] == 1
+    assert output_bytes(raw, "stdout") == b"a\0b\xff"
+    assert raw["stdout"] == "a\ufffdb\ufffd"
+    observed = [e["payload"] for e in await runs_api.run_events(db, run_id)
+                if e["type"] == "agent_observation" and "k\ufffd" in str(e["payload"])]
+    assert observed, "the declared result is stored with NUL shown as U+FFFD"
