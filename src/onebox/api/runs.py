@@ -31,26 +31,21 @@ async def require_run(db: Database, run_id: uuid.UUID, tenant_id: str) -> None:
         raise NotFound(f"run {run_id} does not exist", field="run_id")
 
 
-def tenant_key(tenant_id: str, key: str | None) -> str | None:
-    """Idempotency keys are unique per tenant: two tenants may use the same key."""
-    return None if key is None else f"{tenant_id}:{key}"
-
-
 async def create_run(
     db: Database, settings: Settings, tenant_id: str, *, plan: dict[str, Any] | None,
     task: str | None, name: str | None, idempotency_key: str | None,
 ) -> Submitted:
+    """Submit for the tenant; its idempotency keys are the ones its CLI uses too (one
+    namespace per tenant; two tenants may use the same key)."""
     if plan is None:
         check_llm(settings)
         run_id, existing = await submit_task(
-            db, str(task), name=name, idempotency_key=tenant_key(tenant_id, idempotency_key),
-            tenant_id=tenant_id)
+            db, str(task), name=name, idempotency_key=idempotency_key, tenant_id=tenant_id)
         run = await runtime_runs.get_run(db, run_id)
         return Submitted(run_id, str(run["trace_id"]).strip(), existing)
     parsed = await asyncio.to_thread(parse_plan, plan)  # a big plan never stalls the API
     return await submit_plan(db, settings, parsed, name=name,
-                             idempotency_key=tenant_key(tenant_id, idempotency_key),
-                             tenant_id=tenant_id)
+                             idempotency_key=idempotency_key, tenant_id=tenant_id)
 
 
 def check_llm(settings: Settings) -> None:
@@ -104,11 +99,7 @@ async def run_detail(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
 
 def public_run(run: dict[str, Any]) -> dict[str, Any]:
     hidden = {"lease_owner", "lease_expires_at", "fencing_token"}
-    out = {k: v for k, v in run.items() if k not in hidden}
-    key = out.get("idempotency_key")
-    if isinstance(key, str) and ":" in key:
-        out["idempotency_key"] = key.split(":", 1)[1]
-    return out
+    return {k: v for k, v in run.items() if k not in hidden}
 
 
 def _plan_steps(spec: dict[str, Any]) -> list[dict[str, Any]]:

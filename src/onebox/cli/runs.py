@@ -39,7 +39,9 @@ def register(main: click.Group) -> None:
 @click.argument("target")
 @click.option("--detach", is_flag=True, help="only submit the run and print its id")
 @click.option("--name", help="a name for the run (default: the plan's name)")
-@click.option("--idempotency-key", help="submitting the same key again returns the same run")
+@click.option("--idempotency-key", help="submitting the same key again returns the same run "
+              "(the keys the API uses for tenant 'default' too); the same key with a different "
+              "plan or task is refused")
 @common.json_option
 def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | None,
             as_json: bool) -> None:

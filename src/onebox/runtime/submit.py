@@ -14,7 +14,7 @@ from onebox.agent.hashing import canonical_hash
 from onebox.agent.plan import Plan
 from onebox.bounds import check_plan_caps
 from onebox.config import Settings
-from onebox.errors import PlanError
+from onebox.errors import Conflict, PlanError
 from onebox.runtime.schedule import PlanIndex, StepState, ready_steps, step_input_hash
 from onebox.store import runs as store
 from onebox.store.db import Database
@@ -77,20 +77,43 @@ async def insert_run(
     conn: store.Conn, source: str, request: dict[str, Any], *, name: str | None,
     idempotency_key: str | None, tenant_id: str,
 ) -> Submitted:
-    """The run row and its run_submitted event; the existing run when the key was used."""
+    """The run row and its run_submitted event; the existing run when the tenant used the key
+    for the same request, Conflict when it used it for another one."""
     run_id, trace_id = uuid.uuid4(), new_trace_id()
+    digest = request_hash(source, request, name)
     inserted = await store.fetch_one(conn, "insert_run", {
         "id": run_id, "trace_id": trace_id, "source": source, "request": Jsonb(request),
-        "name": name, "idempotency_key": idempotency_key, "tenant_id": tenant_id})
+        "request_hash": digest, "name": name, "idempotency_key": idempotency_key,
+        "tenant_id": tenant_id})
     if inserted is None:
-        existing = await store.fetch_one(conn, "run_by_idempotency_key", {"key": idempotency_key})
-        assert existing is not None
-        return Submitted(existing["id"], existing["trace_id"], existing=True)
+        assert idempotency_key is not None  # only a used key makes the insert a no-op
+        return await existing_run(conn, tenant_id, idempotency_key, digest)
     await store.append_event(conn, run_id, "run_submitted", {
         "source": source, "name": name, "idempotency_key": idempotency_key,
         "tenant_id": tenant_id, **({"task": request["task"]} if source == "task" else {}),
     }, trace_id=trace_id)
     return Submitted(run_id, trace_id)
+
+
+def request_hash(source: str, request: dict[str, Any], name: str | None) -> str:
+    """What an idempotency key stands for: the canonical hash of the whole request."""
+    return canonical_hash({"source": source, "request": request, "name": name})
+
+
+async def existing_run(conn: store.Conn, tenant_id: str, key: str, digest: str) -> Submitted:
+    """The run the tenant submitted with ``key``, if it was for the request hashed ``digest``."""
+    row = await store.fetch_one(conn, "run_by_idempotency_key", {"tenant_id": tenant_id,
+                                                                 "key": key})
+    if row is None:  # removed between the insert and this read
+        raise Conflict(f"idempotency key '{key}' was in use by a run that is gone; submit again",
+                       field="idempotency_key")
+    stored = row["request_hash"] or request_hash(row["source"], row["request"], row["name"])
+    if stored != digest:
+        raise Conflict(
+            f"idempotency key '{key}' was already used for run {row['id']} with a different "
+            f"request; resend the same request to get run {row['id']} back, or use a new key "
+            "for a new request", field="idempotency_key")
+    return Submitted(row["id"], row["trace_id"], existing=True)
 
 
 def check_runnable(plan: Plan) -> None:

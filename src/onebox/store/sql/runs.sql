@@ -2,14 +2,17 @@
 -- in the same transaction (see onebox.store.runs).
 
 -- name: insert_run
-INSERT INTO onebox.runs (id, trace_id, status, source, request, name, idempotency_key, tenant_id)
-VALUES (%(id)s, %(trace_id)s, 'PENDING', %(source)s, %(request)s, %(name)s, %(idempotency_key)s,
-        %(tenant_id)s)
-ON CONFLICT (idempotency_key) DO NOTHING
+-- Nothing when the tenant already used the idempotency key (one namespace per tenant).
+INSERT INTO onebox.runs (id, trace_id, status, source, request, request_hash, name,
+                         idempotency_key, tenant_id)
+VALUES (%(id)s, %(trace_id)s, 'PENDING', %(source)s, %(request)s, %(request_hash)s, %(name)s,
+        %(idempotency_key)s, %(tenant_id)s)
+ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING id;
 
 -- name: run_by_idempotency_key
-SELECT * FROM onebox.runs WHERE idempotency_key = %(key)s;
+SELECT id, trace_id, source, request, request_hash, name FROM onebox.runs
+WHERE tenant_id = %(tenant_id)s AND idempotency_key = %(key)s;
 
 -- name: insert_plan
 INSERT INTO onebox.plans (id, run_id, version, spec, spec_hash, reason)
