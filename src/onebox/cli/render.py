@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
@@ -20,6 +21,23 @@ def status_text(status: str) -> Text:
     return Text(status, style=STATUS_STYLE.get(status, ""))
 
 
+def shown_status(step: dict[str, Any]) -> str:
+    """A step's status for people: a queued approval step is WAITING (for a person)."""
+    if step["status"] == "PENDING" and step.get("waiting_for") == "approval":
+        return "WAITING"
+    return str(step["status"])
+
+
+def waiting_approvals(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in steps if shown_status(s) == "WAITING"]
+
+
+def approval_hint(run_id: Any, step_id: str) -> str:
+    """The exact commands that decide a waiting step (one line each, never wrapped)."""
+    return (f"step {step_id} is WAITING for approval: onebox approve {run_id} {step_id}\n"
+            f"  to reject it instead: onebox approve {run_id} {step_id} --reject")
+
+
 def _num(value: Any, unit: str, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}{unit}"
 
@@ -33,7 +51,7 @@ def steps_table(steps: list[dict[str, Any]], *, title: str | None = None) -> Tab
     for s in steps:
         table.add_row(
             str(s["step_number"]), s["step_id"], str(s["attempt"]), s["tool_name"],
-            status_text(s["status"]), "-" if s["exit_code"] is None else str(s["exit_code"]),
+            status_text(shown_status(s)), "-" if s["exit_code"] is None else str(s["exit_code"]),
             _num(s["duration_ms"], " ms", 0), _num(s["memory_used_mb"], " MB"),
             _num(s["cpu_usage_percent"], "%", 0),
         )
@@ -52,6 +70,9 @@ def run_header(run: dict[str, Any]) -> Text:
 
 def timeline(run: dict[str, Any], steps: list[dict[str, Any]], *, tail_lines: int = 6) -> RenderableType:
     parts: list[RenderableType] = [run_header(run), steps_table(steps)]
+    parts += [Text(approval_hint(run["id"], s["step_id"]), style="cyan",
+                   no_wrap=True, overflow="ignore")
+              for s in waiting_approvals(steps)]
     for s in steps:
         body = _tail(s.get("stdout") or "", tail_lines)
         errtail = _tail(s.get("stderr") or "", tail_lines)
@@ -72,9 +93,10 @@ def _tail(text: str, lines: int) -> str:
 
 
 def runs_table(runs: list[dict[str, Any]]) -> Table:
-    table = Table(expand=False)
-    for col in ("run", "status", "name", "steps ok", "created", "error"):
-        table.add_column(col)
+    # whole ids (commands take them): on a narrow terminal only name and error wrap
+    table = Table(expand=False, box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("run", "status", "name", "ok", "created", "error"):
+        table.add_column(col, no_wrap=col not in ("name", "error"), overflow="fold")
     for r in runs:
         table.add_row(
             str(r["id"]), status_text(r["status"]), r["name"] or "",

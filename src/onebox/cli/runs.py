@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import getpass
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
-from rich.live import Live
 
 from onebox.agent.plan import Plan, load_plan
 from onebox.cli import common
-from onebox.cli.render import runs_table, steps_table, timeline
+from onebox.cli.foreground import INTERRUPTED_EXIT, CtrlC, Progress
+from onebox.cli.render import runs_table, timeline
 from onebox.config import Settings
 from onebox.errors import PlanError
 from onebox.llm.registry import chat_model_from_settings
@@ -23,6 +24,8 @@ from onebox.runtime.service import Runtime
 from onebox.runtime.submit import Submitted
 from onebox.store.db import Database
 
+T = TypeVar("T")
+INTERRUPTED = "INTERRUPTED"  # the status _finish reports when the user pressed Ctrl-C
 SQL_HINT = (
     "SELECT step_number, step_id, attempt, status, duration_ms, memory_used_mb, "
     "cpu_usage_percent, output_hash FROM onebox.task_execution WHERE run_id = '{run_id}' "
@@ -57,7 +60,8 @@ def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | 
         common.run_sync(lambda: chat_model_from_settings(settings.llm))  # says what to set
         status = common.run(_run_task(settings, target, detach=detach, name=name,
                                       idempotency_key=idempotency_key, as_json=as_json))
-    raise click.exceptions.Exit(0 if status in ("SUCCEEDED", "PENDING") else 1)
+    codes = {"SUCCEEDED": 0, "PENDING": 0, INTERRUPTED: INTERRUPTED_EXIT}
+    raise click.exceptions.Exit(codes.get(status, 1))
 
 
 def _looks_like_a_path(target: str) -> bool:
@@ -100,14 +104,18 @@ async def _run_task(settings: Settings, task: str, *, detach: bool, name: str | 
 
 
 async def _finish(rt: Runtime, run_id: uuid.UUID, as_json: bool) -> str:
-    final = await rt.drive(run_id) if as_json else await _drive_live(rt, run_id)
+    """Drive the run here until it ends (Ctrl-C cancels it), then print its timeline."""
+    console = common.err if as_json else common.out  # --json keeps stdout for the document
+    with Progress(rt.db, run_id, console, live=not as_json) as watch, \
+            CtrlC(rt.db, run_id, console, on_first=watch.stop) as ctrl_c:
+        final = await rt.drive(run_id, progress=watch.update)
     tl = await runs_api.run_timeline(rt.db, run_id)
     if as_json:
         common.print_json(tl)
     else:
         common.out.print(timeline(tl["run"], tl["steps"]))
         _print_sql_hint(rt.db, run_id)
-    return str(final["status"])
+    return INTERRUPTED if ctrl_c.pressed else str(final["status"])
 
 
 def _print_submitted(submitted: Any, as_json: bool) -> None:
@@ -116,14 +124,6 @@ def _print_submitted(submitted: Any, as_json: bool) -> None:
                            "existing": submitted.existing})
     else:
         click.echo(str(submitted.run_id))
-
-
-async def _drive_live(rt: Runtime, run_id: uuid.UUID) -> Any:
-    with Live(console=common.out, refresh_per_second=8, transient=True) as live:
-        async def progress(rid: uuid.UUID) -> None:
-            steps = await runs_api.run_steps(rt.db, rid)
-            live.update(steps_table(steps, title="running..."))
-        return await rt.drive(run_id, progress=progress)
 
 
 def _print_sql_hint(db: Database, run_id: uuid.UUID) -> None:
@@ -141,22 +141,23 @@ def _print_sql_hint(db: Database, run_id: uuid.UUID) -> None:
 @click.argument("run_id")
 @common.json_option
 def show_cmd(run_id: str, as_json: bool) -> None:
-    """Print a run's timeline: steps, status, durations, resources, output tails."""
-    settings = common.settings()
-    rid = _run_id(run_id)
+    """Print a run's timeline: steps, status, durations, resources, output tails.
 
-    tl = common.with_db(settings, lambda db: runs_api.run_timeline(db, rid))
+    RUN_ID may be a unique prefix of the id, here and in every command that takes one."""
+    tl = _with_run(run_id, runs_api.run_timeline)
     if as_json:
         common.print_json(tl)
     else:
         common.out.print(timeline(tl["run"], tl["steps"]))
 
 
-def _run_id(text: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        common.fail(f"'{text}' is not a run id (a UUID as printed by `onebox runs`)", code=2)
+def _with_run(text: str, work: Callable[[Database, uuid.UUID], Awaitable[T]],
+              settings: Settings | None = None) -> T:
+    """Resolve TEXT (a run id or a unique prefix of one), then ``work(db, run_id)``."""
+    async def go(db: Database) -> T:
+        return await work(db, await runs_api.resolve_id(db, text))
+
+    return common.with_db(settings or common.settings(), go)
 
 
 @click.command("runs")
@@ -189,11 +190,11 @@ def runs_cmd(status: str | None, shortcut: str | None, stale: bool, limit: int,
 @click.argument("run_id")
 def cancel_cmd(run_id: str) -> None:
     """Cancel a run: queued steps are dropped and running steps are stopped."""
-    settings = common.settings()
-    rid = _run_id(run_id)
+    async def cancel(db: Database, rid: uuid.UUID) -> uuid.UUID:
+        await runs_api.cancel_run(db, rid)
+        return rid
 
-    common.with_db(settings, lambda db: runs_api.cancel_run(db, rid))
-    click.echo(f"run {run_id} cancelled")
+    click.echo(f"run {_with_run(run_id, cancel)} cancelled")
 
 
 @click.command("explain")
@@ -201,10 +202,10 @@ def cancel_cmd(run_id: str) -> None:
 @common.json_option
 def explain_cmd(run_id: str, as_json: bool) -> None:
     """Why each step ran, was skipped, retried or replaced, from the stored events."""
-    settings = common.settings()
-    rid = _run_id(run_id)
+    async def decisions(db: Database, rid: uuid.UUID) -> tuple[uuid.UUID, list[Any]]:
+        return rid, await explain(db, rid)
 
-    rows = common.with_db(settings, lambda db: explain(db, rid))
+    rid, rows = _with_run(run_id, decisions)
     if as_json:
         common.print_json({"run_id": rid, "decisions": rows})
         return
@@ -223,11 +224,13 @@ def explain_cmd(run_id: str, as_json: bool) -> None:
 def approve_cmd(run_id: str, step_id: str, reject: bool, comment: str | None, by: str) -> None:
     """Approve (or --reject) a step waiting for a person; the run resumes."""
     settings = common.settings()
-    rid = _run_id(run_id)
 
-    status = common.with_db(settings, lambda db: runs_api.approve_step(
-        db, settings, rid, step_id, approve=not reject, by=by, comment=comment))
-    click.echo(f"step {step_id} {'rejected' if reject else 'approved'}; run {run_id} is {status}")
+    async def decide(db: Database, rid: uuid.UUID) -> tuple[uuid.UUID, str]:
+        return rid, await runs_api.approve_step(db, settings, rid, step_id, approve=not reject,
+                                                by=by, comment=comment)
+
+    rid, status = _with_run(run_id, decide, settings)
+    click.echo(f"step {step_id} {'rejected' if reject else 'approved'}; run {rid} is {status}")
 
 
 @click.command("retry")
@@ -235,8 +238,10 @@ def approve_cmd(run_id: str, step_id: str, reject: bool, comment: str | None, by
 def retry_cmd(run_id: str) -> None:
     """Retry a DEAD run: its failed steps are queued again (finished steps are kept)."""
     settings = common.settings()
-    rid = _run_id(run_id)
 
-    steps = common.with_db(settings, lambda db: runs_api.retry_run(db, settings, rid))
-    click.echo(f"run {run_id} queued again: {', '.join(steps) or 'no failed steps'}; "
+    async def retry(db: Database, rid: uuid.UUID) -> tuple[uuid.UUID, list[str]]:
+        return rid, await runs_api.retry_run(db, settings, rid)
+
+    rid, steps = _with_run(run_id, retry, settings)
+    click.echo(f"run {rid} queued again: {', '.join(steps) or 'no failed steps'}; "
                "a worker (`onebox worker`) picks it up")

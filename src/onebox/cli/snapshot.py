@@ -13,14 +13,15 @@ from rich.table import Table
 
 from onebox.cli.common import fail, json_option, out, print_json, run, settings
 from onebox.config import Settings
-from onebox.errors import ValidationError
 from onebox.objects import ObjectStore, get_object_store
+from onebox.runtime.runs import resolve_id
 from onebox.sandbox import snapshot_archive as archive
 from onebox.sandbox.replay import ReplayReport
 from onebox.sandbox.snapshot_manifest import diff
 from onebox.sandbox.snapshots import RestoreReport, load_manifest
 from onebox.store import snapshots as rows
 from onebox.store.db import Database
+from onebox.store.ids import IdKind
 
 ROW_FIELDS = ("id", "session_id", "execution_id", "kind", "status", "sha256", "bytes",
               "stored_bytes", "file_count", "object_count", "duration_ms", "created_at")
@@ -41,13 +42,9 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
     return {name: row.get(name) for name in ROW_FIELDS}
 
 
-def _uuid(value: str | None, field: str) -> uuid.UUID | None:
-    if value is None:
-        return None
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise ValidationError(f"{value!r} is not an id", field=field) from None
+async def _resolve(db: Database, value: str | None, kind: IdKind) -> uuid.UUID | None:
+    """A whole id or a unique prefix of one (see runtime.runs.resolve_id); None stays None."""
+    return None if value is None else await resolve_id(db, value, kind=kind)
 
 
 @click.group("snapshot")
@@ -65,10 +62,12 @@ def list_cmd(session_id: str | None, execution_id: str | None, run_id: str | Non
              as_json: bool) -> None:
     """List snapshots, newest first."""
     async def go() -> list[dict[str, Any]]:
-        async with opened(settings()) as (db, _store), db.connection() as conn:
-            found = await rows.list_snapshots(conn, session_id=session_id, limit=limit,
-                                              execution_id=_uuid(execution_id, "execution"),
-                                              run_id=_uuid(run_id, "run"))
+        async with opened(settings()) as (db, _store):
+            exec_id = await _resolve(db, execution_id, "execution")
+            rid = await _resolve(db, run_id, "run")
+            async with db.connection() as conn:
+                found = await rows.list_snapshots(conn, session_id=session_id, limit=limit,
+                                                  execution_id=exec_id, run_id=rid)
             return [public(r) for r in found]
 
     found = run(go())
@@ -229,6 +228,9 @@ def gc_cmd(keep_last: int | None, ttl_days: float | None, dry_run: bool, as_json
 def replay_cmd(execution_id: str, keep_session: bool, as_json: bool) -> None:
     """Re-run a recorded step from its inputs in a fresh session and compare outputs.
 
+    EXECUTION_ID is a step attempt's id (`onebox show RUN --json`: steps[].id) or a unique
+    prefix of it.
+
     Exit code 0 when everything matches, 1 when something differs.
     """
     from onebox.runtime.archive import output_hash
@@ -238,11 +240,10 @@ def replay_cmd(execution_id: str, keep_session: bool, as_json: bool) -> None:
     cfg = settings()
 
     async def go() -> ReplayReport:
-        exec_id = _uuid(execution_id, "execution_id")
-        assert exec_id is not None
         backend = get_backend(cfg)
         try:
             async with opened(cfg) as (db, store):
+                exec_id = await resolve_id(db, execution_id, kind="execution")
                 return await replay(db, backend, store, exec_id, hash_output=output_hash,
                                     keep_session=keep_session)
         finally:

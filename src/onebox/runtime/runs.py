@@ -14,6 +14,50 @@ from onebox.runtime.archive import advance, finish_run, step_payload
 from onebox.runtime.submit import queue_attempt
 from onebox.store import runs as store
 from onebox.store.db import Database
+from onebox.store.ids import IdKind, ids_between
+
+MIN_PREFIX_CHARS = 4  # as git: shorter prefixes match too much to be worth a lookup
+MAX_CANDIDATES = 10  # an ambiguous prefix lists at most this many ids
+_LISTED_BY = {"run": "`onebox runs`", "execution": "`onebox show RUN` (--json: steps[].id)"}
+
+
+async def resolve_id(
+    db: Database, text: str, *, kind: IdKind = "run", tenant_id: str | None = None
+) -> uuid.UUID:
+    """A whole run (or step execution) id, or the one id that starts with ``text``.
+
+    As git does with commits: an ambiguous prefix is refused with the candidates listed, a
+    prefix nothing starts with is NotFound. A whole id is returned as is (not looked up).
+    """
+    field = f"{kind}_id"
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        lo, hi = prefix_range(text, kind)
+    async with db.connection() as conn:
+        found = await ids_between(conn, kind, lo, hi, tenant_id=tenant_id,
+                                  limit=MAX_CANDIDATES + 1)
+    if not found:
+        raise NotFound(f"no {kind} id starts with '{text}': that {kind} does not exist; "
+                       f"{_LISTED_BY[kind]} lists them", field=field)
+    if len(found) > 1:
+        listed = ", ".join(str(i) for i in found[:MAX_CANDIDATES])
+        more = " and more" if len(found) > MAX_CANDIDATES else ""
+        raise ValidationError(f"{kind} id prefix '{text}' is ambiguous: it matches {listed}{more}; "
+                              "give more characters", field=field)
+    return found[0]
+
+
+def prefix_range(text: str, kind: IdKind = "run") -> tuple[uuid.UUID, uuid.UUID]:
+    """The smallest and largest UUID starting with the hex prefix ``text`` (dashes ignored)."""
+    digits = text.strip().lower().replace("-", "")
+    if len(digits) < MIN_PREFIX_CHARS or len(digits) > 32 or \
+            any(c not in "0123456789abcdef" for c in digits):
+        raise ValidationError(
+            f"'{text}' is not a {kind} id; give the whole id or a unique prefix of at least "
+            f"{MIN_PREFIX_CHARS} hex characters, as printed by {_LISTED_BY[kind]}",
+            field=f"{kind}_id")
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
 def parse_run_id(text: str) -> uuid.UUID:

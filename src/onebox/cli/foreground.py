@@ -1,0 +1,122 @@
+"""A foreground `onebox run`: live progress, approvals to decide, and Ctrl-C.
+
+    with Progress(db, run_id, console, live=True) as watch, \
+            CtrlC(db, run_id, console, on_first=watch.stop) as ctrl_c:
+        await rt.drive(run_id, progress=watch.update)
+    if ctrl_c.pressed: ...
+
+A step waiting for a person is announced once, with the exact `onebox approve` commands.
+
+The first SIGINT cancels the run the way `onebox cancel` and the API do (one transaction);
+this process's worker sees the cancel at its next heartbeat, stops the step and returns.
+The second SIGINT prints how to follow the run and exits with 130 without waiting for
+anything: the sandboxes die with this process (bwrap --die-with-parent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Callable
+from types import TracebackType
+
+from rich.console import Console
+from rich.live import Live
+
+from onebox.cli.render import approval_hint, steps_table, waiting_approvals
+from onebox.errors import Conflict, OneboxError
+from onebox.runtime import runs as runs_api
+from onebox.store.db import Database
+
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what shells report for a process ended by Ctrl-C
+
+
+class Progress:
+    """The steps table, redrawn in place (``live``), and a line for each new approval wait."""
+
+    def __init__(self, db: Database, run_id: uuid.UUID, console: Console, *, live: bool) -> None:
+        self.db, self.run_id, self.console = db, run_id, console
+        self.live = Live(console=console, refresh_per_second=8, transient=True) if live else None
+        self.announced: set[uuid.UUID] = set()
+
+    def __enter__(self) -> Progress:
+        if self.live is not None:
+            self.live.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    async def update(self, run_id: uuid.UUID) -> None:
+        steps = await runs_api.run_steps(self.db, run_id)
+        waiting = waiting_approvals(steps)
+        for step in waiting:
+            if step["id"] not in self.announced:
+                self.announced.add(step["id"])
+                self.console.print(approval_hint(run_id, step["step_id"]), style="cyan",
+                                   markup=False, soft_wrap=True)
+        if self.live is not None:
+            title = "waiting for approval" if waiting else "running..."
+            self.live.update(steps_table(steps, title=title))
+
+
+class CtrlC:
+    def __init__(self, db: Database, run_id: uuid.UUID, console: Console,
+                 *, on_first: Callable[[], None] | None = None) -> None:
+        self.db, self.run_id, self.console, self.on_first = db, run_id, console, on_first
+        self.pressed = 0
+        self.cancelled = False
+        self._task: asyncio.Task[None] | None = None
+
+    def __enter__(self) -> CtrlC:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+
+    def _on_sigint(self) -> None:
+        self.pressed += 1
+        if self.pressed > 1:
+            self._leave()
+        if self.on_first is not None:
+            self.on_first()
+        self.console.print(f"cancelling run {self.run_id}...", end="", markup=False)
+        self.console.file.flush()
+        self._task = asyncio.get_running_loop().create_task(self._cancel())
+
+    async def _cancel(self) -> None:
+        try:
+            await runs_api.cancel_run(self.db, self.run_id, reason="cancelled by user (Ctrl-C)")
+        except Conflict:
+            run = await runs_api.get_run(self.db, self.run_id)
+            self.console.print(f" not needed: the run is already {run['status']}", markup=False)
+            return
+        except OneboxError as exc:
+            self.console.print(f" failed: {exc.message}; press Ctrl-C again to leave, then "
+                               f"`onebox cancel {self.run_id}`", markup=False)
+            return
+        self.cancelled = True
+        self.console.print(" cancelled; stopping its running steps (Ctrl-C again to leave now)",
+                           markup=False)
+
+    def _leave(self) -> None:
+        state = ("is cancelled; its steps stop with this process" if self.cancelled
+                 else f"may still be running: `onebox cancel {self.run_id}` cancels it")
+        self.console.print(f"\nleft without waiting: run {self.run_id} {state}\n"
+                           f"follow it with: onebox show {self.run_id}", markup=False,
+                           soft_wrap=True)
+        self.console.file.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(INTERRUPTED_EXIT)
