@@ -48,11 +48,13 @@ class SandboxSettings(BaseModel):
     )
     # Operator caps: no request (plan, API call, agent) may ask for more than these.
     max_timeout_s: float = Field(24 * 3600.0, gt=0, description="cap on any step's timeout_s")
-    max_memory_mb: int = Field(8192, ge=16, description="cap on any step's memory_mb")
-    max_cpus: float = Field(default_factory=lambda: float(os.cpu_count() or 8), gt=0,
+    max_memory_mb: int = Field(8192, ge=16, le=1 << 22, description="cap on any step's memory_mb")
+    # The caps themselves are bounded: a cap of 1e300 would let absurd values reach the kernel.
+    max_cpus: float = Field(default_factory=lambda: float(os.cpu_count() or 8), gt=0, le=4096,
+                            allow_inf_nan=False,
                             description="cap on any step's cpus (default: the host's CPUs)")
-    max_pids: int = Field(4096, ge=8, description="cap on any step's pids")
-    max_disk_mb: int = Field(16384, ge=1, description="cap on any step's disk_mb")
+    max_pids: int = Field(4096, ge=8, le=4_194_304, description="cap on any step's pids")
+    max_disk_mb: int = Field(16384, ge=1, le=1 << 24, description="cap on any step's disk_mb")
     max_output_bytes_cap: int = Field(64 << 20, ge=1024,
                                       description="cap on any step's max_output_bytes")
     # The egress proxy: connections a sandbox may hold, and how long.
