@@ -6,6 +6,7 @@ Everything here reads; state changes go through :mod:`onebox.runtime.runs`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import uuid
 from datetime import datetime
 from typing import Any
@@ -108,6 +109,17 @@ def _plan_steps(spec: dict[str, Any]) -> list[dict[str, Any]]:
              "description": s.get("description")} for s in spec.get("steps", [])]
 
 
+def _exact_output(row: dict[str, Any]) -> dict[str, str | None]:
+    """The exact bytes printed, base64, where the text view is not them (a NUL, invalid
+    UTF-8, or output longer than the text keeps); None where ``stdout``/``stderr`` are exact."""
+    out: dict[str, str | None] = {}
+    for stream in ("stdout", "stderr"):
+        raw = row.get(f"{stream}_bytes")
+        out[f"{stream}_base64"] = base64.b64encode(bytes(raw)).decode() if raw is not None \
+            else None
+    return out
+
+
 def step_view(
     row: dict[str, Any], notes: list[dict[str, Any]], calls: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -118,7 +130,8 @@ def step_view(
         "attempt": row["attempt"], "max_attempts": row.get("max_attempts"),
         "status": row["status"], "tool": row["tool_name"], "code": details.get("code"),
         "language": details.get("language"), "stdout": row.get("stdout"),
-        "stderr": row.get("stderr"), "error": row.get("error"), "exit_code": row.get("exit_code"),
+        "stderr": row.get("stderr"), **_exact_output(row),
+        "error": row.get("error"), "exit_code": row.get("exit_code"),
         "resources": {"duration_ms": row.get("duration_ms"),
                       "memory_used_mb": row.get("memory_used_mb"),
                       "cpu_usage_percent": row.get("cpu_usage_percent"),
