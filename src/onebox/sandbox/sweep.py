@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
+from onebox.processes import pid_alive
+
 logger = logging.getLogger(__name__)
 SWEEP_EVERY_S = 15.0
 
@@ -60,16 +62,6 @@ class OwnerLock:
             self._fd = -1
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @contextlib.contextmanager
 def _if_dead(owners: Path, token: str, own: str) -> Iterator[bool]:
     """Yields True (holding the dead owner's lock) when ``token``'s process is dead."""
@@ -80,7 +72,7 @@ def _if_dead(owners: Path, token: str, own: str) -> Iterator[bool]:
     try:
         fd = os.open(owners / f"{token}.lock", os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
-        yield not _pid_alive(int(pid))
+        yield not pid_alive(int(pid))
         return
     try:
         try:

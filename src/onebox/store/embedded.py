@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from onebox.errors import StorageError
+from onebox.processes import pid_alive
 
 log = logging.getLogger(__name__)
 # pgserver asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR it warns on every import.
@@ -27,23 +28,13 @@ warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 _HANDLE_LIST = ".handle_pids.json"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _prune_dead_handles(pgdata: Path) -> None:
     path = pgdata / _HANDLE_LIST
     try:
         pids = json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
         return
-    alive = [p for p in pids if isinstance(p, int) and _pid_alive(p)]
+    alive = [p for p in pids if isinstance(p, int) and pid_alive(p)]
     if alive != pids:
         log.info("embedded postgres: dropping handles of dead processes %s", set(pids) - set(alive))
         path.write_text(json.dumps(alive))
