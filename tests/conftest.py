@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -79,6 +79,12 @@ def settings() -> Iterator[Settings]:
     yield load_settings(home=home / "home")
     _unmount_below(home)
     shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def unmount_below() -> Callable[[Path], None]:
+    """For tests that make their own home: unmount what a killed onebox left under it."""
+    return _unmount_below
 
 
 def _unmount_below(path: Path) -> None:

@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -34,11 +34,12 @@ ECHO_PLAN = "steps:\n  - id: hello\n    tool: bash\n    code: echo hello > out.t
 
 
 @pytest.fixture(scope="module")
-def home() -> Iterator[Path]:
+def home(unmount_below: Callable[[Path], None]) -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="onebox-cli-int-"))
     path.chmod(0o755)
     yield path
     subprocess.run([ONEBOX, "db", "stop"], env=_env(path), capture_output=True, timeout=60)
+    unmount_below(path)  # a CLI left at once by a second Ctrl-C keeps its workspace mounted
     shutil.rmtree(path, ignore_errors=True)
 
 
