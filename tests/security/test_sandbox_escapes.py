@@ -7,6 +7,7 @@ import os
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -493,7 +494,9 @@ async def test_proxy_forwards_a_post_with_the_checked_host_only(
     assert f"POST /post host=localhost:{port}" in hits
 
 
-async def test_sandboxes_die_with_a_killed_supervisor(tmp_path: Path) -> None:
+async def test_sandboxes_die_with_a_killed_supervisor(
+    tmp_path: Path, unmount_below: Callable[[Path], None]
+) -> None:
     """kill -9 of onebox itself leaves no sandboxed process running."""
     marker = f"7{uuid.uuid4().int % 10**8}"
     script = (
@@ -528,8 +531,8 @@ async def test_sandboxes_die_with_a_killed_supervisor(tmp_path: Path) -> None:
     from onebox.config import load_settings
 
     settings = load_settings(home=tmp_path)
-    for mount in (settings.workspaces_dir / "x", settings.sandbox_dir / "run"):
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    unmount_below(settings.workspaces_dir)
+    unmount_below(settings.sandbox_dir)
 
 
 async def test_nothing_is_left_behind_after_close(tmp_path: Path) -> None:
