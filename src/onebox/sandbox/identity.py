@@ -165,6 +165,15 @@ class SessionIdentities:
                 marker.unlink(missing_ok=True)
 
 
+def uid_of(path: Path) -> int | None:
+    """The owner of ``path`` (not followed), or None if it is gone: read before removing a
+    workspace, to :meth:`SessionIdentities.free` its uid afterwards."""
+    try:
+        return os.stat(path, follow_symlinks=False).st_uid
+    except OSError:
+        return None
+
+
 def _local_ids(lo: int, hi: int) -> frozenset[int]:
     """uids and gids of this host's own accounts and groups inside the range: a session must
     never become one of them (an escape would then own that account's files)."""

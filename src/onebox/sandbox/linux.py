@@ -33,7 +33,7 @@ from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
 from onebox.sandbox.cgroups import CgroupManager, CgroupUsage
 from onebox.sandbox.disk import LoopDiskQuota
 from onebox.sandbox.egress import EgressLimits, EgressProxy, ExecutionEgress
-from onebox.sandbox.identity import SessionIdentities, ensure_reachable
+from onebox.sandbox.identity import SessionIdentities, ensure_reachable, uid_of
 from onebox.sandbox.linux_support import (
     build_result,
     close_all,
@@ -124,13 +124,16 @@ class BwrapSandbox(SandboxBackend):
         """As root, run dirs live on a tmpfs of their own: bound into a sandbox, their mount
         shows "/<exec_id>" on "onebox-run", not a path of the onebox home. Mounted at the
         first spawn (a backend built only for health() mounts nothing); one per backend
-        (``run/<owner token>``), so no other process ever unmounts it under us."""
-        if self.identities.per_session and not os.path.ismount(self.run_root):
+        (``run/<owner token>``), so no other process ever unmounts it under us, and later
+        spawns need no check."""
+        if self._run_tmpfs or not self.identities.per_session:
+            return
+        if not os.path.ismount(self.run_root):
             subprocess.run(
                 ["mount", "-t", "tmpfs", "-o", f"nosuid,nodev,mode=0711,size={RUN_TMPFS_MB}m",
                  "onebox-run", str(self.run_root)], check=True, capture_output=True)
-            self._run_tmpfs = True
         os.chmod(self.run_root, 0o711)
+        self._run_tmpfs = True
 
     # -- the interface -------------------------------------------------------
 
@@ -226,7 +229,7 @@ class BwrapSandbox(SandboxBackend):
 
     async def drop_workspace(self, path: Path) -> None:
         await self.successors.drop(path.name)
-        uid = _owner_uid(path)
+        uid = uid_of(path)
         if self.disk_enabled:
             await self.disk.detach(path)
         await asyncio.to_thread(shutil.rmtree, path, True)
@@ -359,8 +362,9 @@ class BwrapSandbox(SandboxBackend):
         running.add(blocked)
         proxy = blocked.egress is not None
         try:
-            await asyncio.to_thread(write_files, session.path, request.files,
-                                    self.identities.owner_of(session.path))
+            if request.files:
+                await asyncio.to_thread(write_files, session.path, request.files,
+                                        self.identities.owner_of(session.path))
             before = await state(session.path)
             env = policy.sandbox_env(request, limits, proxy=proxy)
             rlimits = policy.rlimit_lines(limits, cgroups=self.cgroups is not None)
@@ -383,11 +387,9 @@ class BwrapSandbox(SandboxBackend):
         if proxy:
             domains = ", ".join(request.network.allow_domains)
             enforcement["network"] = f"egress proxy (HTTP, HTTPS CONNECT) allowing {domains}"
-        result = build_result(
-            self, outcome, usage, changes.files, blocked_net, reset, limits, enforcement,
-            session.path,
+        return build_result(
+            self, outcome, usage, changes, blocked_net, reset, limits, enforcement, session.path
         )
-        return dataclasses.replace(result, files_truncated=changes.truncated)
 
     def _usage(self, exec_id: str) -> CgroupUsage:
         if self.cgroups is None:
@@ -411,13 +413,6 @@ class BwrapSandbox(SandboxBackend):
         if self.cgroups is not None:
             await self._in_thread(self.cgroups.remove, exec_id)
         shutil.rmtree(self.run_root / exec_id, ignore_errors=True)
-
-
-def _owner_uid(path: Path) -> int | None:
-    try:
-        return os.stat(path, follow_symlinks=False).st_uid
-    except OSError:
-        return None
 
 
 def _read_text(path: str) -> str:

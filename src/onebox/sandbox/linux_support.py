@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onebox.sandbox import policy
-from onebox.sandbox.base import BlockedAttempt, ExecRequest, ExecResult, FileChange
+from onebox.sandbox.base import BlockedAttempt, ExecRequest, ExecResult
 from onebox.sandbox.cgroups import CgroupUsage
 from onebox.sandbox.spawner import Outcome
 
 if TYPE_CHECKING:
     from onebox.sandbox.linux import BwrapSandbox
+    from onebox.sandbox.workspace import Changes
 
 MERGED_USR = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 FULL_DISK_FREE_BYTES = 1024 * 1024
@@ -187,7 +188,7 @@ def build_result(
     backend: BwrapSandbox,
     outcome: Outcome,
     usage: CgroupUsage,
-    changes: tuple[FileChange, ...],
+    changes: Changes,
     blocked: tuple[BlockedAttempt, ...],
     reset: bool,
     limits: policy.ResolvedLimits,
@@ -215,7 +216,8 @@ def build_result(
         truncated=outcome.stdout.truncated or outcome.stderr.truncated,
         memory_peak_mb=usage.memory_peak_mb,
         cpu_time_ms=usage.cpu_time_ms,
-        files_written=changes,
+        files_written=changes.files,
+        files_truncated=changes.truncated,
         blocked_network=blocked,
         session_reset=reset,
         backend=backend.name,

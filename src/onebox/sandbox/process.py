@@ -29,7 +29,7 @@ from onebox.errors import PolicyViolation
 from onebox.sandbox import policy
 from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
 from onebox.sandbox.capture import BoundedCapture
-from onebox.sandbox.identity import Owner, SessionIdentities, ensure_reachable
+from onebox.sandbox.identity import Owner, SessionIdentities, ensure_reachable, uid_of
 from onebox.sandbox.sessions import SessionTable
 from onebox.sandbox.workspace import Changes, changes_since, state, write_files
 
@@ -94,7 +94,7 @@ class ProcessSandbox(SandboxBackend):
         await asyncio.to_thread(self.identities.claim, path)
 
     async def _drop_ws(self, path: Path) -> None:
-        uid = path.stat().st_uid if path.is_dir() else None
+        uid = uid_of(path)
         await asyncio.to_thread(shutil.rmtree, path, True)
         self.identities.free(path, uid)
 

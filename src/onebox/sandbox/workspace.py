@@ -116,11 +116,6 @@ def snapshot(root: Path) -> Snapshot:
     return state
 
 
-def sha256_of(root: Path, relpath: str) -> str | None:
-    """Hash a regular file; None for links, FIFOs, devices, anything vanished or too big."""
-    return _hash(root, relpath, MAX_HASH_BYTES)[0]
-
-
 def _hash(root_or_fd: Path | int, relpath: str, budget: int) -> tuple[str | None, str | None]:
     """(sha256, None) or (None, why it was not hashed)."""
     try:
