@@ -29,8 +29,12 @@ LIST_BOUNDS = hostfs.Bounds(MAX_LIST, MAX_LIST_DEPTH, LIST_DEADLINE_S)
 
 
 def safe_parts(relpath: str) -> list[str]:
-    parts = [p for p in relpath.split("/") if p not in ("", ".")]
-    if not parts or ".." in parts or relpath.startswith("/") or "\x00" in relpath:
+    """hostfs's rule for a path beneath the workspace, as the API's ValidationError."""
+    try:
+        parts = hostfs.parts(relpath)
+    except hostfs.Refused:
+        parts = []
+    if not parts:
         raise ValidationError(f"file path {relpath!r} must be relative and stay inside the "
                               "workspace", field="path")
     return parts
