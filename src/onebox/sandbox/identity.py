@@ -165,6 +165,15 @@ class SessionIdentities:
                 marker.unlink(missing_ok=True)
 
 
+def make_run_dir(run_dir: Path, gid: int | None) -> None:
+    """A directory of onebox's for one execution (launcher, entry code): root's, readable
+    by the session's group only (``gid``; None when sandboxes run as onebox's own user)."""
+    run_dir.mkdir(mode=0o750)
+    if gid is not None:
+        os.chown(run_dir, 0, gid)
+    os.chmod(run_dir, 0o750)
+
+
 def uid_of(path: Path) -> int | None:
     """The owner of ``path`` (not followed), or None if it is gone: read before removing a
     workspace, to :meth:`SessionIdentities.free` its uid afterwards."""

@@ -33,7 +33,12 @@ from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
 from onebox.sandbox.cgroups import CgroupManager, CgroupUsage
 from onebox.sandbox.disk import LoopDiskQuota
 from onebox.sandbox.egress import EgressLimits, EgressProxy, ExecutionEgress
-from onebox.sandbox.identity import SessionIdentities, ensure_reachable, uid_of
+from onebox.sandbox.identity import (
+    SessionIdentities,
+    ensure_reachable,
+    make_run_dir,
+    uid_of,
+)
 from onebox.sandbox.linux_support import (
     build_result,
     close_all,
@@ -263,7 +268,7 @@ class BwrapSandbox(SandboxBackend):
         run_dir = self.run_root / exec_id
         owner = self.identities.owner_of(workspace)
         self._mount_run_root()
-        self._make_run_dir(run_dir, owner[1])
+        make_run_dir(run_dir, owner[1] if self.identities.per_session else None)
         egress = await self.egress.open(run_dir, request) if request is not None else None
         opened: list[int] = []
         try:
@@ -287,13 +292,6 @@ class BwrapSandbox(SandboxBackend):
             await self.discard(blocked)
             raise
         return blocked
-
-    def _make_run_dir(self, run_dir: Path, gid: int) -> None:
-        """The execution's run dir: root's, readable by the session's group only."""
-        run_dir.mkdir(mode=0o750)
-        if self.identities.per_session:
-            os.chown(run_dir, 0, gid)
-        os.chmod(run_dir, 0o750)
 
     def _spec(
         self,

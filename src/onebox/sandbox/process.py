@@ -29,7 +29,13 @@ from onebox.errors import PolicyViolation
 from onebox.sandbox import policy
 from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
 from onebox.sandbox.capture import BoundedCapture
-from onebox.sandbox.identity import Owner, SessionIdentities, ensure_reachable, uid_of
+from onebox.sandbox.identity import (
+    Owner,
+    SessionIdentities,
+    ensure_reachable,
+    make_run_dir,
+    uid_of,
+)
 from onebox.sandbox.sessions import SessionTable
 from onebox.sandbox.workspace import Changes, changes_since, state, write_files
 
@@ -141,7 +147,7 @@ class ProcessSandbox(SandboxBackend):
         session, reset = await self.sessions.acquire(request.session_id)
         run_dir = self.run_root / uuid.uuid4().hex[:16]
         run_as = self._run_as(session.path)
-        _make_run_dir(run_dir, run_as)
+        make_run_dir(run_dir, run_as[1] if run_as else None)
         try:
             await asyncio.to_thread(write_files, session.path, request.files, run_as)
             before = await state(session.path)
@@ -159,13 +165,9 @@ class ProcessSandbox(SandboxBackend):
         self, request: ExecRequest, limits: policy.ResolvedLimits, argv: list[str],
         env: dict[str, str], cwd: Path, run_as: Owner | None,
     ) -> _Run:  # fmt: skip
-        identity: dict[str, Any] = {}
-        if run_as is not None:
-            identity = {"user": run_as[0], "group": run_as[1], "extra_groups": []}
         try:
             proc = _popen_owned(argv, run_as, cwd=cwd, env=env, start_new_session=True,
-                                preexec_fn=lambda: _limit_child(limits),  # noqa: PLW1509
-                                **identity)
+                                preexec_fn=lambda: _limit_child(limits))  # noqa: PLW1509
         except OSError as exc:  # like a shell: 127 not found, 126 not executable
             return _not_started(argv[0], exc, limits)
         groups = self._groups.setdefault(request.session_id, set())
@@ -206,19 +208,14 @@ class ProcessSandbox(SandboxBackend):
         )  # fmt: skip
 
 
-def _make_run_dir(run_dir: Path, run_as: Owner | None) -> None:
-    """The entry file's directory: root's, readable by the session's group only."""
-    run_dir.mkdir(mode=0o750)
-    if run_as is not None:
-        os.chown(run_dir, 0, run_as[1])
-
-
 def _popen_owned(argv: list[str], run_as: Owner | None, **options: Any) -> subprocess.Popen[bytes]:
-    """Popen with stdio pipes that belong to ``run_as``, so the code can reopen /dev/stdin."""
+    """Popen as ``run_as`` (no supplementary groups), with stdio pipes that belong to it, so
+    the code can reopen /dev/stdin."""
     pipes = [os.pipe() for _ in range(3)]
     child = (pipes[0][0], pipes[1][1], pipes[2][1])
     try:
         if run_as is not None:
+            options.update(user=run_as[0], group=run_as[1], extra_groups=[])
             for fd in child:
                 os.fchown(fd, *run_as)
         proc = subprocess.Popen(argv, stdin=child[0], stdout=child[1], stderr=child[2],
