@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from onebox.processes import pid_alive
+from onebox.sandbox.identity import uid_of
 
 logger = logging.getLogger(__name__)
 SWEEP_EVERY_S = 15.0
@@ -131,7 +132,7 @@ class DeadOwnerSweeper:
         _remove_dir(run)
 
     def _drop_slot(self, slot: Path, token: str) -> None:
-        uid = _owner_uid(slot)
+        uid = uid_of(slot)
         _unmount(slot)
         (self.state_dir / "images" / f"{token}-{slot.name}.img").unlink(missing_ok=True)
         _remove_dir(slot)
@@ -163,13 +164,6 @@ def _listdir(path: Path) -> list[str]:
         return os.listdir(path)
     except OSError:
         return []
-
-
-def _owner_uid(path: Path) -> int | None:
-    try:
-        return os.stat(path, follow_symlinks=False).st_uid
-    except OSError:
-        return None
 
 
 def _unmount(path: Path) -> None:
