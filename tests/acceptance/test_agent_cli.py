@@ -62,7 +62,10 @@ def test_task_runs_through_an_openai_compatible_endpoint(home: Path) -> None:
         assert run.returncode == 0, run.stderr[-3000:]
         result = json.loads(run.stdout)
         assert result["run"]["status"] == "SUCCEEDED"
-        assert result["steps"][0]["stdout"] == "hello from the sandbox\n"
+        code = [s for s in result["steps"] if s["tool_name"] not in ("model", "check", "lookup")]
+        assert code[0]["stdout"] == "hello from the sandbox\n"
+        assert [s["step_id"] for s in result["steps"] if s["tool_name"] == "model"] == [
+            "model:intent#a1", "model:plan#a4"]  # model work is a durable step too
         assert len(server.requests) == 3  # the 429 was retried by the client
         assert server.headers[-1].get("authorization") == "Bearer sk-test"
         explained = subprocess.run([ONEBOX, "explain", result["run"]["id"], "--json"], env=env,

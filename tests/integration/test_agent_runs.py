@@ -59,8 +59,12 @@ async def test_task_with_two_parallel_branches(db: Database, backend: SandboxBac
     run = await runs_api.get_run(db, run_id)
     assert run["status"] == "SUCCEEDED", run["error"]
     steps = {s["step_id"]: s for s in await runs_api.run_steps(db, run_id)}
-    assert {k: v["status"] for k, v in steps.items() if k != "answer"} == {
-        "load": "SUCCESS", "total": "SUCCESS", "count": "SUCCESS"}
+    model_work = {k: v["tool_name"] for k, v in steps.items()
+                  if v["tool_name"] in ("model", "check", "lookup")}
+    assert model_work == {"model:intent#a1": "model", "lookup#a3": "lookup",
+                          "model:plan#a4": "model", "check:total#a7": "check"}
+    assert {k: v["status"] for k, v in steps.items() if k not in model_work
+            and k != "answer"} == {"load": "SUCCESS", "total": "SUCCESS", "count": "SUCCESS"}
     assert steps["total"]["stdout"].strip() == "12"
     assert steps["total"]["memory_used_mb"] is not None
     assert all(steps[k]["snapshot_id"] is not None for k in ("load", "total", "count"))
@@ -96,7 +100,8 @@ async def test_crashed_agent_run_resumes_without_calling_the_model_again(
         if await b_running():
             break
         await asyncio.sleep(0.05)
-    first._drivers[run_id].cancel()  # the worker dies mid-step: no more writes from it
+    for task in list(first._running.values()):  # the worker dies mid-step: no more writes
+        task.cancel()
     await asyncio.sleep(0.1)
     serving.cancel()
     await asyncio.gather(serving, return_exceptions=True)
@@ -128,7 +133,7 @@ async def test_agent_approval_waits_then_resumes(db: Database, backend: SandboxB
         await asyncio.sleep(0.05)
     assert (await runs_api.get_run(db, run_id))["status"] == "WAITING"
     assert await runs_api.approve_step(db, settings, run_id, "gate", approve=True, by="ann") \
-        == "PENDING"
+        == "RUNNING"
     await asyncio.wait_for(serving, 60)
     run = await runs_api.get_run(db, run_id)
     assert run["status"] == "SUCCEEDED", run["error"]

@@ -19,10 +19,6 @@ ANY_RUN = uuid.uuid4()
 CASES = {
     "finished_sessions": (RUNS["finished_sessions"], {"run_id": None},
                           ("sessions", "task_execution")),
-    "claim_task_runs (its candidate scan)": (
-        "SELECT id FROM onebox.runs WHERE source = 'task' AND status IN ('PENDING', 'RUNNING')"
-        " AND (lease_expires_at IS NULL OR lease_expires_at < now()) ORDER BY created_at"
-        " LIMIT 10", {}, ("runs",)),
     "metrics_sessions": (API["metrics_sessions"], {"tenant_id": "acme"}, ("sessions",)),
     "metrics_blocked": (API["metrics_blocked"], {"tenant_id": "acme"}, ("agent_events",)),
     "delete_unshared_pre (its attempt lookup)": (

@@ -41,7 +41,8 @@ async def create_run(
     if plan is None:
         check_llm(settings)
         run_id, existing = await submit_task(
-            db, str(task), name=name, idempotency_key=idempotency_key, tenant_id=tenant_id)
+            db, str(task), name=name, idempotency_key=idempotency_key, tenant_id=tenant_id,
+            settings=settings)
         run = await runtime_runs.get_run(db, run_id)
         return Submitted(run_id, str(run["trace_id"]).strip(), existing)
     parsed = await asyncio.to_thread(parse_plan, plan)  # a big plan never stalls the API

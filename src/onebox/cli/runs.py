@@ -92,7 +92,7 @@ async def _run_task(settings: Settings, task: str, *, detach: bool, name: str | 
                     idempotency_key: str | None, as_json: bool) -> str:
     async with await Runtime.open(settings) as rt:
         run_id, existing = await submit_task(rt.db, task, name=name,
-                                             idempotency_key=idempotency_key)
+                                             idempotency_key=idempotency_key, settings=settings)
         trace = (await runs_api.get_run(rt.db, run_id))["trace_id"]
         if detach:
             _print_submitted(Submitted(run_id, trace, existing), as_json)

@@ -1,8 +1,9 @@
-"""Performing the agent's step actions: sandboxed code, knowledge, memory, approvals.
+"""Performing the agent's actions on a worker: model calls, code checks, tool lookups,
+sandboxed code, knowledge and memory.
 
-Every step instance attempt becomes a ``task_execution`` row (its ``step_id`` is the
-instance, ``each[2]`` in a fan-out), started before the work and finished in the same
-transaction that stores the agent's observation of it.
+Each action is a claimed ``task_execution`` row (see :mod:`onebox.runtime.agent_engine`);
+a step instance's ``step_id`` is the instance (``each[2]`` in a fan-out). The worker
+archives the outcome and the agent's observation in one transaction.
 """
 
 from __future__ import annotations
@@ -11,18 +12,19 @@ import asyncio
 import dataclasses
 import json
 import logging
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import psycopg
-from psycopg.types.json import Jsonb
+from typing import Any
 
 from onebox.agent.actions import (
-    AskApproval,
+    Action,
+    CallModel,
+    CheckCode,
+    CheckResult,
     ExecuteStep,
+    LookupTools,
+    ModelReply,
     Observation,
     Recall,
     Remember,
@@ -33,91 +35,106 @@ from onebox.agent.actions import (
 from onebox.agent.hashing import canonical_hash
 from onebox.agent.plan import Step
 from onebox.config import Settings
-from onebox.errors import OneboxError, SandboxError
+from onebox.errors import ConfigError, OneboxError, SandboxError
 from onebox.knowledge.collections import list_collections, tenant_name, tenant_visible
 from onebox.knowledge.search import SearchFilters
-from onebox.runtime.archive import (
-    Outcome,
-    archive_failure,
-    load_plan_index,
-    outcome_from_result,
-    step_params,
-)
+from onebox.llm.base import ChatModel, ChatResponse
+from onebox.llm.registry import price_table
+from onebox.runtime.agent_engine import replay
+from onebox.runtime.archive import Outcome, outcome_from_result
 from onebox.runtime.executor import build_request, request_details, sandbox_failure
+from onebox.runtime.sessions import touch_session
 from onebox.runtime.step_knowledge import StepKnowledge
-from onebox.runtime.submit import queue_attempt, request_approval, session_id_for
+from onebox.runtime.submit import session_id_for
+from onebox.runtime.workspaces import StepWorkspace
 from onebox.sandbox import hostfs
+from onebox.sandbox.base import ExecRequest, SandboxBackend
 from onebox.sandbox.capture import safe_text
 from onebox.store import catalog
 from onebox.store import runs as store
+from onebox.store.db import Database
+from onebox.store.llm_calls import call_model
 
-if TYPE_CHECKING:
-    from onebox.runtime.agent_runs import TaskDriver
-
-Finisher = Callable[[store.Conn], Awaitable[uuid.UUID | None]]
 IO_DIR = ".onebox"
 MAX_RESULT_BYTES = 8 << 20  # a $ONEBOX_RESULT file larger than this is ignored
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Performed:
-    """An observation, and what to write in the transaction that stores it."""
+class AgentWork:
+    """Performs one claimed agent action and returns the agent's observation of it.
 
-    observation: Observation
-    finish: Finisher | None = None
+    The action is found by rebuilding the run's agent from its log (the row carries the
+    action's id), so any worker can perform any action of any run. A model call already
+    recorded in ``llm_calls`` (its worker died before archiving) is not made again.
+    """
 
+    def __init__(self, db: Database, backend: SandboxBackend, settings: Settings,
+                 workspaces: StepWorkspace | None, model: Callable[[], ChatModel]) -> None:
+        self.db, self.backend, self.settings = db, backend, settings
+        self.workspaces, self.model = workspaces, model
+        self.declared = StepKnowledge(db, settings)
 
-class StepPerformer:
-    def __init__(self, driver: TaskDriver, settings: Settings) -> None:
-        self.driver, self.settings = driver, settings
-        self.declared = StepKnowledge(driver.db, settings)
-
-    async def perform(self, action: StepAction) -> Performed:
-        row = await self._start(action)
+    async def perform(self, row: store.Row) -> Performed:
+        async with self.db.connection() as conn:
+            run = await store.fetch_one(conn, "get_run", {"run_id": row["run_id"]})
+            assert run is not None
+            action = (await replay(conn, run)).waiting(row["details"]["action_id"])
+            if isinstance(action, CheckCode | ExecuteStep):  # the run's end releases it
+                await touch_session(conn, row["session_id"], row["run_id"], self.backend.name)
+        if action is None:
+            return Performed(None, Outcome("FAILED", error="the agent no longer waits for "
+                                           "this action (it was observed already)"))
         try:
-            if isinstance(action, ExecuteStep):
-                result, outcome = await self._execute(action, row)
-            else:
-                result, outcome = await self._knowledge_step(action)
+            return await self._perform(run, row, action)
         except OneboxError as exc:
             outcome = Outcome("FAILED", error=f"{exc.code}: {exc.message}")
-            result = StepResult(action.id, ok=False, error=outcome.error)
-        return Performed(result, self._finisher(row, outcome))
+            if isinstance(action, StepAction):
+                return Performed(StepResult(action.id, ok=False, error=outcome.error), outcome)
+            final = isinstance(exc, ConfigError)  # no model configured: retrying cannot help
+            return Performed(None, dataclasses.replace(outcome, details={"final": final}))
 
-    async def _start(self, action: StepAction) -> store.Row:
-        d = self.driver
-        async with d.fenced() as conn:
-            earlier = await store.fetch_all(conn, "step_attempts", {
-                "run_id": d.run_id, "step_id": action.instance})
-            for stale in (r for r in earlier if r["status"] == "RUNNING"):
-                lost = await store.fetch_one(conn, "abandon_agent_step", {"id": stale["id"]})
-                if lost is not None:
-                    await store.append_event(conn, d.run_id, "step_failed", _payload(lost),
-                                             trace_id=lost["trace_id"], execution_id=lost["id"])
-            plan_id, number = await self._plan_position(conn, action)
-            step = getattr(action, "step", None)
-            row = await store.fetch_one(conn, "start_agent_step", {
-                "id": uuid.uuid4(), "run_id": d.run_id, "plan_id": plan_id,
-                "session_id": session_id_for(d.run_id), "trace_id": d.run["trace_id"],
-                "step_id": action.instance, "step_number": number,
-                "attempt": len(earlier) + 1, "owner": d.owner,
-                "tool_name": (step.tool or step.kind) if step is not None else action.type,
-                "input_hash": canonical_hash(_action_input(action)),
-                "details": Jsonb({"action_id": action.id, "decision": action.decision.to_dict()}),
-            })
-        assert row is not None
-        return row
+    async def _perform(self, run: store.Row, row: store.Row, action: Action) -> Performed:
+        if isinstance(action, CallModel):
+            return await self._model_call(run, action)
+        if isinstance(action, CheckCode):
+            return await self._check(run, action)
+        if isinstance(action, LookupTools):
+            async with self.db.connection() as conn:
+                found = await catalog.lookup_tools(conn, action)
+            return Performed(found, _json_outcome({"tools": [t.name for t in found.tools]}))
+        if isinstance(action, ExecuteStep):
+            result, outcome = await self._execute(action, row)
+        elif isinstance(action, StepAction):
+            result, outcome = await self._knowledge_step(run, action)
+        else:
+            raise AssertionError(f"{action.type} is not performed by a worker")
+        return Performed(result, outcome)
 
-    async def _plan_position(self, conn: store.Conn, action: StepAction) -> tuple[uuid.UUID, int]:
-        found = await store.fetch_one(conn, "plan_version_id", {
-            "run_id": self.driver.run_id, "version": action.plan_version})
-        assert found is not None, f"plan version {action.plan_version} was not stored"
-        index = await load_plan_index(conn, found["id"])
-        return found["id"], index.numbers.get(action.step_id, len(index.numbers) + 1)
+    async def _model_call(self, run: store.Row, action: CallModel) -> Performed:
+        async with self.db.connection() as conn:
+            recorded = await store.fetch_one(conn, "recorded_model_reply", {
+                "run_id": run["id"], "action_id": action.id})
+        if recorded is not None:
+            reply = ModelReply(action.id, ChatResponse.from_dict(recorded["response"]))
+        else:
+            reply = await call_model(self.db, self.model(), action, run_id=run["id"],
+                                     prices=price_table(self.settings.llm))
+        text = reply.response.content or ""
+        return Performed(reply, Outcome("SUCCESS", exit_code=0, stdout=text[-64_000:],
+                                        output_hash=canonical_hash({"reply": text})))
+
+    async def _check(self, run: store.Row, action: CheckCode) -> Performed:
+        argv = ("bash", "-n", "/dev/stdin") if action.language == "bash" \
+            else ("node", "--check", "/dev/stdin")
+        result = await self.backend.execute(ExecRequest(
+            session_id=session_id_for(run["id"]), argv=argv, stdin=action.code.encode(),
+            trace_id=run["trace_id"]))
+        text = (result.stderr or result.stdout).strip()[:2000]
+        return Performed(CheckResult(action.id, result.ok, text),
+                         Outcome("SUCCESS", exit_code=result.exit_code, stdout=text,
+                                 output_hash=canonical_hash({"ok": result.ok, "text": text})))
 
     async def _execute(self, action: ExecuteStep, row: store.Row) -> tuple[StepResult, Outcome]:
-        d = self.driver
         step = await self._runnable(action.step)
         key = action.instance.replace("/", "_")
         inputs_path, result_path = f"{IO_DIR}/{key}.inputs.json", f"{IO_DIR}/{key}.result.json"
@@ -128,24 +145,23 @@ class StepPerformer:
                                 "env": {"ONEBOX_INPUTS": f"/workspace/{inputs_path}",
                                         "ONEBOX_RESULT": f"/workspace/{result_path}"}})
         details = request_details(step, request, self.settings)
-        if d.workspaces is not None:
-            await d.workspaces.prepare(row)
-            await d.workspaces.before(row)
+        if self.workspaces is not None:
+            await self.workspaces.prepare(row)
+            await self.workspaces.before(row)
         try:
-            exec_result = await d.backend.execute(request)
+            exec_result = await self.backend.execute(request)
         except Exception as exc:
             log.warning("sandbox could not run step %s: %s", action.instance, exc,
                         exc_info=not isinstance(exc, SandboxError))
             outcome = Outcome("FAILED", error=sandbox_failure(exc), details=details)
             return StepResult(action.id, ok=False, error=outcome.error), outcome
-        if d.workspaces is not None:
-            await d.workspaces.after(row, failed=not exec_result.ok)
-        declared = await asyncio.to_thread(_read_json, d.backend.workspace(row["session_id"]),
-                                           result_path)
+        if self.workspaces is not None:
+            await self.workspaces.after(row, failed=not exec_result.ok)
+        workspace = self.backend.workspace(row["session_id"])
+        declared = await asyncio.to_thread(_read_json, workspace, result_path)
         outcome = outcome_from_result(exec_result, details)
         if step.knowledge and outcome.status == "SUCCESS":
-            added = await self.declared.ingest(row, d.backend.workspace(row["session_id"]),
-                                               step.knowledge)
+            added = await self.declared.ingest(row, workspace, step.knowledge)
             outcome = dataclasses.replace(outcome, details={**outcome.details, "knowledge": added})
         files = tuple(f.path for f in exec_result.files_written if not f.path.startswith(IO_DIR))
         return StepResult(
@@ -157,7 +173,7 @@ class StepPerformer:
     async def _runnable(self, step: Step) -> Step:
         """The code step the sandbox runs for a code, tool or http step."""
         if step.kind == "tool":
-            async with self.driver.db.connection() as conn:
+            async with self.db.connection() as conn:
                 tool = await catalog.get_tool(conn, str(step.input["name"]))
             return catalog.expand_tool_step(tool, step)
         if step.kind == "http":
@@ -165,13 +181,14 @@ class StepPerformer:
                                            "code": _http_code(step.input)})
         return step
 
-    async def _knowledge_step(self, action: StepAction) -> tuple[StepResult, Outcome]:
+    async def _knowledge_step(self, run: store.Row,
+                              action: StepAction) -> tuple[StepResult, Outcome]:
         k = await self.declared.knowledge()
-        tenant = self.driver.run["tenant_id"]
+        tenant = run["tenant_id"]
         scope = tenant_name(tenant, getattr(action, "scope", None) or "default")
         result: Any
         if isinstance(action, SearchKnowledge):
-            names = [c["name"] for c in await list_collections(self.driver.db)
+            names = [c["name"] for c in await list_collections(self.db)
                      if tenant_visible(c["name"], tenant)]
             hits = await k.search(action.query, action.top_k, SearchFilters(collections=names)) \
                 if names else []
@@ -184,65 +201,26 @@ class StepPerformer:
         else:
             raise AssertionError(f"not a knowledge action: {action.type}")
         text = json.dumps(result, default=str, ensure_ascii=False)
-        outcome = Outcome("SUCCESS", exit_code=0, stdout=text[-64_000:],
-                          output_hash=canonical_hash({"result": json.loads(text)}))
+        outcome = _json_outcome(json.loads(text), text)
         return StepResult(action.id, ok=True, exit_code=0, stdout=text, result=result), outcome
-
-    def _finisher(self, row: store.Row, outcome: Outcome) -> Finisher:
-        async def finish(conn: store.Conn) -> uuid.UUID | None:
-            try:
-                async with conn.transaction():  # a savepoint: a refused write is undone alone
-                    return await _finish_step(conn, row, outcome)
-            except psycopg.Error as exc:
-                log.exception("step %s: the result could not be archived; recording the "
-                              "attempt as FAILED", row["step_id"])
-                return await _finish_step(conn, row, archive_failure(outcome, exc))
-        return finish
-
-    async def approval(self, action: AskApproval) -> Performed | None:
-        """The decision on an approval, or None after asking for one (the run then waits)."""
-        d = self.driver
-        async with d.fenced() as conn:
-            rows = await store.fetch_all(conn, "step_attempts", {
-                "run_id": d.run_id, "step_id": action.instance})
-            decided = [r for r in rows if r["status"] in ("SUCCESS", "FAILED")]
-            if decided:
-                last = decided[-1]
-                approved = last["status"] == "SUCCESS"
-                return Performed(StepResult(
-                    action.id, ok=approved, error=last["error"],
-                    result={"approved": approved, "by": last["details"].get("by"),
-                            "comment": last["details"].get("comment")}))
-            if not rows:
-                plan_id, number = await self._plan_position(conn, action)
-                execution_id = await queue_attempt(conn, {
-                    "run_id": d.run_id, "plan_id": plan_id, "trace_id": d.run["trace_id"],
-                    "step_id": action.instance, "step_number": number, "tool_name": "approval",
-                    "input_hash": canonical_hash({"prompt": action.prompt}), "max_attempts": 1,
-                }, attempt=1, delay_s=0.0, hold=True)
-                await request_approval(conn, d.run_id, d.run["trace_id"], action.instance,
-                                       action.prompt, execution_id)
-        return None
 
     async def close(self) -> None:
         await self.declared.close()
 
 
-async def _finish_step(conn: store.Conn, row: store.Row, outcome: Outcome) -> uuid.UUID | None:
-    done = await store.fetch_one(conn, "finish_step", {
-        "id": row["id"], "fencing_token": row["fencing_token"], **step_params(outcome),
-        "details": Jsonb(outcome.details)})
-    return None if done is None else done["id"]
+@dataclass(frozen=True)
+class Performed:
+    """The agent's observation of one action (None: no observation, the attempt failed
+    around the action, e.g. the model provider), and the attempt's outcome."""
+
+    observation: Observation | None
+    outcome: Outcome
 
 
-def _action_input(action: StepAction) -> dict[str, Any]:
-    data = action.to_dict()
-    return {k: v for k, v in data.items() if k not in ("id", "decision", "attempt")}
-
-
-def _payload(row: store.Row) -> dict[str, Any]:
-    return {"execution_id": str(row["id"]), "step_id": row["step_id"], "attempt": row["attempt"],
-            "status": row["status"], "error": row["error"]}
+def _json_outcome(value: Any, text: str | None = None) -> Outcome:
+    text = json.dumps(value, default=str, ensure_ascii=False) if text is None else text
+    return Outcome("SUCCESS", exit_code=0, stdout=text[-64_000:],
+                   output_hash=canonical_hash({"result": value}))
 
 
 def _read_json(workspace: Path, rel: str) -> Any:

@@ -7,9 +7,11 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from onebox.agent.actions import StepResult
 from onebox.agent.hashing import canonical_hash
 from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
+from onebox.runtime.agent_engine import observe
 from onebox.runtime.archive import advance, finish_run, step_payload
 from onebox.runtime.submit import queue_attempt
 from onebox.store import runs as store
@@ -155,16 +157,15 @@ async def approve_step(
                                  {"step_id": step_id, **decision}, **ids)
         await store.append_event(conn, run_id, "step_succeeded" if approve else "step_failed",
                                  step_payload(row), **ids)
-        if run["source"] == "task":
-            # the agent decides what the answer means: its driver resumes the run
-            await store.execute(conn, "set_run_status", {
-                "run_id": run_id, "status": "PENDING", "from_states": ["WAITING"]})
-            await store.notify_work(conn)
-            return "PENDING"
         open_left = await store.fetch_one(conn, "open_approvals", {"run_id": run_id})
         if open_left is not None and open_left["n"] == 0:
             await store.execute(conn, "set_run_status", {
                 "run_id": run_id, "status": "RUNNING", "from_states": ["WAITING"]})
+        if run["source"] == "task":  # the agent decides what the answer means
+            terminal = await observe(conn, run, row["id"], StepResult(
+                waiting["details"]["action_id"], ok=approve, error=row["error"],
+                result=decision))
+            return terminal or ("WAITING" if open_left and open_left["n"] else "RUNNING")
         if not approve:
             await finish_run(conn, run, "FAILED", row["error"])
             return "FAILED"

@@ -96,8 +96,10 @@ async def insert_run(
 
 
 def request_hash(source: str, request: dict[str, Any], name: str | None) -> str:
-    """What an idempotency key stands for: the canonical hash of the whole request."""
-    return canonical_hash({"source": source, "request": request, "name": name})
+    """What an idempotency key stands for: the canonical hash of the whole request (the
+    agent's bounds, which the server chooses, are not part of what the client asked)."""
+    asked = {k: v for k, v in request.items() if k != "agent"}
+    return canonical_hash({"source": source, "request": asked, "name": name})
 
 
 async def existing_run(conn: store.Conn, tenant_id: str, key: str, digest: str) -> Submitted:
@@ -203,22 +205,24 @@ async def request_approval(
 
 
 async def queue_attempt(
-    conn: store.Conn, base: dict[str, Any], *, attempt: int, delay_s: float, hold: bool = False
+    conn: store.Conn, base: dict[str, Any], *, attempt: int, delay_s: float, hold: bool = False,
+    details: dict[str, Any] | None = None,
 ) -> uuid.UUID:
     """Insert one PENDING attempt with its event, and wake the workers.
 
-    ``hold=True`` queues it unclaimable (an approval waiting for a person).
+    ``hold=True`` queues it unclaimable (an approval waiting for a person); ``details``
+    start the row's details (an agent action's id).
     """
     execution_id = uuid.uuid4()
     payload = {
         "execution_id": str(execution_id), "step_id": base["step_id"],
         "step_number": base["step_number"], "attempt": attempt, "tool": base["tool_name"],
-        "input_hash": base["input_hash"], "delay_s": delay_s, "plan_id": str(base["plan_id"]),
+        "input_hash": base["input_hash"], "delay_s": delay_s, "plan_id": str(base["plan_id"]) if base["plan_id"] else None,
         "max_attempts": base["max_attempts"],
     }
     await store.execute(conn, "insert_step", {
         **base, "id": execution_id, "session_id": session_id_for(base["run_id"]),
         "attempt": attempt, "delay_s": delay_s, "waiting_for": "approval" if hold else None,
-        "details": Jsonb({}), "payload": Jsonb(payload),
+        "details": Jsonb(details or {}), "payload": Jsonb(payload),
     })
     return execution_id

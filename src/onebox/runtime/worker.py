@@ -15,6 +15,7 @@ import os
 import socket
 import time
 import uuid
+from typing import Any
 
 import psycopg
 
@@ -23,13 +24,9 @@ from onebox.errors import LeaseLost, OneboxError
 from onebox.llm.base import ChatModel
 from onebox.llm.registry import chat_model_from_settings
 from onebox.objects.base import ObjectStore
-from onebox.runtime.agent_runs import (
-    TaskDriver,
-    claim_task_runs,
-    fail_task_run,
-    release_run_leases,
-    renew_run_leases,
-)
+from onebox.runtime.agent_engine import is_agent_row
+from onebox.runtime.agent_runs import archive_agent_step
+from onebox.runtime.agent_steps import AgentWork, Performed
 from onebox.runtime.archive import Outcome, archive_failure, archive_step, load_plan_version
 from onebox.runtime.executor import build_request, execute_step, request_details
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
@@ -63,15 +60,15 @@ class Worker:
     ) -> None:
         self.db, self.backend, self.settings = db, backend, settings
         self._model = model
-        self._drivers: dict[uuid.UUID, asyncio.Task[None]] = {}
         self.workspaces = StepWorkspace(db, backend, objects, settings) if objects else None
+        self.agent_work = AgentWork(db, backend, settings, self.workspaces, self.chat_model)
         self.knowledge = StepKnowledge(db, settings)
         self.concurrency = concurrency or settings.runtime.concurrency
         self.run_id = run_id
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._rows: dict[uuid.UUID, store.Row] = {}
-        self._exec_tasks: dict[uuid.UUID, asyncio.Task[Outcome]] = {}
+        self._exec_tasks: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self._stop_reasons: dict[uuid.UUID, str] = {}
         self._wake = asyncio.Event()
 
@@ -87,7 +84,7 @@ class Worker:
             while not stop.is_set():
                 try:
                     await self._fill()
-                    idle = not self._running and not self._drivers
+                    idle = not self._running
                     if self.run_id is not None and idle and await self._run_done():
                         await release_finished_sessions(self.db, self.backend, run_id=self.run_id)
                         break
@@ -100,38 +97,10 @@ class Worker:
             await self._drain(drain_s)
 
     async def _fill(self) -> None:
-        free = self.concurrency - len(self._running) - len(self._drivers)
+        free = self.concurrency - len(self._running)
         for row in await claim_steps(self.db, self.settings, self.owner, free, run_id=self.run_id):
             self._rows[row["id"]] = row
             self._running[row["id"]] = asyncio.create_task(self._attempt(row))
-        free = self.concurrency - len(self._running) - len(self._drivers)
-        for run in await claim_task_runs(self.db, self.settings, self.owner, free,
-                                         run_id=self.run_id):
-            self._drivers[run["id"]] = asyncio.create_task(self._drive_task(run))
-
-    async def _drive_task(self, run: store.Row) -> None:
-        """Drive an agent run; a failure of the agent's own (no model, bad plans) ends it."""
-        driver: TaskDriver | None = None
-        try:
-            with bound(run_id=run["id"], trace_id=run["trace_id"]), \
-                    span("run", run["trace_id"], run_id=run["id"], worker=self.owner):
-                driver = TaskDriver(self.db, self.backend, self.settings, self.chat_model(),
-                                    run, self.owner, self.workspaces)
-                await driver.drive()
-        except LeaseLost as exc:
-            log.warning("%s", exc)
-        except OneboxError as exc:
-            log.error("agent run %s failed: %s", run["id"], exc.message)
-            await fail_task_run(self.db, run, f"{exc.code}: {exc.message}")
-        except psycopg.Error as exc:
-            log.error("agent run %s interrupted by the database (%s); its lease will expire "
-                      "and a worker resumes it", run["id"], exc)
-        finally:
-            if driver is not None:
-                await driver.steps.close()
-            self._drivers.pop(run["id"], None)
-            await release_finished_sessions(self.db, self.backend, run_id=run["id"])
-            self._wake.set()
 
     def chat_model(self) -> ChatModel:
         if self._model is None:
@@ -158,8 +127,11 @@ class Worker:
 
     async def _attempt_traced(self, row: store.Row) -> None:
         try:
-            outcome = await self._outcome_of(row)
-            terminal = await self._archive(row, outcome)
+            if is_agent_row(row):
+                outcome, terminal = await self._agent_attempt(row)
+            else:
+                outcome = await self._outcome_of(row)
+                terminal = await self._archive(row, outcome)
             if terminal is not None or outcome.error == "the run was cancelled":
                 await release_finished_sessions(self.db, self.backend, run_id=row["run_id"])
         except LeaseLost as exc:
@@ -184,6 +156,32 @@ class Worker:
         except Exception as exc:
             log.exception("step %s of run %s could not run", row["step_id"], row["run_id"])
             return Outcome("FAILED", error=f"could not run the step: {type(exc).__name__}: {exc}")
+
+    async def _agent_attempt(self, row: store.Row) -> tuple[Outcome, str | None]:
+        """Perform an agent action; archive its outcome with the agent's observation."""
+        task = asyncio.create_task(self.agent_work.perform(row))
+        self._exec_tasks[row["id"]] = task
+        try:
+            performed = await task
+        except asyncio.CancelledError:
+            if row["id"] not in self._stop_reasons:
+                raise
+            performed = Performed(None, Outcome("FAILED", error=self._stop_reasons[row["id"]]))
+        except Exception as exc:
+            log.exception("agent step %s of run %s could not run", row["step_id"], row["run_id"])
+            performed = Performed(None, Outcome(
+                "FAILED", error=f"could not run the step: {type(exc).__name__}: {exc}"))
+        finally:
+            self._exec_tasks.pop(row["id"], None)
+        try:
+            return performed.outcome, await archive_agent_step(self.db, row, performed)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            log.exception("agent step %s of run %s: the result could not be archived; "
+                          "recording the attempt as FAILED", row["step_id"], row["run_id"])
+            failed = Performed(None, archive_failure(performed.outcome, exc))
+            return failed.outcome, await archive_agent_step(self.db, row, failed)
 
     async def _archive(self, row: store.Row, outcome: Outcome) -> str | None:
         """Archive the outcome; when that fails (a value the database refuses, a query
@@ -250,12 +248,7 @@ class Worker:
                 log.warning("heartbeat of worker %s failed: %s (retrying)", self.owner, exc)
 
     async def _renew(self) -> None:
-        """Stop steps (and agent runs) whose run was cancelled or whose lease was lost."""
-        runs = list(self._drivers)
-        held_runs = await renew_run_leases(self.db, self.settings, self.owner, runs)
-        for run_id in runs:
-            if held_runs.get(run_id) in (None, "CANCELLED"):
-                self._drivers[run_id].cancel()
+        """Stop steps whose run was cancelled or whose lease was lost."""
         ids = list(self._rows)
         held = await renew_leases(self.db, self.settings, self.owner, ids)
         for execution_id in ids:
@@ -264,16 +257,6 @@ class Worker:
                 self._stop_step(execution_id, "lease lost to another worker")
             elif status == "CANCELLED":
                 self._stop_step(execution_id, "the run was cancelled")
-
-    async def _stop_drivers(self) -> None:
-        """Agent runs resume from their log anywhere: stop them and hand their leases back."""
-        if not self._drivers:
-            return
-        runs, tasks = list(self._drivers), list(self._drivers.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await release_run_leases(self.db, self.owner, runs)
 
     async def _listen(self) -> None:
         """LISTEN for newly queued steps so idle workers wake at once instead of polling."""
@@ -288,8 +271,8 @@ class Worker:
                 await asyncio.sleep(self.settings.runtime.poll_s)
 
     async def _drain(self, drain_s: float) -> None:
-        await self._stop_drivers()
         await self.knowledge.close()
+        await self.agent_work.close()
         if not self._running:
             return
         log.info("draining: waiting up to %.0f s for %d running step(s)", drain_s, len(self._running))

@@ -274,46 +274,6 @@ WHERE schedule_id = %(schedule_id)s AND slot = %(slot)s;
 UPDATE onebox.schedules SET next_at = %(next_at)s
 WHERE id = %(id)s AND next_at = %(slot)s;
 
--- name: claim_task_runs
--- Task runs (the agent) are claimed whole: a lease on the run row with a fencing token.
-WITH picked AS (
-    SELECT id FROM onebox.runs
-    WHERE source = 'task' AND status IN ('PENDING', 'RUNNING')
-      AND (lease_expires_at IS NULL OR lease_expires_at < now())
-      AND (%(run_id)s::uuid IS NULL OR id = %(run_id)s::uuid)
-    ORDER BY created_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE onebox.runs r
-    SET status = 'RUNNING', lease_owner = %(owner)s,
-        lease_expires_at = now() + make_interval(secs => %(lease_s)s),
-        fencing_token = r.fencing_token + 1, started_at = coalesce(r.started_at, now()),
-        updated_at = now()
-    FROM picked WHERE r.id = picked.id
-    RETURNING r.*
-), ev AS (
-    INSERT INTO onebox.agent_events (run_id, trace_id, type, payload)
-    SELECT id, trace_id, 'run_started',
-           jsonb_build_object('worker', %(owner)s::text, 'fencing_token', fencing_token)
-    FROM claimed
-)
-SELECT * FROM claimed;
-
--- name: renew_run_leases
-UPDATE onebox.runs SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
-WHERE id = ANY(%(ids)s) AND lease_owner = %(owner)s
-RETURNING id, status;
-
--- name: fence_run
-SELECT * FROM onebox.runs
-WHERE id = %(run_id)s AND fencing_token = %(token)s AND lease_owner = %(owner)s
-FOR UPDATE;
-
--- name: release_run_lease
-UPDATE onebox.runs SET lease_owner = NULL, lease_expires_at = NULL
-WHERE id = %(run_id)s AND fencing_token = %(token)s;
-
 -- name: agent_log
 SELECT type, payload FROM onebox.agent_events
 WHERE run_id = %(run_id)s AND type IN ('agent_action', 'agent_observation')
@@ -326,34 +286,14 @@ SELECT id FROM onebox.plans WHERE run_id = %(run_id)s AND version = %(version)s;
 SELECT * FROM onebox.task_execution WHERE run_id = %(run_id)s AND step_id = %(step_id)s
 ORDER BY attempt;
 
--- name: start_agent_step
--- An agent step attempt runs under its run's lease (no lease of its own, so the step
--- sweeper leaves it alone); a worker resuming the run fails a RUNNING leftover itself.
-WITH ins AS (
-    INSERT INTO onebox.task_execution
-        (id, run_id, plan_id, session_id, trace_id, step_id, step_number, attempt, tool_name,
-         input_hash, status, max_attempts, started_at, lease_owner, details)
-    VALUES (%(id)s, %(run_id)s, %(plan_id)s, %(session_id)s, %(trace_id)s, %(step_id)s,
-            %(step_number)s, %(attempt)s, %(tool_name)s, %(input_hash)s, 'RUNNING', 1, now(),
-            %(owner)s, %(details)s)
-    RETURNING *
-), ev AS (
-    INSERT INTO onebox.agent_events (run_id, session_id, trace_id, execution_id, type, payload)
-    SELECT run_id, session_id, trace_id, id, 'step_started',
-           jsonb_build_object('execution_id', id::text, 'step_id', step_id, 'attempt', attempt,
-                              'worker', %(owner)s::text, 'step_number', step_number,
-                              'input_hash', input_hash)
-    FROM ins
-)
-SELECT * FROM ins;
+-- name: recorded_model_reply
+-- A model call an agent action already made (its worker died before archiving it).
+SELECT response FROM onebox.llm_calls
+WHERE run_id = %(run_id)s AND action_id = %(action_id)s AND response IS NOT NULL
+ORDER BY id DESC LIMIT 1;
 
--- name: abandon_agent_step
-UPDATE onebox.task_execution
-SET status = 'FAILED', error = 'the worker running this attempt was lost', finished_at = now(),
-    updated_at = now(), lease_owner = NULL
-WHERE id = %(id)s AND status = 'RUNNING'
-RETURNING *;
-
--- name: expire_run_leases
-UPDATE onebox.runs SET lease_expires_at = now() - interval '1 second'
-WHERE id = ANY(%(ids)s) AND lease_owner = %(owner)s;
+-- name: agent_plan
+-- The plan version an agent action belongs to (the latest when it names none).
+SELECT id, spec FROM onebox.plans
+WHERE run_id = %(run_id)s AND (%(version)s::int IS NULL OR version = %(version)s::int)
+ORDER BY version DESC LIMIT 1;

@@ -1,0 +1,248 @@
+"""Task runs on the one engine: the agent as a reducer over its run's log.
+
+Every action of the agent that needs work (a model call, a code check, a catalog lookup,
+a sandboxed step, a knowledge or memory call) is a ``task_execution`` row on the queue:
+claimed, leased, fenced and archived like any plan step, by any worker. When one
+finishes, its worker stores the result and the agent's observation of it in one
+transaction, under the run's lock (the run row first, then its attempts: the lock order
+of every path), rebuilds the agent from the run's log, and queues what the agent issued
+next. No worker keeps an agent in memory between steps, so an agent run's parallel steps
+run on different workers and a worker that dies loses nothing but its lease.
+
+The row of an agent action carries ``details.action_id``; its ``step_id`` is the plan
+step instance for a step action, and ``<tool>:<purpose>#<action id>`` for model work
+(``model:intent#a1``, ``model:code:load#a5``, ``check:load#a6``, ``lookup#a2``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from onebox.agent.actions import (
+    Action,
+    AskApproval,
+    CallModel,
+    CheckCode,
+    Finish,
+    LookupTools,
+    Observation,
+    RecordIntent,
+    RecordPlan,
+    SkipStep,
+    StepAction,
+    StepResult,
+    observation_from_dict,
+)
+from onebox.agent.hashing import canonical_hash
+from onebox.agent.loop import Agent
+from onebox.agent.state import AgentConfig
+from onebox.config import Settings
+from onebox.runtime.archive import finish_run
+from onebox.runtime.submit import create_plan_version_once, queue_attempt, request_approval
+from onebox.store import runs as store
+
+STORED_ACTION_KEYS = ("id", "type", "decision", "step_id", "instance", "attempt", "purpose",
+                      "plan_version", "version", "reason", "changes", "ok", "answer", "error")
+WORK_TOOLS: dict[type[Action], str] = {CallModel: "model", CheckCode: "check",
+                                        LookupTools: "lookup"}
+
+
+def is_agent_row(row: store.Row) -> bool:
+    """Whether a claimed attempt performs an agent action (rather than a plan file's step)."""
+    details = row.get("details") or {}
+    return isinstance(details, dict) and "action_id" in details
+
+
+def agent_config(settings: Settings | None) -> dict[str, int]:
+    """The agent's bounds for a new run, stored in its request: every replay of the run,
+    on any worker, uses the same ones (a different bound could issue different actions)."""
+    if settings is None:
+        return {}
+    return {"max_parallel": settings.runtime.concurrency,
+            "max_attempts": settings.runtime.max_attempts}
+
+
+def _config_of(run: store.Row) -> AgentConfig:
+    stored = run["request"].get("agent") or {}
+    default = AgentConfig()
+    return AgentConfig(max_parallel=int(stored.get("max_parallel", default.max_parallel)),
+                       max_attempts=int(stored.get("max_attempts", default.max_attempts)))
+
+
+@dataclass
+class Replayed:
+    """The agent rebuilt from the log, and the ids of the actions already stored."""
+
+    agent: Agent
+    stored: set[str] = field(default_factory=set)
+
+    def waiting(self, action_id: str) -> Action | None:
+        return next((a for a in self.agent.outstanding() if a.id == action_id), None)
+
+
+async def replay(conn: store.Conn, run: store.Row) -> Replayed:
+    """The run's agent, rebuilt from its stored observations (pure: no model, no sandbox)."""
+    rows = await store.fetch_all(conn, "agent_log", {"run_id": run["id"]})
+    agent = Agent(run["request"]["task"], config=_config_of(run))
+    observations = [observation_from_dict(r["payload"]) for r in rows
+                    if r["type"] == "agent_observation"]
+    if observations:
+        agent.resume(observations)
+    else:
+        agent.start()
+    return Replayed(agent, {r["payload"]["id"] for r in rows if r["type"] == "agent_action"})
+
+
+async def start(conn: store.Conn, run: store.Row) -> None:
+    """Record the agent's first actions and queue their work (at submission)."""
+    await record(conn, run, await replay(conn, run))
+
+
+async def observe(conn: store.Conn, run: store.Row,
+                  execution_id: uuid.UUID | None, observation: Observation) -> str | None:
+    """Store one observation and everything the agent does about it (the caller holds the
+    run's lock). Returns the run's terminal state, if it ended. An observation the agent no
+    longer waits for (already stored) is dropped."""
+    replayed = await replay(conn, run)
+    if replayed.waiting(observation.action_id) is None:
+        return None
+    await store.append_event(conn, run["id"], "agent_observation", observation.to_dict(),
+                             trace_id=run["trace_id"], execution_id=execution_id)
+    replayed.agent.observe(observation)
+    return await record(conn, run, replayed)
+
+
+async def record(conn: store.Conn, run: store.Row,
+                 replayed: Replayed) -> str | None:
+    """Store the actions issued since the last record, with what each one causes."""
+    terminal: str | None = None
+    for action in replayed.agent.history:
+        if action.id in replayed.stored:
+            continue
+        replayed.stored.add(action.id)
+        await store.append_event(conn, run["id"], "agent_action", _summary(action),
+                                 trace_id=run["trace_id"])
+        terminal = await _notice(conn, run, action) or terminal
+    return terminal
+
+
+async def _notice(conn: store.Conn, run: store.Row,
+                  action: Action) -> str | None:
+    trace = {"trace_id": run["trace_id"]}
+    if isinstance(action, RecordIntent):
+        await store.append_event(conn, run["id"], "intent", action.intent.to_dict(), **trace)
+    elif isinstance(action, RecordPlan):
+        await create_plan_version_once(conn, run["id"], run["trace_id"], action.plan,
+                                       version=action.version, reason=action.reason)
+    elif isinstance(action, SkipStep):
+        await store.append_event(conn, run["id"], "step_skipped", {
+            "step_id": action.step_id, "reason": action.decision.reason}, **trace)
+    elif isinstance(action, Finish):
+        return await _finish(conn, run, action)
+    elif isinstance(action, AskApproval):
+        execution_id = await queue_action(conn, run, action, hold=True)
+        await request_approval(conn, run["id"], run["trace_id"], action.instance,
+                               action.prompt, execution_id)
+    elif action.expects_observation:
+        await queue_action(conn, run, action)
+    return None
+
+
+async def _finish(conn: store.Conn, run: store.Row, action: Finish) -> str:
+    status = "SUCCEEDED" if action.ok else "FAILED"
+    current = await store.fetch_one(conn, "get_run", {"run_id": run["id"]})
+    assert current is not None
+    await finish_run(conn, current, status, action.error)
+    await store.append_event(conn, run["id"], "agent_finished", {
+        "ok": action.ok, "answer": action.answer, "error": action.error,
+        "outputs": {str(k): v for k, v in dict(action.outputs or {}).items()}},
+        trace_id=run["trace_id"])
+    return status
+
+
+def step_id_of(action: Action) -> str:
+    if isinstance(action, StepAction):
+        return action.instance
+    tool = WORK_TOOLS[type(action)]
+    purpose = getattr(action, "purpose", None) if isinstance(action, CallModel) else None
+    step = getattr(action, "step_id", None)
+    label = ":".join(str(part) for part in (tool, purpose, step) if part)
+    return f"{label}#{action.id}"
+
+
+def tool_of(action: Action) -> str:
+    if isinstance(action, StepAction):
+        step = getattr(action, "step", None)
+        return (step.tool or step.kind) if step is not None else action.type
+    return WORK_TOOLS[type(action)]
+
+
+async def queue_action(conn: store.Conn, run: store.Row, action: Action,
+                       *, hold: bool = False) -> uuid.UUID:
+    """Queue the work of one action; a step instance run again is its next attempt."""
+    step_id = step_id_of(action)
+    earlier = await store.fetch_all(conn, "step_attempts", {"run_id": run["id"],
+                                                            "step_id": step_id})
+    plan_id, number = await _plan_position(conn, run, action)
+    attempt = len(earlier) + 1
+    base = {"run_id": run["id"], "plan_id": plan_id, "trace_id": run["trace_id"],
+            "step_id": step_id, "step_number": number, "tool_name": tool_of(action),
+            "input_hash": canonical_hash(_action_input(action)),
+            "max_attempts": 1 if hold else attempt + _config_of(run).max_attempts - 1}
+    details = {"action_id": action.id, "decision": action.decision.to_dict()}
+    return await queue_attempt(conn, base, attempt=attempt, delay_s=0.0, hold=hold,
+                               details=details)
+
+
+async def requeue(conn: store.Conn, row: store.Row, *, delay_s: float) -> uuid.UUID:
+    """The same action once more, as the row's next attempt (its worker was lost, or the
+    model provider failed)."""
+    base = {k: row[k] for k in ("run_id", "plan_id", "trace_id", "step_id", "step_number",
+                                "tool_name", "input_hash", "max_attempts")}
+    return await queue_attempt(conn, base, attempt=row["attempt"] + 1, delay_s=delay_s,
+                               details={k: row["details"][k] for k in ("action_id", "decision")
+                                        if k in row["details"]})
+
+
+async def after_failure(conn: store.Conn, run: store.Row, row: store.Row,
+                        *, delay_s: float) -> str | None:
+    """An agent action's attempt ended without an observation (its worker was lost, the
+    model provider failed): try it again, and past its attempts tell the agent, or, for
+    model work, end the run with the reason."""
+    replayed = await replay(conn, run)
+    action = replayed.waiting(row["details"]["action_id"])
+    if action is None:  # observed already: nothing is waiting for this attempt
+        return None
+    if row["attempt"] < row["max_attempts"] and not row["details"].get("final"):
+        await requeue(conn, row, delay_s=delay_s)
+        return None
+    reason = f"{row['step_id']} failed after {row['attempt']} attempt(s): {row['error']}"
+    if isinstance(action, StepAction):
+        return await observe(conn, run, row["id"],
+                             StepResult(action.id, ok=False, error=row["error"] or reason))
+    await finish_run(conn, run, "FAILED", reason)
+    return "FAILED"
+
+
+async def _plan_position(conn: store.Conn, run: store.Row,
+                         action: Action) -> tuple[uuid.UUID | None, int]:
+    version = getattr(action, "plan_version", None)
+    found = await store.fetch_one(conn, "agent_plan", {"run_id": run["id"], "version": version})
+    if found is None:
+        return None, 0
+    step_id = getattr(action, "step_id", None)
+    numbers = {s["id"]: i for i, s in enumerate(found["spec"].get("steps") or [], start=1)}
+    return found["id"], numbers.get(step_id, 0) if step_id else 0
+
+
+def _action_input(action: Action) -> dict[str, Any]:
+    data = action.to_dict()
+    return {k: v for k, v in data.items() if k not in ("id", "decision", "attempt")}
+
+
+def _summary(action: Action) -> dict[str, Any]:
+    """The action as stored: what `onebox explain` needs, without large payloads."""
+    data = action.to_dict()
+    return {k: data[k] for k in STORED_ACTION_KEYS if k in data}

@@ -1,0 +1,89 @@
+"""Task runs on the one engine: model work is queued, claimed and archived like code steps."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from onebox.config import Settings
+from onebox.runtime import runs as runs_api
+from onebox.runtime.agent_runs import submit_task
+from onebox.runtime.agent_steps import AgentWork
+from onebox.runtime.queue import claim_steps
+from onebox.runtime.worker import Worker
+from onebox.sandbox.base import SandboxBackend
+from onebox.store.db import Database
+from onebox.testing import ScriptedModel
+
+INTENT = {"goal": "four sums", "entities": [], "capabilities": ["python"], "formats": [],
+          "risks": [], "fallbacks": []}
+FOUR = {"name": "four", "steps": [
+    {"id": f"s{i}", "tool": "python", "code": f"import time; time.sleep(1.5); print({i})"}
+    for i in range(4)]}
+
+
+@pytest.fixture
+async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
+    from onebox.sandbox.registry import get_backend
+
+    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
+    settings.runtime.lease_s = 1.5
+    b = get_backend(settings)
+    yield b
+    await b.close()
+
+
+async def serve(workers: list[Worker], run_id: uuid.UUID, db: Database) -> None:
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(w.serve(stop, drain_s=5)) for w in workers]
+    try:
+        for _ in range(1200):
+            if (await runs_api.get_run(db, run_id))["status"] in ("SUCCEEDED", "FAILED", "DEAD"):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+
+
+async def test_an_agent_runs_parallel_steps_on_two_workers(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    run_id, _ = await submit_task(db, "four sums", settings=settings)
+    model = ScriptedModel([INTENT, FOUR])
+    workers = [Worker(db, backend, settings, concurrency=1, model=model, name=f"w{i}")
+               for i in range(2)]
+    await serve(workers, run_id, db)
+    run = await runs_api.get_run(db, run_id)
+    assert run["status"] == "SUCCEEDED", run["error"]
+    started = [e for e in await runs_api.run_events(db, run_id) if e["type"] == "step_started"]
+    code = {e["payload"]["step_id"]: e["payload"]["worker"] for e in started
+            if e["payload"]["step_id"].startswith("s")}
+    assert set(code) == {"s0", "s1", "s2", "s3"}
+    assert set(code.values()) == {"w0", "w1"}, code
+
+
+async def test_a_recorded_model_call_is_not_made_again_after_a_crash(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    run_id, _ = await submit_task(db, "four sums", settings=settings)
+    first_model = ScriptedModel([INTENT])
+    work = AgentWork(db, backend, settings, None, lambda: first_model)
+    [row] = await claim_steps(db, settings, "dying-worker", 1, run_id=run_id)
+    assert row["step_id"] == "model:intent#a1" and row["tool_name"] == "model"
+    await work.perform(row)  # the call is made and recorded; the worker dies before archiving
+    await work.close()
+    assert len(first_model.requests) == 1
+    await asyncio.sleep(settings.runtime.lease_s + 0.2)
+
+    second_model = ScriptedModel([FOUR])  # only the plan is left to ask for
+    await serve([Worker(db, backend, settings, model=second_model)], run_id, db)
+    run = await runs_api.get_run(db, run_id)
+    assert run["status"] == "SUCCEEDED", run["error"]
+    assert len(second_model.requests) == 1
+    steps = [(s["step_id"], s["attempt"], s["status"])
+             for s in await runs_api.run_steps(db, run_id) if s["tool_name"] == "model"]
+    assert ("model:intent#a1", 1, "FAILED") in steps and ("model:intent#a1", 2, "SUCCESS") in steps
+    calls = await db.fetch("SELECT purpose FROM onebox.llm_calls WHERE run_id = %s", (run_id,))
+    assert sorted(c["purpose"] for c in calls) == ["intent", "plan"]
