@@ -271,6 +271,7 @@ class StepResult(Observation):
     files: tuple[str, ...] = ()
     error: str | None = None
     timed_out: bool = False
+    file_bytes: tuple[int | None, ...] = ()  # the size of each of ``files``, when known
     duration_ms: float | None = None
     type: ClassVar[str] = "step_result"
 
@@ -293,6 +294,7 @@ def observation_from_dict(data: Mapping[str, Any]) -> Observation:
         return ToolsResult(body["action_id"], tuple(ToolHint(**t) for t in body.get("tools", ())))
     if kind == "step_result":
         body["files"] = tuple(body.get("files") or ())
+        body["file_bytes"] = tuple(body.get("file_bytes") or ())
         return StepResult(**body)
     raise AgentError(f"unknown observation type {kind!r}")
 

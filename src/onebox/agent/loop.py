@@ -31,10 +31,11 @@ from onebox.agent.actions import (
     ToolsResult,
 )
 from onebox.agent.codesteps import CodeSteps
+from onebox.agent.context import failure_text, workspace_files
 from onebox.agent.expressions import ExpressionError, as_list, evaluate
 from onebox.agent.plan import Plan, Step, parse_plan, topological_order
 from onebox.agent.replanner import merge_replan
-from onebox.agent.state import FINISHED, Instance, StepState, aggregate, failure_text, instances_for
+from onebox.agent.state import FINISHED, Instance, StepState, aggregate, instances_for
 from onebox.agent.steps import render_input, step_action
 from onebox.errors import AgentError
 
@@ -226,10 +227,11 @@ class Agent(CodeSteps):
 
     def _on_result(self, inst: Instance, obs: StepResult) -> None:
         step = self._step(inst.step_id)
+        self.files.update(workspace_files(obs.files, obs.file_bytes))
         if obs.ok:
             self._on_success(step, inst, obs.output())
             return
-        error = failure_text(obs)
+        error = failure_text(obs, inst.code or "")
         inst.failures += 1
         allowed = step.max_attempts or self.config.max_attempts
         if step.kind == "approval":

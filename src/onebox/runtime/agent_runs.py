@@ -41,6 +41,7 @@ from onebox.llm.registry import price_table
 from onebox.runtime.agent_steps import Performed, StepPerformer
 from onebox.runtime.archive import finish_run
 from onebox.runtime.sessions import touch_session
+from onebox.runtime.step_context import sandbox_facts, workspace_listing
 from onebox.runtime.submit import create_plan_version_once, insert_run, session_id_for
 from onebox.runtime.workspaces import StepWorkspace
 from onebox.sandbox.base import ExecRequest, SandboxBackend
@@ -81,9 +82,12 @@ class TaskDriver:
 
     async def drive(self) -> None:
         await self._touch_session()
+        session = session_id_for(self.run_id)
         agent = Agent(self.run["request"]["task"], config=AgentConfig(
             max_parallel=self.settings.runtime.concurrency,
-            max_attempts=self.settings.runtime.max_attempts))
+            max_attempts=self.settings.runtime.max_attempts),
+            facts=await sandbox_facts(self.backend, session),
+            files=await workspace_listing(self.backend.workspace(session)))
         observations, stored_ids = await self._log()
         actions = agent.resume(observations) if observations else agent.start()
         await self._record(actions, None, stored_ids)

@@ -147,12 +147,14 @@ class StepPerformer:
             added = await self.declared.ingest(row, d.backend.workspace(row["session_id"]),
                                                step.knowledge)
             outcome = dataclasses.replace(outcome, details={**outcome.details, "knowledge": added})
-        files = tuple(f.path for f in exec_result.files_written if not f.path.startswith(IO_DIR))
+        written = [f for f in exec_result.files_written if not f.path.startswith(IO_DIR)]
+        files = tuple(f.path for f in written)
         return StepResult(
             action.id, ok=outcome.status == "SUCCESS", exit_code=exec_result.exit_code,
             stdout=exec_result.stdout, stderr=exec_result.stderr, result=declared, files=files,
             error=None if outcome.status == "SUCCESS" else outcome.error,
-            timed_out=exec_result.timed_out, duration_ms=exec_result.duration_ms), outcome
+            timed_out=exec_result.timed_out, duration_ms=exec_result.duration_ms,
+            file_bytes=tuple(f.size for f in written)), outcome
 
     async def _runnable(self, step: Step) -> Step:
         """The code step the sandbox runs for a code, tool or http step."""
