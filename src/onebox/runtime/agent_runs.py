@@ -40,15 +40,15 @@ from onebox.llm.base import ChatModel
 from onebox.llm.registry import price_table
 from onebox.runtime.agent_steps import Performed, StepPerformer
 from onebox.runtime.archive import finish_run
+from onebox.runtime.model_calls import call_model
 from onebox.runtime.sessions import touch_session
 from onebox.runtime.step_context import sandbox_facts, workspace_listing
 from onebox.runtime.submit import create_plan_version_once, insert_run, session_id_for
+from onebox.runtime.tools import lookup_tools
 from onebox.runtime.workspaces import StepWorkspace
 from onebox.sandbox.base import ExecRequest, SandboxBackend
-from onebox.store import catalog
 from onebox.store import runs as store
 from onebox.store.db import Database
-from onebox.store.llm_calls import call_model
 
 log = logging.getLogger(__name__)
 STORED_ACTION_KEYS = ("id", "type", "decision", "step_id", "instance", "attempt", "purpose",
@@ -172,7 +172,7 @@ class TaskDriver:
             return Performed(await self._check(action))
         if isinstance(action, LookupTools):
             async with self.db.connection() as conn:
-                return Performed(await catalog.lookup_tools(conn, action))
+                return Performed(await lookup_tools(conn, action))
         if isinstance(action, AskApproval):
             decided = await self.steps.approval(action)
             self.waiting = self.waiting or decided is None

@@ -46,6 +46,7 @@ from onebox.runtime.archive import (
 from onebox.runtime.executor import build_request, request_details, sandbox_failure
 from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.submit import queue_attempt, request_approval, session_id_for
+from onebox.runtime.tools import expand_tool_step
 from onebox.sandbox import hostfs
 from onebox.sandbox.capture import safe_text
 from onebox.store import catalog
@@ -161,7 +162,7 @@ class StepPerformer:
         if step.kind == "tool":
             async with self.driver.db.connection() as conn:
                 tool = await catalog.get_tool(conn, str(step.input["name"]))
-            return catalog.expand_tool_step(tool, step)
+            return expand_tool_step(tool, step)
         if step.kind == "http":
             return step.model_copy(update={"kind": "code", "tool": "python",
                                            "code": _http_code(step.input)})
