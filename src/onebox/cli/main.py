@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "onebox.cli.worker",
     "onebox.cli.schedule",
     "onebox.cli.snapshot",
+    "onebox.cli.gc",
     "onebox.cli.serve",
 )
 
