@@ -50,6 +50,7 @@ class AgentBase(abc.ABC):
         self.request = request
         self.config = config or AgentConfig()
         self.tools = tuple(tools)
+        self.tool_names: set[str] = {t.name for t in tools}
         self.facts = facts
         self.files: dict[str, int | None] = dict(files or {})
         self.intent: Intent | None = None

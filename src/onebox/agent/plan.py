@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -145,6 +145,17 @@ def parse_plan(data: Any) -> Plan:
     for s in plan.steps:
         _check_step(s)
     return plan
+
+
+def check_tools(plan: Plan, known: Collection[str]) -> None:
+    """Refuse a ``tool`` step naming a tool the catalog does not have, listing the catalog."""
+    for s in plan.steps:
+        name = s.input.get("name") if s.kind == "tool" else None
+        if s.kind == "tool" and name not in known:
+            listed = ", ".join(sorted(known)) or "(the catalog is empty)"
+            raise PlanError(f"unknown tool {name!r}; the catalog has: {listed}. Use one of "
+                            "these names, or register the tool first (`onebox tools list` "
+                            "prints the catalog)", step=s.id, field="input.name")
 
 
 def load_plan(path: str | Path) -> Plan:

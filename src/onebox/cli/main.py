@@ -10,6 +10,7 @@ import click
 COMMAND_MODULES = (
     "onebox.cli.runs",
     "onebox.cli.kb",
+    "onebox.cli.tools",
     "onebox.cli.memory",
     "onebox.cli.doctor",
     "onebox.cli.db",

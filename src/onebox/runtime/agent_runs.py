@@ -42,7 +42,7 @@ from onebox.runtime.agent_steps import Performed, StepPerformer
 from onebox.runtime.archive import finish_run
 from onebox.runtime.model_calls import call_model
 from onebox.runtime.sessions import touch_session
-from onebox.runtime.step_context import sandbox_facts, workspace_listing
+from onebox.runtime.step_context import sandbox_facts, with_catalog_names, workspace_listing
 from onebox.runtime.submit import create_plan_version_once, insert_run, session_id_for
 from onebox.runtime.tools import lookup_tools
 from onebox.runtime.workspaces import StepWorkspace
@@ -172,7 +172,7 @@ class TaskDriver:
             return Performed(await self._check(action))
         if isinstance(action, LookupTools):
             async with self.db.connection() as conn:
-                return Performed(await lookup_tools(conn, action))
+                return Performed(await with_catalog_names(conn, await lookup_tools(conn, action)))
         if isinstance(action, AskApproval):
             decided = await self.steps.approval(action)
             self.waiting = self.waiting or decided is None

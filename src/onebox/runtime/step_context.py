@@ -1,4 +1,4 @@
-"""What the agent is told about the sandbox: measured, never hard-coded.
+"""What the agent is told about the sandbox and the catalog: measured, never hard-coded.
 
 :func:`sandbox_facts` runs the sandbox's own ``python3`` once per backend (per worker)
 and caches its version and installed distributions, with a bound on the cache.
@@ -9,14 +9,19 @@ directory fds (no symlink followed), off the event loop, with a bound on entries
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections import OrderedDict
 from pathlib import Path
 
+from onebox.agent.actions import ToolsResult
 from onebox.agent.context import SandboxFacts
+from onebox.agent.plan import Plan, check_tools
 from onebox.sandbox import hostfs
 from onebox.sandbox.base import ExecRequest, Limits, SandboxBackend
+from onebox.store import catalog
+from onebox.store.runs import Conn
 
 log = logging.getLogger(__name__)
 MAX_CACHED_BACKENDS = 8
@@ -84,3 +89,14 @@ def _listing(workspace: Path) -> dict[str, int | None]:
     except (OSError, hostfs.BoundExceeded) as exc:
         log.info("workspace listing of %s stopped: %s", workspace, exc)
     return files
+
+
+async def with_catalog_names(conn: Conn, found: ToolsResult) -> ToolsResult:
+    """``found`` with the name of every catalog tool, so the agent refuses any other."""
+    return dataclasses.replace(found, names=tuple(await catalog.tool_names(conn)))
+
+
+async def check_plan_tools(conn: Conn, plan: Plan) -> None:
+    """PlanError naming the catalog's tools if a tool step names a tool it does not have."""
+    if any(s.kind == "tool" for s in plan.steps):
+        check_tools(plan, await catalog.tool_names(conn))

@@ -16,6 +16,7 @@ from onebox.bounds import check_plan_caps
 from onebox.config import Settings
 from onebox.errors import Conflict, PlanError
 from onebox.runtime.schedule import PlanIndex, StepState, ready_steps, step_input_hash
+from onebox.runtime.step_context import check_plan_tools
 from onebox.store import runs as store
 from onebox.store.db import Database
 
@@ -61,6 +62,7 @@ async def submit_plan_in(
     tenant_id: str = "default",
 ) -> Submitted:
     """`submit_plan` inside the caller's transaction."""
+    await check_plan_tools(conn, plan)
     check_runnable(plan)
     check_plan_caps(plan, settings.sandbox)
     submitted = await insert_run(conn, "plan", {"plan": plan.to_data()}, name=name or plan.name,

@@ -200,3 +200,8 @@ def _tool(row: Mapping[str, Any]) -> CatalogTool:
         formats=tuple(row["formats"]), requires=tuple(row["requires"]),
         alternatives=tuple(row["alternatives"]), builtin=row["builtin"],
     )
+
+
+async def tool_names(conn: Conn) -> list[str]:
+    """The name of every tool in the catalog (built-in and registered), sorted."""
+    return sorted(r["name"] for r in await _rows(conn, "tool_names", {}))
