@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 STDIO_TAIL_CHARS = 64_000
 PIPELINE_MAX_BYTES = 256 << 10  # larger results skip the pipeline (see _pipeline_if_small)
 BIG_LISTING = 500  # files_written entries past which details are serialised in a thread
-_plans: dict[uuid.UUID, PlanIndex] = {}
+PLAN_CACHE_MAX = 64  # plan versions a worker keeps parsed (least recently used go first)
+_plans: OrderedDict[uuid.UUID, PlanIndex] = OrderedDict()
 REQUEST_KEYS = ("code", "language", "limits", "allow_domains", "backend", "isolation")
 EVENT_OF_STATUS = {"SUCCESS": "step_succeeded", "FAILED": "step_failed", "TIMEOUT": "step_timed_out"}
 
@@ -170,11 +172,9 @@ async def load_plan_version(conn: store.Conn, plan_id: uuid.UUID) -> Plan:
 async def load_plan_index(conn: store.Conn, plan_id: uuid.UUID) -> PlanIndex:
     """Plans never change once stored, so each worker parses and indexes a version once."""
     index = _plans.get(plan_id)
-    if index is None:
-        row = await store.fetch_one(conn, "plan_by_id", {"plan_id": plan_id})
-        assert row is not None, f"plan {plan_id} vanished"
-        index = _plans[plan_id] = await asyncio.to_thread(_index_plan, row["spec"])
-    return index
+    if index is not None:
+        _plans.move_to_end(plan_id)
+        return index
 
 
 def _index_plan(spec: dict[str, Any]) -> PlanIndex:

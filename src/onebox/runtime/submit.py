@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from onebox.agent.hashing import canonical_hash
-from onebox.agent.plan import Plan
+from onebox.agent.plan import Plan, Step
 from onebox.bounds import check_plan_caps
 from onebox.config import Settings
 from onebox.errors import Conflict, PlanError
 from onebox.runtime.schedule import PlanIndex, StepState, ready_steps, step_input_hash
-from onebox.runtime.step_context import check_plan_tools
 from onebox.store import runs as store
 from onebox.store.db import Database
+
+BATCH_STEPS = 500  # first attempts per statement and per submit transaction
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """The ids every queued attempt of a run carries."""
+
+    run_id: uuid.UUID
+    trace_id: str
+    plan_id: uuid.UUID
 
 
 @dataclass(frozen=True)
@@ -46,10 +57,27 @@ async def submit_plan(
     idempotency_key: str | None = None,
     tenant_id: str = "default",
 ) -> Submitted:
-    """Store a run for ``plan`` and queue its first steps. Same idempotency key: same run."""
+    """Store a run for ``plan`` and queue its first steps. Same idempotency key: same run.
+
+    The run, its plan and a first batch of ready steps commit together (a run is never
+    seen without a queued step); the other ready steps follow in short transactions of
+    ``BATCH_STEPS`` each, so no transaction holds the run row or the event horizon for
+    long (a crash between them is repaired by :func:`queue_missing_steps`).
+    """
+    check_runnable(plan)
+    check_plan_caps(plan, settings.sandbox)
+    index = PlanIndex.of(plan)
+    ready = ready_steps(plan, {})
     async with db.transaction() as conn:
-        return await submit_plan_in(conn, settings, plan, name=name,
-                                    idempotency_key=idempotency_key, tenant_id=tenant_id)
+        submitted, ref = await _store_run(conn, plan, name=name or plan.name,
+                                          idempotency_key=idempotency_key, tenant_id=tenant_id)
+        if ref is None:
+            return submitted
+        await queue_steps(conn, settings, ref, index, ready[:BATCH_STEPS], {})
+    for start in range(BATCH_STEPS, len(ready), BATCH_STEPS):
+        async with db.transaction() as conn:
+            await queue_steps(conn, settings, ref, index, ready[start:start + BATCH_STEPS], {})
+    return submitted
 
 
 async def submit_plan_in(
@@ -61,18 +89,29 @@ async def submit_plan_in(
     idempotency_key: str | None = None,
     tenant_id: str = "default",
 ) -> Submitted:
-    """`submit_plan` inside the caller's transaction."""
-    await check_plan_tools(conn, plan)
+    """`submit_plan` inside the caller's transaction (every ready step in it, in batches)."""
     check_runnable(plan)
     check_plan_caps(plan, settings.sandbox)
-    submitted = await insert_run(conn, "plan", {"plan": plan.to_data()}, name=name or plan.name,
+    submitted, ref = await _store_run(conn, plan, name=name or plan.name,
+                                      idempotency_key=idempotency_key, tenant_id=tenant_id)
+    if ref is not None:
+        await queue_ready_steps(conn, settings, ref.run_id, ref.trace_id, ref.plan_id,
+                                PlanIndex.of(plan), {})
+    return submitted
+
+
+async def _store_run(
+    conn: store.Conn, plan: Plan, *, name: str | None, idempotency_key: str | None,
+    tenant_id: str,
+) -> tuple[Submitted, RunRef | None]:
+    """The run row and plan version 1 with their events; no RunRef for an existing run."""
+    submitted = await insert_run(conn, "plan", {"plan": plan.to_data()}, name=name,
                                  idempotency_key=idempotency_key, tenant_id=tenant_id)
     if submitted.existing:
-        return submitted
+        return submitted, None
     run_id, trace_id = submitted.run_id, submitted.trace_id
     plan_id = await create_plan_version(conn, run_id, trace_id, plan, version=1, reason="submitted")
-    await queue_ready_steps(conn, settings, run_id, trace_id, plan_id, PlanIndex.of(plan), {})
-    return Submitted(run_id, trace_id)
+    return submitted, RunRef(run_id, trace_id, plan_id)
 
 
 async def insert_run(
@@ -174,21 +213,71 @@ async def queue_ready_steps(
     candidates: Collection[str] | None = None,
 ) -> list[str]:
     """Insert a PENDING first attempt for every step that became ready; return their ids."""
-    numbers = index.numbers
-    queued = []
-    for step in ready_steps(index.plan, states, candidates):
-        approval = step.kind == "approval"
-        execution_id = await queue_attempt(conn, {
-            "run_id": run_id, "plan_id": plan_id, "trace_id": trace_id, "step_id": step.id,
-            "step_number": numbers[step.id], "tool_name": step.tool or step.kind,
-            "input_hash": step_input_hash(step, states),
-            "max_attempts": 1 if approval else step.max_attempts or settings.runtime.max_attempts,
-        }, attempt=1, delay_s=0.0, hold=approval)
+    ready = ready_steps(index.plan, states, candidates)
+    ref = RunRef(run_id, trace_id, plan_id)
+    for start in range(0, len(ready), BATCH_STEPS):
+        await queue_steps(conn, settings, ref, index, ready[start:start + BATCH_STEPS], states)
+    return [step.id for step in ready]
+
+
+async def queue_steps(
+    conn: store.Conn, settings: Settings, ref: RunRef, index: PlanIndex, steps: list[Step],
+    states: Mapping[str, StepState],
+) -> None:
+    """First attempts of ``steps`` in plan order: code steps in one statement per stretch,
+    approval steps one by one (each opens its approval)."""
+    for approval, group in itertools.groupby(steps, key=lambda s: s.kind == "approval"):
         if approval:
-            await request_approval(conn, run_id, trace_id, step.id, step.input.get("prompt"),
-                                   execution_id, description=step.description)
-        queued.append(step.id)
-    return queued
+            for step in group:
+                await _queue_approval(conn, ref, index, step, states)
+        else:
+            await _queue_bulk(conn, settings, ref, index, list(group), states)
+
+
+async def _queue_bulk(
+    conn: store.Conn, settings: Settings, ref: RunRef, index: PlanIndex, steps: list[Step],
+    states: Mapping[str, StepState],
+) -> None:
+    """One insert_steps statement: the attempts, their events, one wake-up."""
+    await store.execute(conn, "insert_steps", {
+        "run_id": ref.run_id, "plan_id": ref.plan_id, "trace_id": ref.trace_id,
+        "session_id": session_id_for(ref.run_id),
+        "ids": [uuid.uuid4() for _ in steps], "step_ids": [s.id for s in steps],
+        "step_numbers": [index.numbers[s.id] for s in steps],
+        "tool_names": [s.tool or s.kind for s in steps],
+        "input_hashes": [step_input_hash(s, states) for s in steps],
+        "max_attempts": [s.max_attempts or settings.runtime.max_attempts for s in steps],
+    })
+
+
+async def _queue_approval(
+    conn: store.Conn, ref: RunRef, index: PlanIndex, step: Step, states: Mapping[str, StepState],
+) -> None:
+    execution_id = await queue_attempt(conn, {
+        "run_id": ref.run_id, "plan_id": ref.plan_id, "trace_id": ref.trace_id,
+        "step_id": step.id, "step_number": index.numbers[step.id], "tool_name": step.kind,
+        "input_hash": step_input_hash(step, states), "max_attempts": 1,
+    }, attempt=1, delay_s=0.0, hold=True)
+    await request_approval(conn, ref.run_id, ref.trace_id, step.id, step.input.get("prompt"),
+                           execution_id, description=step.description)
+
+
+async def queue_missing_steps(db: Database, settings: Settings, run_id: uuid.UUID) -> int:
+    """Queue the ready steps of an unfinished plan run that have no attempt (a submitter
+    that died between its batches); returns how many. Idempotent."""
+    from onebox.runtime.archive import load_plan_index  # archive imports this module
+
+    async with db.transaction() as conn:
+        run = await store.fetch_one(conn, "lock_run", {"run_id": run_id})
+        if run is None or run["status"] in store.TERMINAL_RUN_STATES or run["source"] != "plan":
+            return 0
+        latest = await store.fetch_all(conn, "latest_attempts", {"run_id": run_id})
+        states = {r["step_id"]: StepState(r["status"], r["attempt"], r["output_hash"])
+                  for r in latest}
+        index = await load_plan_index(conn, run["current_plan_id"])
+        queued = await queue_ready_steps(conn, settings, run_id, run["trace_id"],
+                                         run["current_plan_id"], index, states)
+    return len(queued)
 
 
 async def request_approval(
