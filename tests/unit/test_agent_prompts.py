@@ -104,3 +104,30 @@ def test_shapes_and_summaries() -> None:
     assert shape("abc") == "string of 3 characters"
     cut = summarise("a" * 100 + "b" * 100, 50)
     assert cut.startswith("a" * 25) and cut.endswith("b" * 25) and "150 bytes left out" in cut
+
+
+def test_top_k_is_bounded_with_the_field_named() -> None:
+    import pytest
+
+    from onebox.agent.plan import MAX_TOP_K, parse_plan
+    from onebox.errors import PlanError
+
+    ok = parse_plan(plan({"id": "s", "kind": "knowledge_search",
+                          "input": {"query": "sales", "top_k": 20}}))
+    assert ok.steps[0].input["top_k"] == 20
+    with pytest.raises(PlanError) as caught:
+        parse_plan(plan({"id": "s", "kind": "knowledge_search",
+                         "input": {"query": "sales", "top_k": MAX_TOP_K + 1}}))
+    assert "steps[s].input.top_k" in caught.value.message and "1 to 50" in caught.value.message
+
+
+async def test_a_rendered_top_k_past_the_bound_fails_the_step_not_the_driver() -> None:
+    model = ScriptedModel([INTENT, plan(
+        {"id": "n", "tool": "python", "code": "print(1)"},
+        {"id": "s", "kind": "knowledge_search", "depends_on": ["n"],
+         "input": {"query": "sales", "top_k": "{{ n.result }}"}})])
+    from onebox.agent.state import AgentConfig
+
+    agent = Agent("search", config=AgentConfig(max_replans=0))
+    run = await run_agent_offline(agent, model, lambda a: step_ok("1", result=999))
+    assert not run.result.ok and "top_k must be an integer from 1 to 50" in (run.result.error or "")

@@ -37,7 +37,7 @@ from onebox.agent.plan import Plan, Step, check_tools, parse_plan, topological_o
 from onebox.agent.replanner import merge_replan
 from onebox.agent.state import FINISHED, Instance, StepState, aggregate, instances_for
 from onebox.agent.steps import render_input, step_action
-from onebox.errors import AgentError
+from onebox.errors import AgentError, PlanError
 
 
 class Agent(CodeSteps):
@@ -217,7 +217,7 @@ class Agent(CodeSteps):
         names = self._names(step, inst)
         try:
             cls, fields = step_action(step, inst, names, n, self.version)
-        except ExpressionError as exc:
+        except (ExpressionError, PlanError) as exc:
             self._instance_failed(inst, str(exc))
             return
         self._issue(cls, why, lambda obs: self._on_result(inst, obs), **fields)
