@@ -3,7 +3,8 @@
 The transaction locks the run row first (so two parallel steps finishing at once
 cannot both miss the step that depends on both), then writes the attempt with
 its fencing token: a worker whose lease was taken over gets ``LeaseLost`` and
-writes nothing.
+writes nothing. Run row first, then attempts, is the one lock order of every path
+(see ``onebox.runtime.queue``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from onebox.sandbox.base import ExecResult
 from onebox.sandbox.capture import safe_text
 from onebox.store import runs as store
 from onebox.store.db import Database
+from onebox.store.retry import retry_rollbacks
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +187,20 @@ def _index_plan(spec: dict[str, Any]) -> PlanIndex:
 async def archive_step(
     db: Database, settings: Settings, claimed: store.Row, outcome: Outcome
 ) -> str | None:
-    """Write the attempt's result and advance the run. Returns the run's new terminal state, if any."""
+    """Write the attempt's result and advance the run. Returns the run's new terminal state, if any.
+
+    A transaction the database rolls back (deadlock, serialization failure) is written
+    again (``onebox.store.retry``): a result is never dropped for a lock conflict.
+    """
     details = await _details_json(outcome.details)
+    return await retry_rollbacks(
+        f"archive of step {claimed['step_id']} attempt {claimed['attempt']} of run "
+        f"{claimed['run_id']}", lambda: _archive_once(db, settings, claimed, outcome, details))
+
+
+async def _archive_once(
+    db: Database, settings: Settings, claimed: store.Row, outcome: Outcome, details: str
+) -> str | None:
     async with (db.pool.connection() as conn,
                 _pipeline_if_small(conn, outcome, details) as pipeline, conn.transaction()):
         # BEGIN, the run lock and the fenced write go out together: one round trip.

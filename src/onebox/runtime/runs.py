@@ -15,6 +15,7 @@ from onebox.runtime.submit import queue_attempt
 from onebox.store import runs as store
 from onebox.store.db import Database
 from onebox.store.ids import IdKind, ids_between
+from onebox.store.retry import retry_rollbacks
 
 PAGE_STEPS = 100  # step attempts per page of `onebox show` and the run API
 MAX_FAILED_LISTED = 20  # failed steps named in a run's summary
@@ -164,7 +165,15 @@ def parse_cursor(text: str | None) -> tuple[int, int]:
 
 
 async def cancel_run(db: Database, run_id: uuid.UUID, *, reason: str = "cancelled by user") -> None:
-    """Cancel a run: queued steps are dropped, running ones are stopped by their workers."""
+    """Cancel a run: queued steps are dropped, running ones are stopped by their workers.
+
+    The run row is locked before its attempts (the lock order of ``onebox.runtime.queue``);
+    a rollback by the database (deadlock, serialization failure) is retried.
+    """
+    await retry_rollbacks(f"cancel of run {run_id}", lambda: _cancel_once(db, run_id, reason))
+
+
+async def _cancel_once(db: Database, run_id: uuid.UUID, reason: str) -> None:
     async with db.transaction() as conn:
         run = await _lock_run(conn, run_id)
         if run["status"] in store.TERMINAL_RUN_STATES:

@@ -81,14 +81,18 @@ SELECT count(*) AS queued, pg_notify('onebox_steps', '') FROM ins;
 
 -- name: claim_steps
 -- Claim ready attempts as leases (fencing token + 1), start their runs, and write the
--- step_started / run_started events: one round trip.
+-- step_started / run_started events: one round trip. Lock order (onebox.runtime.queue):
+-- each run row (KEY SHARE) before its attempts, both SKIP LOCKED, so a claim never waits
+-- for a cancel, a recovery or another claim, and skips a run that is being cancelled.
+-- Only starting a PENDING run waits, for another claim starting it, in run id order.
 WITH picked AS (
-    SELECT t.id FROM onebox.task_execution t
+    SELECT t.id FROM onebox.runs r JOIN onebox.task_execution t ON t.run_id = r.id
     WHERE t.status = 'PENDING' AND t.waiting_for IS NULL AND t.available_at <= now()
       AND (%(run_id)s::uuid IS NULL OR t.run_id = %(run_id)s::uuid)
     ORDER BY t.available_at, t.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR KEY SHARE OF r SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
 ), claimed AS (
     UPDATE onebox.task_execution t
     SET status = 'RUNNING', lease_owner = %(owner)s,
@@ -96,10 +100,15 @@ WITH picked AS (
         fencing_token = t.fencing_token + 1, started_at = now(), updated_at = now()
     FROM picked WHERE t.id = picked.id
     RETURNING t.*
+), starting AS (
+    SELECT r.id FROM onebox.runs r
+    WHERE r.id IN (SELECT run_id FROM claimed) AND r.status = 'PENDING'
+    ORDER BY r.id
+    FOR NO KEY UPDATE
 ), started AS (
     UPDATE onebox.runs r
     SET status = 'RUNNING', started_at = coalesce(r.started_at, now()), updated_at = now()
-    WHERE r.id IN (SELECT run_id FROM claimed) AND r.status = 'PENDING'
+    FROM starting WHERE r.id = starting.id
     RETURNING r.id, r.trace_id
 ), run_events AS (
     INSERT INTO onebox.agent_events (run_id, trace_id, type, payload)
