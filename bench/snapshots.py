@@ -43,8 +43,8 @@ from psycopg.types.json import Jsonb
 
 from onebox.config import load_settings
 from onebox.objects import FsObjectStore, ObjectStore
-from onebox.sandbox import snapshot_archive as archive
 from onebox.sandbox.snapshots import restore, scan
+from onebox.snapshots import archive
 from onebox.store.db import Database
 
 RESULTS = Path(__file__).parent / "results" / "snapshots.json"

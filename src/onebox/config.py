@@ -101,6 +101,23 @@ class RuntimeSettings(BaseModel):
     poll_s: float = Field(1.0, gt=0)
 
 
+class RetentionSettings(BaseModel):
+    """Retention of finished runs, applied by workers and `onebox gc` (docs/operations.md).
+    Off by default: nothing is removed until a rule is set."""
+
+    max_age_days: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="remove finished runs (SUCCEEDED, FAILED, DEAD, CANCELLED) that ended "
+        "longer ago than this, with their events, attempts, sessions and snapshots")
+    max_runs: int | None = Field(
+        None, ge=1, description="keep at most this many runs per tenant: older finished runs "
+        "beyond it are removed (running and waiting runs are never removed)")
+    interval_s: float = Field(300.0, gt=0, le=7 * 86400,
+                              description="seconds between a worker's retention passes")
+    batch_runs: int = Field(100, ge=1, le=10_000,
+                            description="runs removed per transaction")
+
+
 class LLMPrice(BaseModel):
     """USD per million tokens for one model (prompt, completion)."""
 
@@ -183,6 +200,7 @@ class Settings(BaseSettings):
     )
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)

@@ -2,6 +2,7 @@
 
     OneboxError
     ├── ConfigError              bad or missing settings; the message says which and how to fix
+    │   └── LLMNotConfigured     work that needs a chat model, and none is configured
     ├── ValidationError          bad user input (a plan, a request); names the field
     │   └── PlanError            a plan refused before anything ran; names the step and field
     ├── NotFound                 a run, step, session, document... that does not exist
@@ -49,6 +50,13 @@ class OneboxError(Exception):
 class ConfigError(OneboxError):
     code = "config_error"
     http_status = 500
+
+
+class LLMNotConfigured(ConfigError):
+    """Work that needs a chat model was submitted, and none is configured."""
+
+    code = "llm_not_configured"
+    http_status = 503
 
 
 class ValidationError(OneboxError):

@@ -8,7 +8,7 @@ import tarfile
 from api_helpers import Api
 
 from onebox.objects import get_object_store
-from onebox.sandbox.snapshot_archive import record_snapshot
+from onebox.snapshots.archive import record_snapshot
 
 
 async def test_session_execute_upload_list_download_delete(api_no_worker: Api) -> None:

@@ -9,7 +9,7 @@ from api_helpers import Api
 
 from onebox.knowledge.service import Knowledge
 from onebox.objects import get_object_store
-from onebox.sandbox.snapshot_archive import record_snapshot
+from onebox.snapshots.archive import record_snapshot
 from onebox.store.api_keys import create_key, revoke_key
 
 PLAN = {"name": "secret-plan", "steps": [{"id": "s", "tool": "bash", "code": "echo secret"}]}

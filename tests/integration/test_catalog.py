@@ -9,11 +9,11 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from onebox.errors import Conflict, NotFound, ValidationError
+from onebox.runtime.tools import expand_tool_step, lookup_tools, tool_hint
 from onebox.store.catalog import (
     get_tool,
     list_tools,
     load_tool_file,
-    lookup_tools,
     parse_tool,
     rank_tools,
     register_tool,
@@ -130,7 +130,7 @@ async def test_ranking_by_format_cost_and_success_rate(db: Database) -> None:
     scan = high[0]
     assert scan.cost_class == "HIGH" and set(scan.requires) == {"python", "scan_helper", "ocr"}
     assert "pdf_scan" not in {t.name for t in low} and "pdf_good" not in {t.name for t in low}
-    assert good.to_hint().success_rate == pytest.approx(0.9)
+    assert tool_hint(good).success_rate == pytest.approx(0.9)
 
 
 async def test_requirement_cycles_and_removed_requirements(db: Database) -> None:
@@ -172,7 +172,6 @@ async def test_lookup_tools_answers_the_agent_over_all_formats(db: Database) -> 
 
 def test_a_tool_step_expands_to_code_with_json_literals() -> None:
     from onebox.agent.plan import parse_plan
-    from onebox.store.catalog import expand_tool_step
 
     tool = parse_tool({**pdf_tool("pdf_tables"), "permissions": {"network": ["docs.example"]},
                        "code_template": "path = {{ path }}\npages = {{ pages }}\n"})

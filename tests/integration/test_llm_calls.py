@@ -13,8 +13,9 @@ from onebox.agent.state import AgentConfig
 from onebox.errors import RateLimited
 from onebox.llm.base import ChatRequest, Message, ModelPrice
 from onebox.llm.openai import OpenAIChatModel
+from onebox.runtime.model_calls import call_model
 from onebox.store.db import Database
-from onebox.store.llm_calls import call_model, llm_calls, llm_usage
+from onebox.store.llm_calls import llm_calls, llm_usage
 from onebox.testing import (
     ScriptedModel,
     ScriptedOpenAIServer,

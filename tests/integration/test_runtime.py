@@ -82,7 +82,7 @@ async def test_quickstart_produces_rows_and_events_in_order(rt: Runtime) -> None
 
 async def test_quickstart_steps_replay_with_matching_hashes(rt: Runtime) -> None:
     from onebox.runtime.archive import output_hash
-    from onebox.sandbox.replay import replay
+    from onebox.snapshots.replay import replay
 
     final = await rt.run_plan(load_plan(QUICKSTART))
     assert final["status"] == "SUCCEEDED"

@@ -18,8 +18,8 @@ from psycopg.types.json import Jsonb
 
 from onebox.errors import Conflict, NotFound, StorageError
 from onebox.objects import FsObjectStore, ObjectStore, blob_key, manifest_key
-from onebox.sandbox import snapshot_archive as archive
 from onebox.sandbox.snapshots import scan
+from onebox.snapshots import archive
 from onebox.store import snapshots as rows
 from onebox.store.db import Database
 

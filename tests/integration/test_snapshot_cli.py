@@ -18,8 +18,8 @@ from test_snapshot_archive import insert_execution
 from onebox.cli.main import main
 from onebox.config import Settings
 from onebox.objects import FsObjectStore
-from onebox.sandbox import snapshot_archive as archive
 from onebox.sandbox.base import ExecRequest
+from onebox.snapshots import archive
 from onebox.store.db import Database
 
 

@@ -16,7 +16,7 @@ from onebox.config import Settings
 from onebox.objects import get_object_store
 from onebox.runtime.archive import output_hash
 from onebox.sandbox.registry import get_backend
-from onebox.sandbox.replay import replay
+from onebox.snapshots.replay import replay
 from onebox.store.db import Database
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"

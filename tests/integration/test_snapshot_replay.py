@@ -21,9 +21,9 @@ from test_snapshot_archive import insert_execution  # noqa: I001 - sibling test 
 from onebox.config import Settings
 from onebox.errors import ValidationError
 from onebox.objects import FsObjectStore
-from onebox.sandbox import snapshot_archive as archive
 from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
-from onebox.sandbox.replay import replay, restore_into_session
+from onebox.snapshots import archive
+from onebox.snapshots.replay import replay, restore_into_session
 from onebox.store.db import Database
 
 RUNNERS = {"python": [sys.executable, "-c"], "bash": ["bash", "-c"]}

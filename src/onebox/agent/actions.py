@@ -255,7 +255,11 @@ class CheckResult(Observation):
 
 @dataclass(frozen=True)
 class ToolsResult(Observation):
+    """The ranked tools for the planning prompt, and ``names``: every tool in the catalog
+    (a plan naming any other tool is refused)."""
+
     tools: tuple[ToolHint, ...] = ()
+    names: tuple[str, ...] = ()
     type: ClassVar[str] = "tools_result"
 
 
@@ -271,6 +275,7 @@ class StepResult(Observation):
     files: tuple[str, ...] = ()
     error: str | None = None
     timed_out: bool = False
+    file_bytes: tuple[int | None, ...] = ()  # the size of each of ``files``, when known
     duration_ms: float | None = None
     type: ClassVar[str] = "step_result"
 
@@ -290,9 +295,11 @@ def observation_from_dict(data: Mapping[str, Any]) -> Observation:
     if kind == "check_result":
         return CheckResult(**body)
     if kind == "tools_result":
-        return ToolsResult(body["action_id"], tuple(ToolHint(**t) for t in body.get("tools", ())))
+        return ToolsResult(body["action_id"], tuple(ToolHint(**t) for t in body.get("tools", ())),
+                           tuple(body.get("names") or ()))
     if kind == "step_result":
         body["files"] = tuple(body.get("files") or ())
+        body["file_bytes"] = tuple(body.get("file_bytes") or ())
         return StepResult(**body)
     raise AgentError(f"unknown observation type {kind!r}")
 

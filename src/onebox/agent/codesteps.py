@@ -11,6 +11,7 @@ from typing import Any
 
 from onebox.agent import prompting as p
 from onebox.agent.actions import CallModel, CheckCode, CheckResult, Decision, ModelReply
+from onebox.agent.context import environment_text
 from onebox.agent.machine import AgentBase
 from onebox.agent.plan import Step
 from onebox.agent.state import Instance
@@ -37,7 +38,8 @@ class CodeSteps(AgentBase):
             loop = {f"item (for example; the code runs once per element of {step.foreach})":
                     inst.item}
         deps = {d: self.steps[d].output for d in step.depends_on}
-        request = p.code_request(step, self.request, deps, loop, self.config.prompt_output_chars)
+        request = p.code_request(step, self.request, deps, loop, self.config.prompt_output_chars,
+                                 environment_text(self.facts, self.files))
         key = step.id if step.foreach else inst.key
         why = Decision("write", f"ask the model to write the {step.tool} code for: {step.goal}",
                        key)

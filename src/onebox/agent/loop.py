@@ -31,12 +31,13 @@ from onebox.agent.actions import (
     ToolsResult,
 )
 from onebox.agent.codesteps import CodeSteps
+from onebox.agent.context import failure_text, workspace_files
 from onebox.agent.expressions import ExpressionError, as_list, evaluate
-from onebox.agent.plan import Plan, Step, parse_plan, topological_order
+from onebox.agent.plan import Plan, Step, check_tools, parse_plan, topological_order
 from onebox.agent.replanner import merge_replan
-from onebox.agent.state import FINISHED, Instance, StepState, aggregate, failure_text, instances_for
+from onebox.agent.state import FINISHED, Instance, StepState, aggregate, instances_for
 from onebox.agent.steps import render_input, step_action
-from onebox.errors import AgentError
+from onebox.errors import AgentError, PlanError
 
 
 class Agent(CodeSteps):
@@ -81,12 +82,19 @@ class Agent(CodeSteps):
 
     def _on_tools(self, obs: ToolsResult) -> None:
         self.tools = obs.tools or self.tools
+        self.tool_names.update(obs.names or (t.name for t in self.tools))
         self._ask_plan()
+
+    def _known_tools(self, plan: Plan) -> Plan:
+        """``plan`` if every tool step names a catalog tool (when the catalog is known)."""
+        if self.tool_names:
+            check_tools(plan, self.tool_names)
+        return plan
 
     def _ask_plan(self) -> None:
         intent = self.intent or Intent(goal=self.request)
         request = p.plan_request(self.request, intent, self.tools)
-        self._ask_json("plan", request, lambda r: parse_plan(p.extract_json(r)),
+        self._ask_json("plan", request, lambda r: self._known_tools(parse_plan(p.extract_json(r))),
                        lambda plan: self._adopt(plan, "written by the model for the request",
                                                 (), set()),
                        Decision("plan", "ask the model for a plan"))
@@ -209,7 +217,7 @@ class Agent(CodeSteps):
         names = self._names(step, inst)
         try:
             cls, fields = step_action(step, inst, names, n, self.version)
-        except ExpressionError as exc:
+        except (ExpressionError, PlanError) as exc:
             self._instance_failed(inst, str(exc))
             return
         self._issue(cls, why, lambda obs: self._on_result(inst, obs), **fields)
@@ -226,10 +234,11 @@ class Agent(CodeSteps):
 
     def _on_result(self, inst: Instance, obs: StepResult) -> None:
         step = self._step(inst.step_id)
+        self.files.update(workspace_files(obs.files, obs.file_bytes))
         if obs.ok:
             self._on_success(step, inst, obs.output())
             return
-        error = failure_text(obs)
+        error = failure_text(obs, inst.code or "")
         inst.failures += 1
         allowed = step.max_attempts or self.config.max_attempts
         if step.kind == "approval":
@@ -310,11 +319,17 @@ class Agent(CodeSteps):
         request = p.replan_request(self.request, old, version, reason, states)
         self._ask_json(
             "replan", request,
-            lambda r: merge_replan(old, p.extract_json(r), finished, version),
+            lambda r: self._checked_replan(merge_replan(old, p.extract_json(r), finished,
+                                                        version)),
             lambda merged: self._adopt(merged[0], reason, merged[1], finished),
             Decision("replan", f"{reason}; ask the model for plan v{version} "
                      f"({self._replans}/{self.config.max_replans})"),
         )
+
+    def _checked_replan(self, merged: tuple[Plan, tuple[Decision, ...]]
+                        ) -> tuple[Plan, tuple[Decision, ...]]:
+        self._known_tools(merged[0])
+        return merged
 
     def _complete(self) -> None:
         assert self.plan is not None

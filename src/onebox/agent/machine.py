@@ -8,7 +8,7 @@ code, and :class:`onebox.agent.loop.Agent` the planning, scheduling and replanni
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from onebox.agent import prompting as p
@@ -28,6 +28,7 @@ from onebox.agent.actions import (
     ToolHint,
     ToolsResult,
 )
+from onebox.agent.context import SandboxFacts
 from onebox.agent.plan import Plan, Step
 from onebox.agent.state import AgentConfig, Instance, StepState
 from onebox.errors import AgentError, OneboxError
@@ -41,12 +42,17 @@ EXPECTS: dict[type[Action], type[Observation]] = {
 
 class AgentBase(abc.ABC):
     def __init__(self, request: str = "", *, plan: Plan | None = None,
-                 config: AgentConfig | None = None, tools: Sequence[ToolHint] = ()) -> None:
+                 config: AgentConfig | None = None, tools: Sequence[ToolHint] = (),
+                 facts: SandboxFacts | None = None,
+                 files: Mapping[str, int | None] | None = None) -> None:
         if not request and plan is None:
             raise AgentError("give the agent a request or a plan")
         self.request = request
         self.config = config or AgentConfig()
         self.tools = tuple(tools)
+        self.tool_names: set[str] = {t.name for t in tools}
+        self.facts = facts
+        self.files: dict[str, int | None] = dict(files or {})
         self.intent: Intent | None = None
         self.plan: Plan | None = None
         self.version = 0

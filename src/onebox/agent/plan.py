@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -56,6 +56,7 @@ REQUIRED_INPUT: dict[str, tuple[str, ...]] = {
     "memory_recall": ("query",), "approval": ("prompt",), "final": ("answer",),
 }
 LOOP_NAMES = frozenset({"item", "index", "iteration"})
+MAX_TOP_K = 50  # hits a knowledge_search or memory_recall step may ask for
 
 
 class StepLimits(BaseModel):
@@ -145,6 +146,31 @@ def parse_plan(data: Any) -> Plan:
     for s in plan.steps:
         _check_step(s)
     return plan
+
+
+def top_k(value: Any, step_id: str) -> int:
+    """A search's ``top_k``: an integer from 1 to ``MAX_TOP_K``, else PlanError saying so."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        value = None
+    try:
+        n = int(value) if value is not None else 0
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_TOP_K:
+        raise PlanError(f"top_k must be an integer from 1 to {MAX_TOP_K}, got {value!r}",
+                        step=step_id, field="input.top_k")
+    return n
+
+
+def check_tools(plan: Plan, known: Collection[str]) -> None:
+    """Refuse a ``tool`` step naming a tool the catalog does not have, listing the catalog."""
+    for s in plan.steps:
+        name = s.input.get("name") if s.kind == "tool" else None
+        if s.kind == "tool" and name not in known:
+            listed = ", ".join(sorted(known)) or "(the catalog is empty)"
+            raise PlanError(f"unknown tool {name!r}; the catalog has: {listed}. Use one of "
+                            "these names, or register the tool first (`onebox tools list` "
+                            "prints the catalog)", step=s.id, field="input.name")
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -240,6 +266,8 @@ def _check_step(s: Step) -> None:
                                 field=f"input.{key}")
     if s.kind == "http":
         _check_http(s)
+    if "top_k" in s.input and not isinstance(s.input["top_k"], str):
+        top_k(s.input["top_k"], s.id)
     if s.foreach and s.until:
         raise PlanError("a step cannot have both foreach and until; split it in two",
                         step=s.id, field="until")

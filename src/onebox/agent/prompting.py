@@ -15,6 +15,7 @@ from string import Template
 from typing import Any
 
 from onebox.agent.actions import Intent, ToolHint
+from onebox.agent.context import dependency_text, inputs_shape
 from onebox.agent.plan import Plan, Step
 from onebox.llm.base import ChatRequest, ChatResponse, Message
 
@@ -62,11 +63,13 @@ def repair_request(previous: ChatRequest, reply: ChatResponse, error: str) -> Ch
 
 
 def code_request(step: Step, request: str, deps: Mapping[str, Any], loop: Mapping[str, Any],
-                 limit: int) -> ChatRequest:
+                 limit: int, environment: str = "") -> ChatRequest:
+    """Write-code prompt: environment, inputs' shape, each dependency once (to ``limit`` bytes)."""
     loop_text = "".join(f"\n{k} = {clip(v, limit)}" for k, v in loop.items())
     text = prompt("write_code").substitute(
         language=step.tool, step_id=step.id, goal=step.goal or step.description or "",
-        request=request or "(a plan file)", deps=clip(deps, limit) if deps else "(none)",
+        request=request or "(a plan file)", deps=dependency_text(deps, limit),
+        inputs=inputs_shape(deps, loop), environment=environment or "(not measured)",
         loop=("\nLoop values (the code reads them from the same file, keys \"item\", "
               "\"index\", \"iteration\"):" + loop_text + "\n") if loop else "",
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from onebox.agent.actions import Decision, StepResult
+from onebox.agent.actions import Decision
 from onebox.agent.plan import Step
 
 StepStatus = Literal["waiting", "running", "succeeded", "failed", "skipped"]
@@ -90,17 +90,3 @@ def aggregate(step: Step, instances: list[Instance]) -> dict[str, Any]:
         "items": outputs,
         "error": None,
     }
-
-
-def failure_text(obs: StepResult, limit: int = 1500) -> str:
-    """What went wrong in a failed attempt, for decisions and for the model."""
-    if obs.timed_out:
-        head = "timed out"
-    elif obs.exit_code is not None:
-        head = f"exit code {obs.exit_code}"
-    else:
-        head = "failed"
-    detail = (obs.error or obs.stderr or obs.stdout or "").strip()
-    if len(detail) > limit:
-        detail = "..." + detail[-limit:]
-    return f"{head}: {detail}" if detail else head

@@ -14,7 +14,7 @@ from onebox.agent.actions import (
     SearchKnowledge,
 )
 from onebox.agent.expressions import render
-from onebox.agent.plan import Step
+from onebox.agent.plan import Step, top_k
 from onebox.agent.state import Instance
 
 _KINDS: dict[str, type[Action]] = {
@@ -30,7 +30,8 @@ def render_input(step: Step, names: Mapping[str, Any]) -> dict[str, Any]:
 
 def step_action(step: Step, inst: Instance, names: Mapping[str, Any], attempt: int,
                 version: int) -> tuple[type[Action], dict[str, Any]]:
-    """The action class and its fields for this attempt; ExpressionError if a template fails."""
+    """The action class and its fields for this attempt; ExpressionError if a template fails,
+    PlanError if a rendered argument is out of bounds (``top_k``)."""
     fields: dict[str, Any] = {"step_id": step.id, "instance": inst.key, "attempt": attempt,
                               "plan_version": version}
     data = render_input(step, names)
@@ -41,7 +42,7 @@ def step_action(step: Step, inst: Instance, names: Mapping[str, Any], attempt: i
         inputs = {"deps": {d: names.get(d) for d in step.depends_on}, **inst.loop_names()}
         fields.update(step=step.model_copy(update=update), inputs=inputs)
     elif step.kind in ("knowledge_search", "memory_recall"):
-        fields.update(query=data["query"], top_k=int(data.get("top_k", 5)))
+        fields.update(query=data["query"], top_k=top_k(data.get("top_k", 5), step.id))
         if step.kind == "memory_recall":
             fields["scope"] = data.get("scope")
     elif step.kind == "memory_remember":

@@ -67,7 +67,7 @@ def create_app(
         finally:
             stop.set()
             if state.worker_task is not None:
-                await asyncio.gather(state.worker_task, return_exceptions=True)
+                await _stopped(state.worker_task)
             await state.close()
 
     app = FastAPI(
@@ -108,6 +108,17 @@ def _worker_ended(stop: asyncio.Event, task: asyncio.Task[None]) -> None:
     exc = None if task.cancelled() else task.exception()
     log.error("the in-process worker stopped while the server runs; steps are no longer run "
               "here (/readyz now answers 503): %s", exc or "cancelled", exc_info=exc)
+
+
+async def _stopped(task: asyncio.Task[None]) -> None:
+    """Wait for the in-process worker to drain; a failure while draining is logged, not lost
+    (the server is stopping either way)."""
+    try:
+        await task
+    except asyncio.CancelledError:
+        log.info("the in-process worker was cancelled while the server stopped")
+    except Exception:
+        log.exception("the in-process worker failed while the server stopped")
 
 
 async def _work(state: ApiState, stop: asyncio.Event) -> None:

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from onebox.errors import ConfigError, OneboxError
+from onebox.errors import OneboxError
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +32,6 @@ HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "n
 class Unauthorized(OneboxError):
     code = "unauthorized"
     http_status = 401
-
-
-class LLMNotConfigured(ConfigError):
-    code = "llm_not_configured"
-    http_status = 503
 
 
 class RequestTooLarge(OneboxError):

@@ -12,11 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from onebox.agent.plan import parse_plan
-from onebox.api.errors import LLMNotConfigured
 from onebox.config import Settings
 from onebox.errors import NotFound
 from onebox.runtime import runs as runtime_runs
-from onebox.runtime.agent_runs import submit_task
+from onebox.runtime.agent_runs import require_model, submit_task
 from onebox.runtime.submit import Submitted, session_id_for, submit_plan
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
@@ -52,14 +51,7 @@ async def create_run(
 
 def check_llm(settings: Settings) -> None:
     """A task needs a chat model: say exactly which settings are missing."""
-    llm = settings.llm
-    missing = [n for n, v in (("ONEBOX_LLM__MODEL", llm.model), ("OPENAI_BASE_URL", llm.base_url),
-                              ("OPENAI_API_KEY", llm.api_key)) if not v]
-    if missing:
-        raise LLMNotConfigured(
-            f"a run from a task needs the agent and a chat model, and none is configured "
-            f"(missing {', '.join(missing)}). Set ONEBOX_LLM__MODEL, OPENAI_BASE_URL and "
-            "OPENAI_API_KEY, or submit a plan instead.", field="task")
+    require_model(settings, field="task", why="a run from a task (the agent planning it)")
 
 
 async def search_runs(
@@ -76,27 +68,46 @@ def _like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-async def run_detail(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
-    """The run, its plan versions, every step attempt (with warnings and decisions)."""
+async def run_detail(
+    db: Database, run_id: uuid.UUID, *, limit: int = runtime_runs.PAGE_STEPS,
+    after: str | None = None,
+) -> dict[str, Any]:
+    """The run, its summary, its plan versions and one page of step attempts (with warnings
+    and decisions); ``next`` is the cursor of the following page."""
     run = await runtime_runs.get_run(db, run_id)
     plans = await db.fetch(Q["plan_versions"], {"run_id": run_id})
-    steps = await runtime_runs.run_steps(db, run_id)
+    page = await steps_view_page(db, run_id, limit=limit, after=after)
     calls = await db.fetch(Q["run_llm_calls"], {"run_id": run_id})
-    notes = await db.fetch(Q["run_warning_events"], {"run_id": run_id})
-    by_execution: dict[Any, list[dict[str, Any]]] = {}
-    for note in notes:
-        by_execution.setdefault(note["execution_id"], []).append(note)
-    views = [step_view(s, by_execution.get(s["id"], []),
-                       [c for c in calls if c["step_id"] == s["step_id"]]) for s in steps]
+    waiting = await db.fetch(Q["run_waiting_approvals"], {"run_id": run_id})
     return {
         "run": public_run(run),
+        "summary": await runtime_runs.run_summary(db, run_id),
         "plans": [dict(p, steps=_plan_steps(p["spec"])) for p in plans],
-        "steps": views,
+        **page,
         "warnings": run_warnings(run, await db.fetchone(Q["last_event"], {"run_id": run_id})),
-        "waiting_approvals": [v["step_id"] for v in views if v["waiting_approval"]],
+        "waiting_approvals": [w["step_id"] for w in waiting],
         "model_calls": [_call(c) for c in calls if c["step_id"] is None],
         "session_id": session_id_for(run_id),
     }
+
+
+async def steps_view_page(
+    db: Database, run_id: uuid.UUID, *, limit: int, after: str | None,
+) -> dict[str, Any]:
+    """One page of step attempts as the API shows them, and the next page's cursor."""
+    page = await runtime_runs.steps_page(db, run_id, limit=limit, after=after)
+    ids = [s["id"] for s in page["steps"]]
+    notes = await db.fetch(Q["step_warning_events"], {"run_id": run_id, "ids": ids})
+    calls = await db.fetch(Q["run_llm_calls"], {"run_id": run_id})
+    by_execution: dict[Any, list[dict[str, Any]]] = {}
+    for note in notes:
+        by_execution.setdefault(note["execution_id"], []).append(note)
+    by_step: dict[Any, list[dict[str, Any]]] = {}
+    for call in calls:
+        by_step.setdefault(call["step_id"], []).append(call)
+    views = [step_view(s, by_execution.get(s["id"], []), by_step.get(s["step_id"], []))
+             for s in page["steps"]]
+    return {"steps": views, "next": page["next"]}
 
 
 def public_run(run: dict[str, Any]) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from onebox.api.files import list_files, open_file, safe_parts
 from onebox.errors import Conflict, NotFound, SandboxError
 from onebox.objects import ObjectStore
 from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
-from onebox.sandbox.replay import restore_into_session
 from onebox.sandbox.snapshot_tar import snapshot_tar_gz
 from onebox.sandbox.snapshots import load_manifest
+from onebox.snapshots.replay import restore_into_session
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
 

@@ -30,7 +30,8 @@ err = Console(stderr=True, highlight=False)
 def settings() -> Settings:
     try:
         s = load_settings()
-    except Exception as exc:  # pydantic errors name the variable; show them as config errors
+    # swallow-ok: fail() prints it on stderr and exits 2; pydantic errors name the variable
+    except Exception as exc:
         fail(f"invalid configuration: {exc}", code=2)
     logging.basicConfig(level=s.log_level.upper(), format=LOG_FORMAT)
     for handler in logging.getLogger().handlers:

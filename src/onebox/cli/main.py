@@ -10,12 +10,14 @@ import click
 COMMAND_MODULES = (
     "onebox.cli.runs",
     "onebox.cli.kb",
+    "onebox.cli.tools",
     "onebox.cli.memory",
     "onebox.cli.doctor",
     "onebox.cli.db",
     "onebox.cli.worker",
     "onebox.cli.schedule",
     "onebox.cli.snapshot",
+    "onebox.cli.gc",
     "onebox.cli.serve",
 )
 

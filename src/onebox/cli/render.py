@@ -15,6 +15,7 @@ STATUS_STYLE = {
     "FAILED": "red", "TIMEOUT": "red", "DEAD": "bold red", "CANCELLED": "magenta",
     "WAITING": "cyan",
 }
+MAX_FAILED_SHOWN = 10
 
 
 def status_text(status: str) -> Text:
@@ -68,8 +69,25 @@ def run_header(run: dict[str, Any]) -> Text:
     return text
 
 
-def timeline(run: dict[str, Any], steps: list[dict[str, Any]], *, tail_lines: int = 6) -> RenderableType:
-    parts: list[RenderableType] = [run_header(run), steps_table(steps)]
+def summary_text(summary: dict[str, Any]) -> Text:
+    """Steps per state and the failed steps, one line each (at most MAX_FAILED_SHOWN)."""
+    counts = summary["steps"]
+    text = Text(f"{sum(counts.values())} steps, {summary['attempts']} attempts: ")
+    for i, (status, n) in enumerate(sorted(counts.items())):
+        text.append((", " if i else "") + f"{n} ")
+        text.append_text(status_text(status))
+    for failed in summary["failed"][:MAX_FAILED_SHOWN]:
+        text.append(f"\nfailed: {failed['step_id']} (try {failed['attempt']}) "
+                    f"{failed['error'] or failed['status']}", style="red")
+    return text
+
+
+def timeline(run: dict[str, Any], steps: list[dict[str, Any]], *, tail_lines: int = 6,
+             summary: dict[str, Any] | None = None) -> RenderableType:
+    parts: list[RenderableType] = [run_header(run)]
+    if summary is not None:
+        parts.append(summary_text(summary))
+    parts.append(steps_table(steps))
     parts += [Text(approval_hint(run["id"], s["step_id"]), style="cyan",
                    no_wrap=True, overflow="ignore")
               for s in waiting_approvals(steps)]

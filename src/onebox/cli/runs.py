@@ -113,7 +113,7 @@ async def _finish(rt: Runtime, run_id: uuid.UUID, as_json: bool) -> str:
     if as_json:
         common.print_json(tl)
     else:
-        common.out.print(timeline(tl["run"], tl["steps"]))
+        common.out.print(timeline(tl["run"], tl["steps"], summary=tl["summary"]))
         _print_sql_hint(rt.db, run_id)
     return INTERRUPTED if ctrl_c.pressed else str(final["status"])
 
@@ -139,16 +139,29 @@ def _print_sql_hint(db: Database, run_id: uuid.UUID) -> None:
 
 @click.command("show")
 @click.argument("run_id")
+@click.option("--limit", default=runs_api.PAGE_STEPS, show_default=True,
+              type=click.IntRange(1, 100_000), help="step attempts per page")
+@click.option("--after", "after", metavar="CURSOR",
+              help="start after this cursor (printed at the end of the previous page)")
+@click.option("--all", "show_all", is_flag=True, help="every step attempt, in one page")
 @common.json_option
-def show_cmd(run_id: str, as_json: bool) -> None:
-    """Print a run's timeline: steps, status, durations, resources, output tails.
+def show_cmd(run_id: str, limit: int, after: str | None, show_all: bool, as_json: bool) -> None:
+    """Print a run's summary and timeline: steps, status, durations, resources, output tails.
 
+    A big run is shown a page at a time (--limit, --after CURSOR, or --all).
     RUN_ID may be a unique prefix of the id, here and in every command that takes one."""
-    tl = _with_run(run_id, runs_api.run_timeline)
+    def page(db: Database, rid: uuid.UUID) -> Awaitable[dict[str, Any]]:
+        return runs_api.run_timeline(db, rid, limit=None if show_all else limit, after=after)
+
+    tl = _with_run(run_id, page)
     if as_json:
         common.print_json(tl)
-    else:
-        common.out.print(timeline(tl["run"], tl["steps"]))
+        return
+    common.out.print(timeline(tl["run"], tl["steps"], summary=tl["summary"]))
+    if tl["next"] is not None:
+        common.out.print(f"more steps: onebox show {tl['run']['id']} --after {tl['next']}"
+                         f"{'' if limit == runs_api.PAGE_STEPS else f' --limit {limit}'}"
+                         " (or --all)", style="dim", soft_wrap=True)
 
 
 def _with_run(text: str, work: Callable[[Database, uuid.UUID], Awaitable[T]],

@@ -15,10 +15,10 @@ from onebox.cli.common import fail, json_option, out, print_json, run, settings
 from onebox.config import Settings
 from onebox.objects import ObjectStore, get_object_store
 from onebox.runtime.runs import resolve_id
-from onebox.sandbox import snapshot_archive as archive
-from onebox.sandbox.replay import ReplayReport
 from onebox.sandbox.snapshot_manifest import diff
 from onebox.sandbox.snapshots import RestoreReport, load_manifest
+from onebox.snapshots import archive
+from onebox.snapshots.replay import ReplayReport
 from onebox.store import snapshots as rows
 from onebox.store.db import Database
 from onebox.store.ids import IdKind
@@ -172,7 +172,7 @@ async def _restore_session(
     cfg: Settings, db: Database, store: ObjectStore, snapshot_id: str, session_id: str
 ) -> dict[str, Any]:
     from onebox.sandbox.registry import get_backend
-    from onebox.sandbox.replay import restore_into_session
+    from onebox.snapshots.replay import restore_into_session
 
     backend = get_backend(cfg)
     try:
@@ -235,7 +235,7 @@ def replay_cmd(execution_id: str, keep_session: bool, as_json: bool) -> None:
     """
     from onebox.runtime.archive import output_hash
     from onebox.sandbox.registry import get_backend
-    from onebox.sandbox.replay import replay
+    from onebox.snapshots.replay import replay
 
     cfg = settings()
 

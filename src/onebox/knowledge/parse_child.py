@@ -96,7 +96,8 @@ def parse(kind: str, data: bytes, title: str) -> Extracted:
                          "document)"}
     except RecursionError:
         return {"error": "the document is nested too deeply to parse"}
-    except Exception as exc:  # noqa: BLE001 - whatever a parser raises, the document is refused
+    # whatever a parser raises, the document is refused and the parent reports why
+    except Exception as exc:  # noqa: BLE001  # swallow-ok: returned to the caller as the error
         detail = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
         return {"error": f"not a readable {NAMES[kind]} document ({detail})"}
 

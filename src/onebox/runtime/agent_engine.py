@@ -17,6 +17,7 @@ step instance for a step action, and ``<tool>:<purpose>#<action id>`` for model 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +36,10 @@ from onebox.agent.actions import (
     StepResult,
     observation_from_dict,
 )
+from onebox.agent.context import SandboxFacts
 from onebox.agent.hashing import canonical_hash
 from onebox.agent.loop import Agent
+from onebox.agent.plan import parse_plan
 from onebox.agent.state import AgentConfig
 from onebox.config import Settings
 from onebox.runtime.archive import finish_run
@@ -68,7 +71,8 @@ def _config_of(run: store.Row) -> AgentConfig:
     stored = run["request"].get("agent") or {}
     default = AgentConfig()
     return AgentConfig(max_parallel=int(stored.get("max_parallel", default.max_parallel)),
-                       max_attempts=int(stored.get("max_attempts", default.max_attempts)))
+                       max_attempts=int(stored.get("max_attempts", default.max_attempts)),
+                       use_model=bool(stored.get("use_model", default.use_model)))
 
 
 @dataclass
@@ -82,10 +86,18 @@ class Replayed:
         return next((a for a in self.agent.outstanding() if a.id == action_id), None)
 
 
-async def replay(conn: store.Conn, run: store.Row) -> Replayed:
-    """The run's agent, rebuilt from its stored observations (pure: no model, no sandbox)."""
+async def replay(conn: store.Conn, run: store.Row, *, facts: SandboxFacts | None = None,
+                 files: Mapping[str, int | None] | None = None) -> Replayed:
+    """The run's agent, rebuilt from its stored observations (pure: no model, no sandbox).
+
+    ``facts`` and ``files`` only word the prompts of the model calls it issues; the
+    decisions (and so the action ids) depend on the observations alone.
+    """
     rows = await store.fetch_all(conn, "agent_log", {"run_id": run["id"]})
-    agent = Agent(run["request"]["task"], config=_config_of(run))
+    request = run["request"]
+    given = parse_plan(request["plan"]) if "plan" in request else None
+    agent = Agent(request.get("task", ""), plan=given, config=_config_of(run), facts=facts,
+                  files=files)
     observations = [observation_from_dict(r["payload"]) for r in rows
                     if r["type"] == "agent_observation"]
     if observations:

@@ -14,13 +14,15 @@ import uuid
 
 from psycopg.types.json import Jsonb
 
+from onebox.agent.plan import Plan
 from onebox.config import Settings
-from onebox.errors import LeaseLost
+from onebox.errors import LeaseLost, LLMNotConfigured
 from onebox.runtime import agent_engine
 from onebox.runtime.agent_steps import Performed
 from onebox.runtime.archive import finish_run, step_params
 from onebox.runtime.schedule import backoff_s
-from onebox.runtime.submit import insert_run
+from onebox.runtime.step_context import check_plan_tools
+from onebox.runtime.submit import Submitted, insert_run
 from onebox.store import runs as store
 from onebox.store.db import Database
 
@@ -39,6 +41,55 @@ async def submit_task(
             assert run is not None
             await agent_engine.start(conn, run)
     return submitted.run_id, submitted.existing
+
+
+def needs_model(plan: Plan) -> bool:
+    """A plan needs a model when a step states a goal the model must write code for."""
+    return any(s.kind == "code" and s.code is None for s in plan.steps)
+
+
+def require_model(settings: Settings, *, field: str, why: str) -> None:
+    """LLMNotConfigured naming the missing settings, before anything is stored."""
+    llm = settings.llm
+    missing = [n for n, v in (("ONEBOX_LLM__MODEL", llm.model), ("OPENAI_BASE_URL", llm.base_url),
+                              ("OPENAI_API_KEY", llm.api_key)) if not v]
+    if missing:
+        raise LLMNotConfigured(
+            f"{why} needs a chat model, and none is configured (missing "
+            f"{', '.join(missing)}). Set ONEBOX_LLM__MODEL, OPENAI_BASE_URL and "
+            "OPENAI_API_KEY.", field=field)
+
+
+async def submit_agent_plan(
+    db: Database, settings: Settings, plan: Plan, *, name: str | None = None,
+    idempotency_key: str | None = None, tenant_id: str = "default",
+) -> Submitted:
+    """Store a run of a plan that the agent schedules (conditions, loops, tools, goals)."""
+    async with db.transaction() as conn:
+        return await insert_agent_plan(conn, settings, plan, name=name,
+                                       idempotency_key=idempotency_key, tenant_id=tenant_id)
+
+
+async def insert_agent_plan(
+    conn: store.Conn, settings: Settings, plan: Plan, *, name: str | None = None,
+    idempotency_key: str | None = None, tenant_id: str = "default",
+) -> Submitted:
+    """`submit_agent_plan` inside the caller's transaction."""
+    use_model = needs_model(plan)
+    if use_model:
+        goal = next(s.id for s in plan.steps if s.kind == "code" and s.code is None)
+        require_model(settings, field=f"steps[{goal}].goal",
+                      why=f"step {goal!r} states a goal without code, so the agent")
+    await check_plan_tools(conn, plan)
+    request = {"plan": plan.to_data(),
+               "agent": {**agent_engine.agent_config(settings), "use_model": use_model}}
+    submitted = await insert_run(conn, "plan", request, name=name or plan.name,
+                                 idempotency_key=idempotency_key, tenant_id=tenant_id)
+    if not submitted.existing:
+        run = await store.fetch_one(conn, "get_run", {"run_id": submitted.run_id})
+        assert run is not None
+        await agent_engine.start(conn, run)
+    return submitted
 
 
 async def archive_agent_step(

@@ -43,9 +43,12 @@ from onebox.llm.registry import price_table
 from onebox.runtime.agent_engine import replay
 from onebox.runtime.archive import Outcome, outcome_from_result
 from onebox.runtime.executor import build_request, request_details, sandbox_failure
+from onebox.runtime.model_calls import call_model
 from onebox.runtime.sessions import touch_session
+from onebox.runtime.step_context import sandbox_facts, with_catalog_names, workspace_listing
 from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.submit import session_id_for
+from onebox.runtime.tools import expand_tool_step, lookup_tools
 from onebox.runtime.workspaces import StepWorkspace
 from onebox.sandbox import hostfs
 from onebox.sandbox.base import ExecRequest, SandboxBackend
@@ -53,7 +56,6 @@ from onebox.sandbox.capture import safe_text
 from onebox.store import catalog
 from onebox.store import runs as store
 from onebox.store.db import Database
-from onebox.store.llm_calls import call_model
 
 IO_DIR = ".onebox"
 MAX_RESULT_BYTES = 8 << 20  # a $ONEBOX_RESULT file larger than this is ignored
@@ -78,7 +80,8 @@ class AgentWork:
         async with self.db.connection() as conn:
             run = await store.fetch_one(conn, "get_run", {"run_id": row["run_id"]})
             assert run is not None
-            action = (await replay(conn, run)).waiting(row["details"]["action_id"])
+            action = (await replay(conn, run, **await self._context(row))).waiting(
+                row["details"]["action_id"])
             if isinstance(action, CheckCode | ExecuteStep):  # the run's end releases it
                 await touch_session(conn, row["session_id"], row["run_id"], self.backend.name)
         if action is None:
@@ -93,6 +96,15 @@ class AgentWork:
             final = isinstance(exc, ConfigError)  # no model configured: retrying cannot help
             return Performed(None, dataclasses.replace(outcome, details={"final": final}))
 
+    async def _context(self, row: store.Row) -> dict[str, Any]:
+        """What the agent's prompts state about the sandbox: measured here, at the time the
+        action is performed (a model call writing code sees the workspace as it is now)."""
+        if row["tool_name"] != "model":
+            return {}
+        session = row["session_id"]
+        return {"facts": await sandbox_facts(self.backend, session),
+                "files": await workspace_listing(self.backend.workspace(session))}
+
     async def _perform(self, run: store.Row, row: store.Row, action: Action) -> Performed:
         if isinstance(action, CallModel):
             return await self._model_call(run, action)
@@ -100,7 +112,7 @@ class AgentWork:
             return await self._check(run, action)
         if isinstance(action, LookupTools):
             async with self.db.connection() as conn:
-                found = await catalog.lookup_tools(conn, action)
+                found = await with_catalog_names(conn, await lookup_tools(conn, action))
             return Performed(found, _json_outcome({"tools": [t.name for t in found.tools]}))
         if isinstance(action, ExecuteStep):
             result, outcome = await self._execute(action, row)
@@ -163,19 +175,21 @@ class AgentWork:
         if step.knowledge and outcome.status == "SUCCESS":
             added = await self.declared.ingest(row, workspace, step.knowledge)
             outcome = dataclasses.replace(outcome, details={**outcome.details, "knowledge": added})
-        files = tuple(f.path for f in exec_result.files_written if not f.path.startswith(IO_DIR))
+        written = [f for f in exec_result.files_written if not f.path.startswith(IO_DIR)]
+        files = tuple(f.path for f in written)
         return StepResult(
             action.id, ok=outcome.status == "SUCCESS", exit_code=exec_result.exit_code,
             stdout=exec_result.stdout, stderr=exec_result.stderr, result=declared, files=files,
             error=None if outcome.status == "SUCCESS" else outcome.error,
-            timed_out=exec_result.timed_out, duration_ms=exec_result.duration_ms), outcome
+            timed_out=exec_result.timed_out, duration_ms=exec_result.duration_ms,
+            file_bytes=tuple(f.size for f in written)), outcome
 
     async def _runnable(self, step: Step) -> Step:
         """The code step the sandbox runs for a code, tool or http step."""
         if step.kind == "tool":
             async with self.db.connection() as conn:
                 tool = await catalog.get_tool(conn, str(step.input["name"]))
-            return catalog.expand_tool_step(tool, step)
+            return expand_tool_step(tool, step)
         if step.kind == "http":
             return step.model_copy(update={"kind": "code", "tool": "python",
                                            "code": _http_code(step.input)})

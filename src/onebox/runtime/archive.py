@@ -3,7 +3,8 @@
 The transaction locks the run row first (so two parallel steps finishing at once
 cannot both miss the step that depends on both), then writes the attempt with
 its fencing token: a worker whose lease was taken over gets ``LeaseLost`` and
-writes nothing.
+writes nothing. Run row first, then attempts, is the one lock order of every path
+(see ``onebox.runtime.queue``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import json
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,13 +33,15 @@ from onebox.sandbox.base import ExecResult
 from onebox.sandbox.capture import safe_text
 from onebox.store import runs as store
 from onebox.store.db import Database
+from onebox.store.retry import retry_rollbacks
 
 log = logging.getLogger(__name__)
 
 STDIO_TAIL_CHARS = 64_000
 PIPELINE_MAX_BYTES = 256 << 10  # larger results skip the pipeline (see _pipeline_if_small)
 BIG_LISTING = 500  # files_written entries past which details are serialised in a thread
-_plans: dict[uuid.UUID, PlanIndex] = {}
+PLAN_CACHE_MAX = 64  # plan versions a worker keeps parsed (least recently used go first)
+_plans: OrderedDict[uuid.UUID, PlanIndex] = OrderedDict()
 REQUEST_KEYS = ("code", "language", "limits", "allow_domains", "backend", "isolation")
 EVENT_OF_STATUS = {"SUCCESS": "step_succeeded", "FAILED": "step_failed", "TIMEOUT": "step_timed_out"}
 
@@ -170,10 +174,14 @@ async def load_plan_version(conn: store.Conn, plan_id: uuid.UUID) -> Plan:
 async def load_plan_index(conn: store.Conn, plan_id: uuid.UUID) -> PlanIndex:
     """Plans never change once stored, so each worker parses and indexes a version once."""
     index = _plans.get(plan_id)
-    if index is None:
-        row = await store.fetch_one(conn, "plan_by_id", {"plan_id": plan_id})
-        assert row is not None, f"plan {plan_id} vanished"
-        index = _plans[plan_id] = await asyncio.to_thread(_index_plan, row["spec"])
+    if index is not None:
+        _plans.move_to_end(plan_id)
+        return index
+    row = await store.fetch_one(conn, "plan_by_id", {"plan_id": plan_id})
+    assert row is not None, f"plan {plan_id} vanished"
+    index = _plans[plan_id] = await asyncio.to_thread(_index_plan, row["spec"])
+    while len(_plans) > PLAN_CACHE_MAX:
+        _plans.popitem(last=False)
     return index
 
 
@@ -185,8 +193,20 @@ def _index_plan(spec: dict[str, Any]) -> PlanIndex:
 async def archive_step(
     db: Database, settings: Settings, claimed: store.Row, outcome: Outcome
 ) -> str | None:
-    """Write the attempt's result and advance the run. Returns the run's new terminal state, if any."""
+    """Write the attempt's result and advance the run. Returns the run's new terminal state, if any.
+
+    A transaction the database rolls back (deadlock, serialization failure) is written
+    again (``onebox.store.retry``): a result is never dropped for a lock conflict.
+    """
     details = await _details_json(outcome.details)
+    return await retry_rollbacks(
+        f"archive of step {claimed['step_id']} attempt {claimed['attempt']} of run "
+        f"{claimed['run_id']}", lambda: _archive_once(db, settings, claimed, outcome, details))
+
+
+async def _archive_once(
+    db: Database, settings: Settings, claimed: store.Row, outcome: Outcome, details: str
+) -> str | None:
     async with (db.pool.connection() as conn,
                 _pipeline_if_small(conn, outcome, details) as pipeline, conn.transaction()):
         # BEGIN, the run lock and the fenced write go out together: one round trip.

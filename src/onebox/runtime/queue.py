@@ -5,6 +5,18 @@ the lease (owner, expiry) and bumps the fencing token. A worker that stops
 renewing loses the lease; the sweep marks that attempt FAILED ("worker lost")
 and queues the next attempt, so a step that was running when its worker died
 runs again with a new attempt number.
+
+Lock order. Every transaction that touches a run and its attempts takes the run row
+first, then the attempts: cancel (``lock_run`` FOR UPDATE, then its queued attempts),
+archive (``lock_run_for_archive``, then the fenced attempt), lease recovery
+(``lock_run``, then ``expire_step``), approvals and retries alike. A claim locks each
+run row (FOR KEY SHARE) before its attempts (FOR UPDATE), both SKIP LOCKED: it never
+waits for a cancel or a recovery (their FOR UPDATE makes it skip that run) nor blocks an
+archive (KEY SHARE does not conflict with an update of the run's other columns). Its
+one wait, starting a PENDING run, is for another claim doing the same, in run id order.
+So no path waits for a lock held by one waiting for it; PostgreSQL may still roll one
+back (a deadlock involving other statements, a serialization failure), and claim,
+cancel, archive and recovery all retry that through ``onebox.store.retry``.
 """
 
 from __future__ import annotations
@@ -12,13 +24,13 @@ from __future__ import annotations
 import logging
 import uuid
 
-import psycopg
-
 from onebox.config import Settings
+from onebox.errors import StorageError
 from onebox.runtime.agent_engine import after_failure, is_agent_row
 from onebox.runtime.archive import advance, step_payload
 from onebox.store import runs as store
 from onebox.store.db import Database
+from onebox.store.retry import retry_rollbacks
 
 log = logging.getLogger(__name__)
 
@@ -26,15 +38,19 @@ log = logging.getLogger(__name__)
 async def claim_steps(
     db: Database, settings: Settings, owner: str, limit: int, *, run_id: uuid.UUID | None = None
 ) -> list[store.Row]:
-    """Claim up to ``limit`` ready attempts; each comes back with its fencing token."""
+    """Claim up to ``limit`` ready attempts; each comes back with its fencing token.
+
+    A claim the database keeps rolling back claims nothing this time (the attempts stay
+    queued for the next poll).
+    """
     if limit <= 0:
         return []
-    for attempt in range(3):
-        try:
-            return await _claim_once(db, settings, owner, limit, run_id)
-        except psycopg.errors.DeadlockDetected:
-            log.info("claim hit a deadlock with a concurrent cancel; retrying (%d)", attempt + 1)
-    return []
+    try:
+        return await retry_rollbacks(
+            f"claim by {owner}", lambda: _claim_once(db, settings, owner, limit, run_id))
+    except StorageError as exc:
+        log.warning("%s; claiming again at the next poll", exc)
+        return []
 
 
 async def _claim_once(
@@ -75,6 +91,13 @@ async def sweep_expired(db: Database, settings: Settings, *, limit: int = 100) -
 
 
 async def _recover(db: Database, settings: Settings, execution_id: uuid.UUID, run_id: uuid.UUID) -> int:
+    return await retry_rollbacks(f"lease recovery of attempt {execution_id}",
+                                 lambda: _recover_once(db, settings, execution_id, run_id))
+
+
+async def _recover_once(
+    db: Database, settings: Settings, execution_id: uuid.UUID, run_id: uuid.UUID
+) -> int:
     async with db.transaction() as conn:
         run = await store.fetch_one(conn, "lock_run", {"run_id": run_id})
         row = await store.fetch_one(conn, "expire_step", {

@@ -11,13 +11,16 @@ from onebox.agent.actions import StepResult
 from onebox.agent.hashing import canonical_hash
 from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
-from onebox.runtime.agent_engine import observe
+from onebox.runtime.agent_engine import is_agent_row, observe
 from onebox.runtime.archive import advance, finish_run, step_payload
 from onebox.runtime.submit import queue_attempt
 from onebox.store import runs as store
 from onebox.store.db import Database
 from onebox.store.ids import IdKind, ids_between
+from onebox.store.retry import retry_rollbacks
 
+PAGE_STEPS = 100  # step attempts per page of `onebox show` and the run API
+MAX_FAILED_LISTED = 20  # failed steps named in a run's summary
 MIN_PREFIX_CHARS = 4  # as git: shorter prefixes match too much to be worth a lookup
 MAX_CANDIDATES = 10  # an ambiguous prefix lists at most this many ids
 _LISTED_BY = {"run": "`onebox runs`", "execution": "`onebox show RUN` (--json: steps[].id)"}
@@ -105,14 +108,74 @@ async def run_events(db: Database, run_id: uuid.UUID, *, after_seq: int = 0) -> 
         return await store.fetch_all(conn, "run_events", {"run_id": run_id, "after_seq": after_seq})
 
 
-async def run_timeline(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
-    """The run with its step attempts: what `onebox show` prints and the API returns."""
+async def run_timeline(
+    db: Database, run_id: uuid.UUID, *, limit: int | None = PAGE_STEPS, after: str | None = None,
+) -> dict[str, Any]:
+    """The run, its summary and one page of step attempts: what `onebox show` prints.
+
+    ``limit=None`` returns every attempt; ``next`` is the cursor of the following page
+    (None on the last one).
+    """
     run = await get_run(db, run_id)
-    return {"run": run, "steps": await run_steps(db, run_id)}
+    page = await steps_page(db, run_id, limit=limit, after=after)
+    return {"run": run, "summary": await run_summary(db, run_id), **page}
+
+
+async def run_summary(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
+    """Steps per state (by latest attempt), attempts in all, and the failed steps: SQL
+    aggregates, whatever the size of the run."""
+    async with db.connection() as conn:
+        counts = await store.fetch_all(conn, "run_step_counts", {"run_id": run_id})
+        total = await store.fetch_one(conn, "run_attempt_count", {"run_id": run_id})
+        failed = await store.fetch_all(conn, "run_failed_steps", {
+            "run_id": run_id, "limit": MAX_FAILED_LISTED})
+    return {"steps": {r["status"]: int(r["steps"]) for r in counts},
+            "attempts": int(total["attempts"]) if total else 0,
+            "failed": [{"step_id": r["step_id"], "attempt": r["attempt"], "status": r["status"],
+                        "error": r["error"], "execution_id": r["id"]} for r in failed]}
+
+
+async def steps_page(
+    db: Database, run_id: uuid.UUID, *, limit: int | None = PAGE_STEPS, after: str | None = None,
+) -> dict[str, Any]:
+    """Attempts in (step number, attempt) order after the cursor ``after``, at most ``limit``."""
+    number, attempt = parse_cursor(after)
+    async with db.connection() as conn:
+        rows = await store.fetch_all(conn, "run_steps_page", {
+            "run_id": run_id, "after_number": number, "after_attempt": attempt,
+            "limit": None if limit is None else limit + 1})
+    more = limit is not None and len(rows) > limit
+    rows = rows[:limit] if more else rows
+    return {"steps": rows, "next": cursor_of(rows[-1]) if more else None}
+
+
+def cursor_of(row: store.Row) -> str:
+    """The page cursor after ``row``: its step number and attempt, as "12.1"."""
+    return f"{row['step_number']}.{row['attempt']}"
+
+
+def parse_cursor(text: str | None) -> tuple[int, int]:
+    if text is None or text == "":
+        return -1, 0
+    number, _, attempt = text.strip().partition(".")
+    if not (number.isascii() and number.isdigit() and attempt.isascii() and attempt.isdigit()
+            and len(number) <= 9 and len(attempt) <= 9):
+        raise ValidationError(f"page cursor {text!r} is not one this service gave out; pass "
+                              "the 'next' value of the previous page as is (e.g. 12.1)",
+                              field="after")
+    return int(number), int(attempt)
 
 
 async def cancel_run(db: Database, run_id: uuid.UUID, *, reason: str = "cancelled by user") -> None:
-    """Cancel a run: queued steps are dropped, running ones are stopped by their workers."""
+    """Cancel a run: queued steps are dropped, running ones are stopped by their workers.
+
+    The run row is locked before its attempts (the lock order of ``onebox.runtime.queue``);
+    a rollback by the database (deadlock, serialization failure) is retried.
+    """
+    await retry_rollbacks(f"cancel of run {run_id}", lambda: _cancel_once(db, run_id, reason))
+
+
+async def _cancel_once(db: Database, run_id: uuid.UUID, reason: str) -> None:
     async with db.transaction() as conn:
         run = await _lock_run(conn, run_id)
         if run["status"] in store.TERMINAL_RUN_STATES:
@@ -161,7 +224,7 @@ async def approve_step(
         if open_left is not None and open_left["n"] == 0:
             await store.execute(conn, "set_run_status", {
                 "run_id": run_id, "status": "RUNNING", "from_states": ["WAITING"]})
-        if run["source"] == "task":  # the agent decides what the answer means
+        if is_agent_row(waiting):  # the agent decides what the answer means
             terminal = await observe(conn, run, row["id"], StepResult(
                 waiting["details"]["action_id"], ok=approve, error=row["error"],
                 result=decision))

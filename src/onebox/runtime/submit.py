@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from onebox.agent.hashing import canonical_hash
-from onebox.agent.plan import Plan
+from onebox.agent.plan import Plan, Step
 from onebox.bounds import check_plan_caps
 from onebox.config import Settings
-from onebox.errors import Conflict, PlanError
+from onebox.errors import Conflict
 from onebox.runtime.schedule import PlanIndex, StepState, ready_steps, step_input_hash
+from onebox.runtime.step_context import check_plan_tools
 from onebox.store import runs as store
 from onebox.store.db import Database
+
+BATCH_STEPS = 500  # first attempts per statement and per submit transaction
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """The ids every queued attempt of a run carries."""
+
+    run_id: uuid.UUID
+    trace_id: str
+    plan_id: uuid.UUID
 
 
 @dataclass(frozen=True)
@@ -45,10 +58,33 @@ async def submit_plan(
     idempotency_key: str | None = None,
     tenant_id: str = "default",
 ) -> Submitted:
-    """Store a run for ``plan`` and queue its first steps. Same idempotency key: same run."""
+    """Store a run for ``plan`` and queue its first steps. Same idempotency key: same run.
+
+    The run, its plan and a first batch of ready steps commit together (a run is never
+    seen without a queued step); the other ready steps follow in short transactions of
+    ``BATCH_STEPS`` each, so no transaction holds the run row or the event horizon for
+    long (a crash between them is repaired by :func:`queue_missing_steps`).
+    """
+    check_plan_caps(plan, settings.sandbox)
+    if not on_plan_index(plan):
+        from onebox.runtime.agent_runs import submit_agent_plan  # built on this module
+
+        return await submit_agent_plan(db, settings, plan, name=name,
+                                       idempotency_key=idempotency_key, tenant_id=tenant_id)
+    async with db.connection() as conn:
+        await check_plan_tools(conn, plan)
+    index = PlanIndex.of(plan)
+    ready = ready_steps(plan, {})
     async with db.transaction() as conn:
-        return await submit_plan_in(conn, settings, plan, name=name,
-                                    idempotency_key=idempotency_key, tenant_id=tenant_id)
+        submitted, ref = await _store_run(conn, plan, name=name or plan.name,
+                                          idempotency_key=idempotency_key, tenant_id=tenant_id)
+        if ref is None:
+            return submitted
+        await queue_steps(conn, settings, ref, index, ready[:BATCH_STEPS], {})
+    for start in range(BATCH_STEPS, len(ready), BATCH_STEPS):
+        async with db.transaction() as conn:
+            await queue_steps(conn, settings, ref, index, ready[start:start + BATCH_STEPS], {})
+    return submitted
 
 
 async def submit_plan_in(
@@ -60,17 +96,34 @@ async def submit_plan_in(
     idempotency_key: str | None = None,
     tenant_id: str = "default",
 ) -> Submitted:
-    """`submit_plan` inside the caller's transaction."""
-    check_runnable(plan)
+    """`submit_plan` inside the caller's transaction (every ready step in it, in batches)."""
     check_plan_caps(plan, settings.sandbox)
-    submitted = await insert_run(conn, "plan", {"plan": plan.to_data()}, name=name or plan.name,
+    if not on_plan_index(plan):
+        from onebox.runtime.agent_runs import insert_agent_plan  # built on this module
+
+        return await insert_agent_plan(conn, settings, plan, name=name,
+                                       idempotency_key=idempotency_key, tenant_id=tenant_id)
+    await check_plan_tools(conn, plan)
+    submitted, ref = await _store_run(conn, plan, name=name or plan.name,
+                                      idempotency_key=idempotency_key, tenant_id=tenant_id)
+    if ref is not None:
+        await queue_ready_steps(conn, settings, ref.run_id, ref.trace_id, ref.plan_id,
+                                PlanIndex.of(plan), {})
+    return submitted
+
+
+async def _store_run(
+    conn: store.Conn, plan: Plan, *, name: str | None, idempotency_key: str | None,
+    tenant_id: str,
+) -> tuple[Submitted, RunRef | None]:
+    """The run row and plan version 1 with their events; no RunRef for an existing run."""
+    submitted = await insert_run(conn, "plan", {"plan": plan.to_data()}, name=name,
                                  idempotency_key=idempotency_key, tenant_id=tenant_id)
     if submitted.existing:
-        return submitted
+        return submitted, None
     run_id, trace_id = submitted.run_id, submitted.trace_id
     plan_id = await create_plan_version(conn, run_id, trace_id, plan, version=1, reason="submitted")
-    await queue_ready_steps(conn, settings, run_id, trace_id, plan_id, PlanIndex.of(plan), {})
-    return Submitted(run_id, trace_id)
+    return submitted, RunRef(run_id, trace_id, plan_id)
 
 
 async def insert_run(
@@ -118,22 +171,16 @@ async def existing_run(conn: store.Conn, tenant_id: str, key: str, digest: str) 
     return Submitted(row["id"], row["trace_id"], existing=True)
 
 
-def check_runnable(plan: Plan) -> None:
-    """Refuse, before anything is stored, steps this runtime cannot execute by itself."""
-    for step in plan.steps:
-        if step.kind == "approval":
-            continue
-        if step.kind != "code":
-            raise PlanError(f"steps of kind '{step.kind}' need the agent runtime; a plan file "
-                            "runs code steps (tool + code)", step=step.id, field="kind")
-        if step.code is None or step.tool is None:
-            raise PlanError("a code step in a plan file needs both 'tool' and 'code' (a 'goal' "
-                            "alone needs the agent to write the code)", step=step.id,
-                            field="code" if step.code is None else "tool")
-        for name in ("when", "foreach", "until"):
-            if getattr(step, name) is not None:
-                raise PlanError(f"'{name}' needs the agent runtime; remove it to run this plan "
-                                "file directly", step=step.id, field=name)
+def on_plan_index(plan: Plan) -> bool:
+    """Whether the run's steps can be scheduled from the plan's graph alone: code steps
+    with their code, and approvals, with no condition or loop. Every other plan (a goal
+    for the model to write code for, a tool, http, knowledge or final step, ``when``,
+    ``foreach``, ``until``) is scheduled by the agent on the same queue
+    (:mod:`onebox.runtime.agent_engine`). Both validate the same plan language."""
+    return all(
+        (s.kind == "approval" or (s.kind == "code" and s.code is not None))
+        and s.when is None and s.foreach is None and s.until is None
+        for s in plan.steps)
 
 
 async def create_plan_version_once(
@@ -174,21 +221,71 @@ async def queue_ready_steps(
     candidates: Collection[str] | None = None,
 ) -> list[str]:
     """Insert a PENDING first attempt for every step that became ready; return their ids."""
-    numbers = index.numbers
-    queued = []
-    for step in ready_steps(index.plan, states, candidates):
-        approval = step.kind == "approval"
-        execution_id = await queue_attempt(conn, {
-            "run_id": run_id, "plan_id": plan_id, "trace_id": trace_id, "step_id": step.id,
-            "step_number": numbers[step.id], "tool_name": step.tool or step.kind,
-            "input_hash": step_input_hash(step, states),
-            "max_attempts": 1 if approval else step.max_attempts or settings.runtime.max_attempts,
-        }, attempt=1, delay_s=0.0, hold=approval)
+    ready = ready_steps(index.plan, states, candidates)
+    ref = RunRef(run_id, trace_id, plan_id)
+    for start in range(0, len(ready), BATCH_STEPS):
+        await queue_steps(conn, settings, ref, index, ready[start:start + BATCH_STEPS], states)
+    return [step.id for step in ready]
+
+
+async def queue_steps(
+    conn: store.Conn, settings: Settings, ref: RunRef, index: PlanIndex, steps: list[Step],
+    states: Mapping[str, StepState],
+) -> None:
+    """First attempts of ``steps`` in plan order: code steps in one statement per stretch,
+    approval steps one by one (each opens its approval)."""
+    for approval, group in itertools.groupby(steps, key=lambda s: s.kind == "approval"):
         if approval:
-            await request_approval(conn, run_id, trace_id, step.id, step.input.get("prompt"),
-                                   execution_id, description=step.description)
-        queued.append(step.id)
-    return queued
+            for step in group:
+                await _queue_approval(conn, ref, index, step, states)
+        else:
+            await _queue_bulk(conn, settings, ref, index, list(group), states)
+
+
+async def _queue_bulk(
+    conn: store.Conn, settings: Settings, ref: RunRef, index: PlanIndex, steps: list[Step],
+    states: Mapping[str, StepState],
+) -> None:
+    """One insert_steps statement: the attempts, their events, one wake-up."""
+    await store.execute(conn, "insert_steps", {
+        "run_id": ref.run_id, "plan_id": ref.plan_id, "trace_id": ref.trace_id,
+        "session_id": session_id_for(ref.run_id),
+        "ids": [uuid.uuid4() for _ in steps], "step_ids": [s.id for s in steps],
+        "step_numbers": [index.numbers[s.id] for s in steps],
+        "tool_names": [s.tool or s.kind for s in steps],
+        "input_hashes": [step_input_hash(s, states) for s in steps],
+        "max_attempts": [s.max_attempts or settings.runtime.max_attempts for s in steps],
+    })
+
+
+async def _queue_approval(
+    conn: store.Conn, ref: RunRef, index: PlanIndex, step: Step, states: Mapping[str, StepState],
+) -> None:
+    execution_id = await queue_attempt(conn, {
+        "run_id": ref.run_id, "plan_id": ref.plan_id, "trace_id": ref.trace_id,
+        "step_id": step.id, "step_number": index.numbers[step.id], "tool_name": step.kind,
+        "input_hash": step_input_hash(step, states), "max_attempts": 1,
+    }, attempt=1, delay_s=0.0, hold=True)
+    await request_approval(conn, ref.run_id, ref.trace_id, step.id, step.input.get("prompt"),
+                           execution_id, description=step.description)
+
+
+async def queue_missing_steps(db: Database, settings: Settings, run_id: uuid.UUID) -> int:
+    """Queue the ready steps of an unfinished plan run that have no attempt (a submitter
+    that died between its batches); returns how many. Idempotent."""
+    from onebox.runtime.archive import load_plan_index  # archive imports this module
+
+    async with db.transaction() as conn:
+        run = await store.fetch_one(conn, "lock_run", {"run_id": run_id})
+        if run is None or run["status"] in store.TERMINAL_RUN_STATES or run["source"] != "plan":
+            return 0
+        latest = await store.fetch_all(conn, "latest_attempts", {"run_id": run_id})
+        states = {r["step_id"]: StepState(r["status"], r["attempt"], r["output_hash"])
+                  for r in latest}
+        index = await load_plan_index(conn, run["current_plan_id"])
+        queued = await queue_ready_steps(conn, settings, run_id, run["trace_id"],
+                                         run["current_plan_id"], index, states)
+    return len(queued)
 
 
 async def request_approval(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from onebox.config import Settings
+from onebox.runtime.submit import queue_missing_steps
 from onebox.store import runs as store
 from onebox.store.db import Database
 
@@ -24,4 +25,6 @@ async def flag_stale_runs(db: Database, settings: Settings) -> int:
             }, trace_id=run["trace_id"])
             log.warning("run %s has been silent since %s (last event %s)", run["id"],
                         run["last_at"], run["last_type"])
+    for run in silent:  # a submitter that died between its batches left steps unqueued
+        await queue_missing_steps(db, settings, run["id"])
     return len(silent)

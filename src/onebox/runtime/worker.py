@@ -30,6 +30,7 @@ from onebox.runtime.agent_steps import AgentWork, Performed
 from onebox.runtime.archive import Outcome, archive_failure, archive_step, load_plan_version
 from onebox.runtime.executor import build_request, execute_step, request_details
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
+from onebox.runtime.retention import RetentionChore
 from onebox.runtime.schedules import fire_due
 from onebox.runtime.sessions import release_finished_sessions, touch_session
 from onebox.runtime.step_knowledge import StepKnowledge
@@ -79,6 +80,10 @@ class Worker:
     async def serve(self, stop: asyncio.Event, *, drain_s: float = 30.0) -> None:
         """Claim and run steps until ``stop`` is set (or, with run_id, until that run ends)."""
         helpers = [asyncio.create_task(self._heartbeat(stop)), asyncio.create_task(self._listen())]
+        if self.run_id is None:  # retention: a periodic pass, one worker at a time
+            objects = self.workspaces.objects if self.workspaces else None
+            helpers.append(asyncio.create_task(
+                RetentionChore(self.db, self.settings, objects).loop()))
         try:
             await sweep_expired(self.db, self.settings)
             while not stop.is_set():

@@ -20,8 +20,8 @@ from onebox.errors import OneboxError
 from onebox.objects.base import ObjectStore
 from onebox.sandbox import hostfs
 from onebox.sandbox.base import SandboxBackend
-from onebox.sandbox.replay import restore_into_session
-from onebox.sandbox.snapshot_archive import snapshot_before_step, snapshot_step
+from onebox.snapshots.archive import snapshot_before_step, snapshot_step
+from onebox.snapshots.replay import restore_into_session
 from onebox.store import runs as store
 from onebox.store import snapshots as snapshot_rows
 from onebox.store.db import Database

@@ -153,7 +153,7 @@ class ExecutionEgress:
         try:
             await ProxyConnection(self, reader, writer).serve()
         except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass
+            logger.debug("egress: a sandbox's connection ended with an error", exc_info=True)
         finally:
             writer.close()
             self._open -= 1

@@ -214,7 +214,7 @@ class ProxyConnection:
         try:
             while data := await self.activity.bounded(partial(reader.read, CHUNK_BYTES)):
                 await self._send(writer, data)
-        except OSError:
+        except OSError:  # swallow-ok: a reset by either peer is how a tunnel ends
             pass
         finally:
             with contextlib.suppress(OSError):

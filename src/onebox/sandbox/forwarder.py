@@ -20,7 +20,7 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
     try:
         while data := src.recv(65536):
             dst.sendall(data)
-    except OSError:
+    except OSError:  # swallow-ok: a reset by either peer is how a forwarded connection ends
         pass
     finally:
         for sock, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):

@@ -332,7 +332,7 @@ def _descend(stack: list[tuple[int, str, Iterator[str]]], dir_fd: int, item: Ite
                             f"(at {item.path[:200]}...)")
     try:
         fd = os.open(item.path.rsplit("/", 1)[-1], DIR_FLAGS, dir_fd=dir_fd)
-    except OSError:  # swapped for a symlink or removed since its lstat
+    except OSError:  # swallow-ok: swapped for a symlink or removed since its lstat: skip it
         return
     try:
         st = os.fstat(fd)

@@ -165,8 +165,10 @@ class WarmPool:
         if self._filler is not None:
             # Let the entry being built finish (then it is discarded below); cancelling
             # bwrap mid-setup can orphan it.
-            with contextlib.suppress(Exception):
+            try:
                 await self._filler
+            except Exception:
+                logger.exception("the sandbox pool's filler failed while closing")
         for entry in self._entries:
             entry.blocked.discard()
             await self.backend.discard(entry.blocked)

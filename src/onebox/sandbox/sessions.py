@@ -145,10 +145,17 @@ class SessionTable:
             for s in list(self._sessions.values())
             if s.active == 0 and now - s.last_used > self.idle_timeout_s
         ]
+        reaped = []
         for session_id in idle:
             logger.info("reaping idle sandbox session %s", session_id)
-            await self.remove(session_id)
-        return idle
+            try:
+                await self.remove(session_id)
+            except Exception:  # one stuck workspace must not keep the others alive
+                logger.exception("could not reap idle sandbox session %s; the next pass "
+                                 "tries again", session_id)
+                continue
+            reaped.append(session_id)
+        return reaped
 
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
@@ -171,8 +178,10 @@ class SessionTable:
                 await self._reaper
             self._reaper = None
         if self._reaping is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await self._reaping  # a reap in progress finishes (no half-removed workspace)
+            except Exception:
+                logger.exception("the sandbox session reap in progress at close failed")
         if destroy:
             for session_id in self.ids():
                 await self.remove(session_id)

@@ -226,7 +226,7 @@ async def gather_limited(jobs: Sequence[Callable[[], Awaitable[int]]]) -> list[i
                 return 0
             try:
                 return await job()
-            except BaseException as exc:
+            except BaseException as exc:  # swallow-ok: kept in errors, raised after the gather
                 errors.append(exc)
                 return 0
 

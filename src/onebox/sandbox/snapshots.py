@@ -13,7 +13,7 @@ storage grows with the bytes that changed.
 This module touches only the file system and the object store. Reading the
 untrusted workspace safely is :mod:`onebox.sandbox.snapshot_files`; the database
 side lives in :mod:`onebox.store.snapshots`; the two are tied together in
-:mod:`onebox.sandbox.snapshot_archive`.
+:mod:`onebox.snapshots.archive`.
 """
 
 from __future__ import annotations

@@ -18,13 +18,14 @@ from YAML::
     alternatives: [knowledge_search]   # ALTERNATIVE_TO edges
 
 :func:`rank_tools` answers "tools that support format X with cost at most C,
-by historical success rate" with one recursive SQL statement.
+by historical success rate" with one recursive SQL statement. This module only
+stores and ranks; the agent-facing parts (answering LookupTools, expanding a
+``kind: tool`` step from its code template) are :mod:`onebox.runtime.tools`.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +37,6 @@ import yaml
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ConfigDict, Field
 
-from onebox.agent.actions import LookupTools, ToolHint, ToolsResult
-from onebox.agent.expressions import TEMPLATE, ExpressionError, evaluate
-from onebox.agent.plan import Step
 from onebox.bounds import load_yaml
 from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.store.queries import load_queries
@@ -80,11 +78,6 @@ class RankedTool:
     requires: tuple[str, ...]
     alternatives: tuple[str, ...]
     builtin: bool
-
-    def to_hint(self) -> ToolHint:
-        """The planner's view of this tool (pass these to ``Agent(tools=...)`` / ToolsResult)."""
-        return ToolHint(self.name, self.description, self.cost_class, self.success_rate,
-                        self.runs)
 
 
 def parse_tool(data: Any) -> CatalogTool:
@@ -137,36 +130,6 @@ def tools_from_entry_points(group: str = ENTRY_POINT_GROUP) -> list[CatalogTool]
             value = value()
         tools.append(value if isinstance(value, CatalogTool) else parse_tool(value))
     return tools
-
-
-def expand_tool_step(tool: CatalogTool, step: Step) -> Step:
-    """A ``kind: tool`` step as the code step the sandbox runs.
-
-    The code template's ``{{ expr }}`` placeholders are evaluated over the step's
-    arguments (``input`` without ``name``) and inserted as JSON literals, so a string
-    argument becomes a quoted string in Python or JavaScript code. Arguments the
-    tool's ``input_schema`` requires must be present (ValidationError otherwise).
-    """
-    if tool.code_template is None or tool.language is None:
-        raise ValidationError(f"tool {tool.name!r} has no code template; it cannot run as a "
-                              "step", field=f"steps[{step.id}].input.name")
-    args = {k: v for k, v in step.input.items() if k != "name"}
-    missing = [k for k in tool.input_schema.get("required", ()) if k not in args]
-    if missing:
-        raise ValidationError(f"tool {tool.name!r} needs the argument(s) {', '.join(missing)}",
-                              field=f"steps[{step.id}].input.{missing[0]}")
-
-    def literal(match: Any) -> str:
-        try:
-            return json.dumps(evaluate(match.group(1), args))
-        except ExpressionError as exc:
-            raise ValidationError(f"tool {tool.name!r} template: {exc}",
-                                  field=f"steps[{step.id}].input") from None
-
-    code = TEMPLATE.sub(literal, tool.code_template)
-    domains = tuple(step.allow_domains) + tuple(tool.permissions.get("network") or ())
-    return step.model_copy(update={"kind": "code", "tool": tool.language, "code": code,
-                                   "allow_domains": tuple(dict.fromkeys(domains))})
 
 
 async def register_tool(conn: Conn, tool: CatalogTool) -> None:
@@ -224,19 +187,6 @@ async def rank_tools(conn: Conn, *, format: str, max_cost: CostClass | str = "HI
     ) for r in rows]
 
 
-async def lookup_tools(conn: Conn, action: LookupTools, *, max_cost: str = "HIGH",
-                       limit: int = 8) -> ToolsResult:
-    """Answer the agent's LookupTools: the best tools over all its formats, best first
-    (formats it does not name fall back to plain text)."""
-    best: dict[str, RankedTool] = {}
-    for fmt in action.formats or ("txt",):
-        for tool in await rank_tools(conn, format=fmt, max_cost=max_cost, limit=limit):
-            if tool.name not in best or tool.score > best[tool.name].score:
-                best[tool.name] = tool
-    ranked = sorted(best.values(), key=lambda t: (-t.score, -t.runs, t.name))[:limit]
-    return ToolsResult(action.id, tuple(t.to_hint() for t in ranked))
-
-
 async def _rows(conn: Conn, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     cur = await conn.execute(Q[name], params)
     return list(await cur.fetchall())
@@ -250,3 +200,8 @@ def _tool(row: Mapping[str, Any]) -> CatalogTool:
         formats=tuple(row["formats"]), requires=tuple(row["requires"]),
         alternatives=tuple(row["alternatives"]), builtin=row["builtin"],
     )
+
+
+async def tool_names(conn: Conn) -> list[str]:
+    """The name of every tool in the catalog (built-in and registered), sorted."""
+    return sorted(r["name"] for r in await _rows(conn, "tool_names", {}))

@@ -1,97 +1,60 @@
-"""Every model call, recorded: run, step, model, messages, response, tokens, latency, cost.
+"""The model transcript in SQL: one ``llm_calls`` row per model call, and a run's totals.
 
-    reply = await call_model(db, model, action, run_id=run_id, prices=price_table(s.llm))
-
-or, when the caller already has the response and a transaction open::
-
-    await record_llm_call(conn, run_id=..., step_id=..., request=..., response=..., ...)
-
-Cost comes from the configured price table (``ONEBOX_LLM__PRICES``); a model
-missing from it is recorded with ``cost_usd`` NULL, not zero.
+This module only stores and reads rows; calling the model and turning its request
+and response into a row is :mod:`onebox.runtime.model_calls`. Cost is computed
+there from the configured price table (``ONEBOX_LLM__PRICES``); a model missing
+from it is recorded with ``cost_usd`` NULL, not zero.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from onebox.agent.actions import CallModel, ModelReply
-from onebox.errors import OneboxError
-from onebox.llm.base import ChatModel, ChatRequest, ChatResponse, ModelPrice, cost_usd
-from onebox.store.db import Database
 from onebox.store.queries import load_queries
 
 Q = load_queries("llm_calls")
 Conn = psycopg.AsyncConnection[Any]
 
 
-async def record_llm_call(
-    conn: Conn,
-    *,
-    run_id: uuid.UUID | None,
-    model: str,
-    request: ChatRequest,
-    response: ChatResponse | None,
-    prices: Mapping[str, ModelPrice] | None = None,
-    step_id: str | None = None,
-    action_id: str | None = None,
-    purpose: str | None = None,
-    latency_ms: float | None = None,
-    error: str | None = None,
-) -> int:
-    """Insert one llm_calls row; returns its id. Give a response, or an error for a failed call."""
-    if response is None and error is None:
-        raise ValueError("record_llm_call needs a response or an error")
-    usage = response.usage if response is not None else None
-    cost = cost_usd(model, usage, prices or {}) if usage is not None else None
-    request_meta = {k: v for k, v in request.to_dict().items() if k != "messages"}
+@dataclass(frozen=True)
+class LlmCallRow:
+    """One model call as stored: JSON-ready messages, request options and response."""
+
+    run_id: uuid.UUID | None
+    model: str
+    messages: list[dict[str, Any]]
+    request: dict[str, Any]
+    response: dict[str, Any] | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float | None = None
+    cost_usd: float | None = None
+    error: str | None = None
+    step_id: str | None = None
+    action_id: str | None = None
+    purpose: str | None = None
+
+
+async def insert_llm_call(conn: Conn, row: LlmCallRow) -> int:
+    """Insert one llm_calls row; returns its id. A row has a response, or an error."""
+    if row.response is None and row.error is None:
+        raise ValueError("an llm_calls row needs a response or an error")
     cur = await conn.execute(Q["insert_llm_call"], {
-        "run_id": run_id, "step_id": step_id, "action_id": action_id, "purpose": purpose,
-        "model": model,
-        "messages": Jsonb([m.to_dict() for m in request.messages]),
-        "request": Jsonb(request_meta),
-        "response": Jsonb(response.to_dict()) if response is not None else None,
-        "prompt_tokens": usage.prompt_tokens if usage else 0,
-        "completion_tokens": usage.completion_tokens if usage else 0,
-        "latency_ms": latency_ms if latency_ms is not None
-        else (response.latency_ms if response is not None else None),
-        "cost_usd": cost, "error": error,
+        "run_id": row.run_id, "step_id": row.step_id, "action_id": row.action_id,
+        "purpose": row.purpose, "model": row.model, "messages": Jsonb(row.messages),
+        "request": Jsonb(row.request),
+        "response": Jsonb(row.response) if row.response is not None else None,
+        "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
+        "latency_ms": row.latency_ms, "cost_usd": row.cost_usd, "error": row.error,
     })
-    row = await cur.fetchone()
-    assert row is not None
-    return int(row["id"])
-
-
-async def call_model(
-    db: Database,
-    model: ChatModel,
-    action: CallModel,
-    *,
-    run_id: uuid.UUID | None,
-    prices: Mapping[str, ModelPrice] | None = None,
-) -> ModelReply:
-    """Perform a CallModel action and record it (also when it fails, then re-raise)."""
-    started = time.perf_counter()
-    common: dict[str, Any] = {
-        "run_id": run_id, "model": model.name, "request": action.request, "prices": prices,
-        "step_id": action.step_id, "action_id": action.id, "purpose": action.purpose,
-    }
-    try:
-        response = await model.complete(action.request)
-    except OneboxError as exc:
-        elapsed = (time.perf_counter() - started) * 1000
-        async with db.transaction() as conn:
-            await record_llm_call(conn, response=None, latency_ms=elapsed,
-                                  error=f"{exc.code}: {exc.message}", **common)
-        raise
-    async with db.transaction() as conn:
-        await record_llm_call(conn, response=response, **common)
-    return ModelReply(action.id, response)
+    found = await cur.fetchone()
+    assert found is not None
+    return int(found["id"])
 
 
 async def llm_calls(conn: Conn, run_id: uuid.UUID) -> list[dict[str, Any]]:

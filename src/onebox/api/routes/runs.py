@@ -23,6 +23,7 @@ from onebox.api.schemas import CreateRun, Decision
 from onebox.api.state import ApiState
 from onebox.errors import ValidationError
 from onebox.runtime import runs as runtime_runs
+from onebox.runtime.runs import PAGE_STEPS
 from onebox.runtime.submit import session_id_for
 from onebox.store import api_keys
 from onebox.store.api_keys import Principal
@@ -30,6 +31,7 @@ from onebox.store.queries import load_queries
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 Q = load_queries("api")
+MAX_PAGE_STEPS = 1000
 Status = Literal["PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "DEAD"]
 
 
@@ -62,16 +64,24 @@ async def list_runs(
     return {"runs": runs}
 
 
-@router.get("/{run_id}", summary="One run: plan versions, step attempts, warnings")
-async def get_run(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
-    await service.require_run(state.db, run_id, caller.tenant_id)
-    return await service.run_detail(state.db, run_id)
+PageLimit = Annotated[int, Query(ge=1, le=MAX_PAGE_STEPS,
+                                 description="step attempts per page")]
+PageAfter = Annotated[str | None, Query(max_length=20, pattern=r"^[0-9]{1,9}\.[0-9]{1,9}$",
+                                        description="the `next` cursor of the previous page")]
 
 
-@router.get("/{run_id}/steps", summary="Step attempts with code, stdout/stderr, files")
-async def get_steps(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+@router.get("/{run_id}", summary="One run: summary, plan versions, a page of step attempts")
+async def get_run(run_id: uuid.UUID, state: State, caller: Caller,
+                  limit: PageLimit = PAGE_STEPS, after: PageAfter = None) -> dict[str, Any]:
     await service.require_run(state.db, run_id, caller.tenant_id)
-    return {"steps": (await service.run_detail(state.db, run_id))["steps"]}
+    return await service.run_detail(state.db, run_id, limit=limit, after=after)
+
+
+@router.get("/{run_id}/steps", summary="A page of step attempts with code, stdout/stderr, files")
+async def get_steps(run_id: uuid.UUID, state: State, caller: Caller,
+                    limit: PageLimit = PAGE_STEPS, after: PageAfter = None) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    return await service.steps_view_page(state.db, run_id, limit=limit, after=after)
 
 
 @router.get("/{run_id}/events", summary="The run's events after a sequence number (JSON)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
@@ -11,6 +12,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from onebox.api.auth import Caller, State
 from onebox.api.metrics import render_metrics
 from onebox.store import catalog
+
+log = logging.getLogger(__name__)
 
 router = APIRouter()
 
@@ -28,6 +31,7 @@ async def readyz(state: State) -> JSONResponse:
         await state.db.fetchone("SELECT 1 AS ok")
         checks["database"] = "ok"
     except Exception as exc:  # readiness reports any failure instead of raising it
+        log.warning("readiness: the database does not answer", exc_info=True)
         checks["database"] = f"error: {type(exc).__name__}"
     health = state.backend.health()
     checks["sandbox"] = "ok" if health.ok else "; ".join(health.problems) or "unavailable"

@@ -208,3 +208,15 @@ GROUP BY scope ORDER BY scope;
 -- name: last_event
 SELECT seq, type, payload, created_at FROM onebox.agent_events
 WHERE run_id = %(run_id)s ORDER BY seq DESC LIMIT 1;
+
+-- name: step_warning_events
+-- The warning events of one page of step attempts.
+SELECT seq, type, execution_id, payload, created_at FROM onebox.agent_events
+WHERE run_id = %(run_id)s AND execution_id = ANY(%(ids)s)
+  AND type IN ('BLOCKED_EXTERNAL_ACCESS', 'step_lease_expired', 'workspace_restored')
+ORDER BY seq;
+
+-- name: run_waiting_approvals
+SELECT step_id FROM onebox.task_execution
+WHERE run_id = %(run_id)s AND status = 'PENDING' AND waiting_for = 'approval'
+ORDER BY step_number;

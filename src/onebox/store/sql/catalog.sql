@@ -102,3 +102,6 @@ LEFT JOIN history h ON h.tool_name = ef.root
 WHERE NOT ef.missing AND ef.cost_rank <= max_cost.rank
 ORDER BY score DESC, runs DESC, ef.cost_rank, t.name
 LIMIT %(limit)s;
+
+-- name: tool_names
+SELECT name FROM onebox.tools ORDER BY name;

@@ -1,4 +1,5 @@
--- The model transcript: one row per model call. See onebox.store.llm_calls.
+-- The model transcript: one row per model call. See onebox.store.llm_calls (and
+-- onebox.runtime.model_calls, which performs the call and builds the row).
 
 -- name: insert_llm_call
 INSERT INTO onebox.llm_calls

@@ -44,16 +44,55 @@ WITH ins AS (
 )
 SELECT pg_notify('onebox_steps', '') FROM ins;
 
+-- name: insert_steps
+-- First attempts of many steps, their step_queued events (in step order) and one wake-up:
+-- one statement per batch (see onebox.runtime.submit). A step that already has its first
+-- attempt (a batch written twice) is skipped, and so is a run that ended meanwhile (the
+-- share lock orders the batch with a cancel: one or the other comes first, whole).
+WITH live AS (
+    SELECT id FROM onebox.runs
+    WHERE id = %(run_id)s AND status NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'DEAD')
+    FOR SHARE
+), rows AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(step_ids)s::text[], %(step_numbers)s::int[],
+                         %(tool_names)s::text[], %(input_hashes)s::text[],
+                         %(max_attempts)s::int[])
+        AS r(id, step_id, step_number, tool_name, input_hash, max_attempts)
+), ins AS (
+    INSERT INTO onebox.task_execution
+        (id, run_id, plan_id, session_id, trace_id, step_id, step_number, attempt, tool_name,
+         input_hash, status, max_attempts, available_at, details)
+    SELECT r.id, live.id, %(plan_id)s, %(session_id)s, %(trace_id)s, r.step_id, r.step_number,
+           1, r.tool_name, r.input_hash, 'PENDING', r.max_attempts, now(), '{}'::jsonb
+    FROM rows AS r, live ORDER BY r.step_number
+    ON CONFLICT (run_id, step_id, attempt) DO NOTHING
+    RETURNING id, run_id, plan_id, session_id, trace_id, step_id, step_number, tool_name,
+              input_hash, max_attempts
+), ev AS (
+    INSERT INTO onebox.agent_events (run_id, session_id, trace_id, execution_id, type, payload)
+    SELECT run_id, session_id, trace_id, id, 'step_queued',
+           jsonb_build_object('execution_id', id::text, 'step_id', step_id,
+                              'step_number', step_number, 'attempt', 1, 'tool', tool_name,
+                              'input_hash', input_hash, 'delay_s', 0.0,
+                              'plan_id', plan_id::text, 'max_attempts', max_attempts)
+    FROM ins ORDER BY step_number
+)
+SELECT count(*) AS queued, pg_notify('onebox_steps', '') FROM ins;
+
 -- name: claim_steps
 -- Claim ready attempts as leases (fencing token + 1), start their runs, and write the
--- step_started / run_started events: one round trip.
+-- step_started / run_started events: one round trip. Lock order (onebox.runtime.queue):
+-- each run row (KEY SHARE) before its attempts, both SKIP LOCKED, so a claim never waits
+-- for a cancel, a recovery or another claim, and skips a run that is being cancelled.
+-- Only starting a PENDING run waits, for another claim starting it, in run id order.
 WITH picked AS (
-    SELECT t.id FROM onebox.task_execution t
+    SELECT t.id FROM onebox.runs r JOIN onebox.task_execution t ON t.run_id = r.id
     WHERE t.status = 'PENDING' AND t.waiting_for IS NULL AND t.available_at <= now()
       AND (%(run_id)s::uuid IS NULL OR t.run_id = %(run_id)s::uuid)
     ORDER BY t.available_at, t.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR KEY SHARE OF r SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
 ), claimed AS (
     UPDATE onebox.task_execution t
     SET status = 'RUNNING', lease_owner = %(owner)s,
@@ -61,10 +100,15 @@ WITH picked AS (
         fencing_token = t.fencing_token + 1, started_at = now(), updated_at = now()
     FROM picked WHERE t.id = picked.id
     RETURNING t.*
+), starting AS (
+    SELECT r.id FROM onebox.runs r
+    WHERE r.id IN (SELECT run_id FROM claimed) AND r.status = 'PENDING'
+    ORDER BY r.id
+    FOR NO KEY UPDATE
 ), started AS (
     UPDATE onebox.runs r
     SET status = 'RUNNING', started_at = coalesce(r.started_at, now()), updated_at = now()
-    WHERE r.id IN (SELECT run_id FROM claimed) AND r.status = 'PENDING'
+    FROM starting WHERE r.id = starting.id
     RETURNING r.id, r.trace_id
 ), run_events AS (
     INSERT INTO onebox.agent_events (run_id, trace_id, type, payload)
@@ -179,6 +223,36 @@ LIMIT %(limit)s;
 
 -- name: run_steps
 SELECT * FROM onebox.task_execution WHERE run_id = %(run_id)s ORDER BY step_number, attempt;
+
+-- name: run_steps_page
+-- One page of a run's attempts in (step_number, attempt) order, after a keyset cursor.
+SELECT * FROM onebox.task_execution
+WHERE run_id = %(run_id)s AND (step_number, attempt) > (%(after_number)s, %(after_attempt)s)
+ORDER BY step_number, attempt
+LIMIT %(limit)s;
+
+-- name: run_step_counts
+-- How many steps are in each state, by their latest attempt (a queued approval is WAITING),
+-- and how many attempts there are in all: aggregates, no rows loaded.
+WITH latest AS (
+    SELECT DISTINCT ON (step_id) status, waiting_for FROM onebox.task_execution
+    WHERE run_id = %(run_id)s ORDER BY step_id, attempt DESC
+)
+SELECT CASE WHEN status = 'PENDING' AND waiting_for = 'approval' THEN 'WAITING'
+            ELSE status END AS status, count(*) AS steps
+FROM latest GROUP BY 1 ORDER BY 1;
+
+-- name: run_attempt_count
+SELECT count(*) AS attempts FROM onebox.task_execution WHERE run_id = %(run_id)s;
+
+-- name: run_failed_steps
+-- Steps whose latest attempt failed, in plan order, with their error.
+SELECT * FROM (
+    SELECT DISTINCT ON (step_id) * FROM onebox.task_execution
+    WHERE run_id = %(run_id)s ORDER BY step_id, attempt DESC) AS latest
+WHERE status IN ('FAILED', 'TIMEOUT')
+ORDER BY step_number
+LIMIT %(limit)s;
 
 -- name: run_events
 SELECT * FROM onebox.agent_events WHERE run_id = %(run_id)s AND seq > %(after_seq)s ORDER BY seq;
