@@ -12,7 +12,9 @@ from onebox.config import Settings
 from onebox.runtime import runs as runs_api
 from onebox.runtime.agent_runs import submit_task
 from onebox.runtime.agent_steps import AgentWork
+from onebox.runtime.executor import StepRunner
 from onebox.runtime.queue import claim_steps
+from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.worker import Worker
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
@@ -69,11 +71,12 @@ async def test_a_recorded_model_call_is_not_made_again_after_a_crash(
         db: Database, backend: SandboxBackend, settings: Settings) -> None:
     run_id, _ = await submit_task(db, "four sums", settings=settings)
     first_model = ScriptedModel([INTENT])
-    work = AgentWork(db, backend, settings, None, lambda: first_model)
+    runner = StepRunner(backend, settings, None, StepKnowledge(db, settings))
+    work = AgentWork(db, runner, lambda: first_model)
     [row] = await claim_steps(db, settings, "dying-worker", 1, run_id=run_id)
     assert row["step_id"] == "model:intent#a1" and row["tool_name"] == "model"
     await work.perform(row)  # the call is made and recorded; the worker dies before archiving
-    await work.close()
+    await runner.knowledge.close()
     assert len(first_model.requests) == 1
     await asyncio.sleep(settings.runtime.lease_s + 0.2)
 

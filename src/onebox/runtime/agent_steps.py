@@ -34,24 +34,21 @@ from onebox.agent.actions import (
 )
 from onebox.agent.hashing import canonical_hash
 from onebox.agent.plan import Step
-from onebox.config import Settings
-from onebox.errors import ConfigError, OneboxError, SandboxError
+from onebox.errors import ConfigError, OneboxError
 from onebox.knowledge.collections import list_collections, tenant_name, tenant_visible
 from onebox.knowledge.search import SearchFilters
 from onebox.llm.base import ChatModel, ChatResponse
 from onebox.llm.registry import price_table
 from onebox.runtime.agent_engine import replay
-from onebox.runtime.archive import Outcome, outcome_from_result
-from onebox.runtime.executor import build_request, request_details, sandbox_failure
+from onebox.runtime.archive import Outcome
+from onebox.runtime.executor import StepRunner
 from onebox.runtime.model_calls import call_model
 from onebox.runtime.sessions import touch_session
 from onebox.runtime.step_context import sandbox_facts, with_catalog_names, workspace_listing
-from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.submit import session_id_for
 from onebox.runtime.tools import expand_tool_step, lookup_tools
-from onebox.runtime.workspaces import StepWorkspace
 from onebox.sandbox import hostfs
-from onebox.sandbox.base import ExecRequest, SandboxBackend
+from onebox.sandbox.base import ExecRequest
 from onebox.sandbox.capture import safe_text
 from onebox.store import catalog
 from onebox.store import runs as store
@@ -70,11 +67,9 @@ class AgentWork:
     recorded in ``llm_calls`` (its worker died before archiving) is not made again.
     """
 
-    def __init__(self, db: Database, backend: SandboxBackend, settings: Settings,
-                 workspaces: StepWorkspace | None, model: Callable[[], ChatModel]) -> None:
-        self.db, self.backend, self.settings = db, backend, settings
-        self.workspaces, self.model = workspaces, model
-        self.declared = StepKnowledge(db, settings)
+    def __init__(self, db: Database, runner: StepRunner, model: Callable[[], ChatModel]) -> None:
+        self.db, self.runner, self.model = db, runner, model
+        self.backend, self.settings = runner.backend, runner.settings
 
     async def perform(self, row: store.Row) -> Performed:
         async with self.db.connection() as conn:
@@ -147,41 +142,27 @@ class AgentWork:
                                  output_hash=canonical_hash({"ok": result.ok, "text": text})))
 
     async def _execute(self, action: ExecuteStep, row: store.Row) -> tuple[StepResult, Outcome]:
+        """The step through the one step pipeline, its inputs in ``$ONEBOX_INPUTS`` and the
+        JSON result it declares read back from ``$ONEBOX_RESULT``."""
         step = await self._runnable(action.step)
         key = action.instance.replace("/", "_")
         inputs_path, result_path = f"{IO_DIR}/{key}.inputs.json", f"{IO_DIR}/{key}.result.json"
-        base = build_request(step, row, self.settings)
-        request = type(base)(**{**base.__dict__,
-                                "files": {inputs_path: json.dumps(action.inputs, default=str)
-                                          .encode()},
-                                "env": {"ONEBOX_INPUTS": f"/workspace/{inputs_path}",
-                                        "ONEBOX_RESULT": f"/workspace/{result_path}"}})
-        details = request_details(step, request, self.settings)
-        if self.workspaces is not None:
-            await self.workspaces.prepare(row)
-            await self.workspaces.before(row)
-        try:
-            exec_result = await self.backend.execute(request)
-        except Exception as exc:
-            log.warning("sandbox could not run step %s: %s", action.instance, exc,
-                        exc_info=not isinstance(exc, SandboxError))
-            outcome = Outcome("FAILED", error=sandbox_failure(exc), details=details)
+        ran = await self.runner.run(
+            step, row, files={inputs_path: json.dumps(action.inputs, default=str).encode()},
+            env={"ONEBOX_INPUTS": f"/workspace/{inputs_path}",
+                 "ONEBOX_RESULT": f"/workspace/{result_path}"})
+        outcome, result = ran.outcome, ran.result
+        if result is None:
             return StepResult(action.id, ok=False, error=outcome.error), outcome
-        if self.workspaces is not None:
-            await self.workspaces.after(row, failed=not exec_result.ok)
-        workspace = self.backend.workspace(row["session_id"])
-        declared = await asyncio.to_thread(_read_json, workspace, result_path)
-        outcome = outcome_from_result(exec_result, details)
-        if step.knowledge and outcome.status == "SUCCESS":
-            added = await self.declared.ingest(row, workspace, step.knowledge)
-            outcome = dataclasses.replace(outcome, details={**outcome.details, "knowledge": added})
-        written = [f for f in exec_result.files_written if not f.path.startswith(IO_DIR)]
-        files = tuple(f.path for f in written)
+        declared = await asyncio.to_thread(
+            _read_json, self.backend.workspace(row["session_id"]), result_path)
+        written = [f for f in result.files_written if not f.path.startswith(IO_DIR)]
         return StepResult(
-            action.id, ok=outcome.status == "SUCCESS", exit_code=exec_result.exit_code,
-            stdout=exec_result.stdout, stderr=exec_result.stderr, result=declared, files=files,
+            action.id, ok=outcome.status == "SUCCESS", exit_code=result.exit_code,
+            stdout=result.stdout, stderr=result.stderr, result=declared,
+            files=tuple(f.path for f in written),
             error=None if outcome.status == "SUCCESS" else outcome.error,
-            timed_out=exec_result.timed_out, duration_ms=exec_result.duration_ms,
+            timed_out=result.timed_out, duration_ms=result.duration_ms,
             file_bytes=tuple(f.size for f in written)), outcome
 
     async def _runnable(self, step: Step) -> Step:
@@ -197,7 +178,7 @@ class AgentWork:
 
     async def _knowledge_step(self, run: store.Row,
                               action: StepAction) -> tuple[StepResult, Outcome]:
-        k = await self.declared.knowledge()
+        k = await self.runner.knowledge.knowledge()
         tenant = run["tenant_id"]
         scope = tenant_name(tenant, getattr(action, "scope", None) or "default")
         result: Any
@@ -217,9 +198,6 @@ class AgentWork:
         text = json.dumps(result, default=str, ensure_ascii=False)
         outcome = _json_outcome(json.loads(text), text)
         return StepResult(action.id, ok=True, exit_code=0, stdout=text, result=result), outcome
-
-    async def close(self) -> None:
-        await self.declared.close()
 
 
 @dataclass(frozen=True)

@@ -1,23 +1,33 @@
-"""Running one claimed attempt in the sandbox and turning the result into an Outcome."""
+"""Running one claimed code step in the sandbox and turning the result into an Outcome."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from onebox.agent.plan import Step
 from onebox.config import Settings
 from onebox.errors import SandboxError
 from onebox.runtime.archive import Outcome, outcome_from_result
+from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.tracing import span
-from onebox.sandbox.base import ExecRequest, Limits, NetworkPolicy, SandboxBackend
+from onebox.runtime.workspaces import StepWorkspace
+from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
 from onebox.store import runs as store
 
 log = logging.getLogger(__name__)
 
 
-def build_request(step: Step, row: store.Row, settings: Settings) -> ExecRequest:
-    """The sandbox request for one attempt: the step's code, limits and network grant."""
+def build_request(step: Step, row: store.Row, settings: Settings, *,
+                  files: Mapping[str, bytes] | None = None,
+                  env: Mapping[str, str] | None = None) -> ExecRequest:
+    """The sandbox request for one attempt: the step's code, limits and network grant (the
+    one place a step's limits are resolved), with the files and environment it is given."""
     lim = step.limits
     return ExecRequest(
         session_id=row["session_id"],
@@ -29,6 +39,8 @@ def build_request(step: Step, row: store.Row, settings: Settings) -> ExecRequest
         ),
         network=NetworkPolicy(allow_domains=step.allow_domains),
         trace_id=row["trace_id"],
+        files=dict(files or {}),
+        env=dict(env or {}),
     )
 
 
@@ -49,25 +61,75 @@ def request_details(step: Step, request: ExecRequest, settings: Settings) -> dic
     }
 
 
-async def execute_step(
-    backend: SandboxBackend, settings: Settings, step: Step, row: store.Row
-) -> Outcome:
-    """Run the attempt. A failure of the sandbox itself is a FAILED outcome, not a crash."""
-    request = build_request(step, row, settings)
-    details = request_details(step, request, settings)
-    if step.kind != "code" or step.code is None:
-        return Outcome("FAILED", details=details, error=(
-            f"step {step.id}: steps of kind '{step.kind}'"
-            + ("" if step.code else " without code") + " need the agent runtime; "
-            "plan files run code steps (tool + code)"))
-    try:
-        with span("sandbox.exec", row["trace_id"], backend=backend.name, session=row["session_id"]):
-            result = await backend.execute(request)
-    except Exception as exc:
-        log.warning("sandbox could not run step %s: %s", row["step_id"], exc,
-                    exc_info=not isinstance(exc, SandboxError))
-        return Outcome("FAILED", error=sandbox_failure(exc), details=details)
-    return outcome_from_result(result, details)
+@dataclass
+class Ran:
+    """One code step's attempt: its outcome, and the sandbox's result if it ran."""
+
+    outcome: Outcome
+    result: ExecResult | None = None
+
+
+class StepRunner:
+    """The one step pipeline for code: the workspace before, the sandbox, the workspace
+    after, declared knowledge. Plan steps and the agent's steps both run through it.
+
+    ``running`` and ``stops`` are the worker's: the sandbox call of each attempt is
+    registered in ``running`` under its execution id, and a worker that must stop it
+    (the run was cancelled, the lease was lost) puts the reason in ``stops`` and cancels
+    it; the attempt then ends FAILED with that reason and its workspace is still saved.
+    """
+
+    def __init__(self, backend: SandboxBackend, settings: Settings,
+                 workspaces: StepWorkspace | None, knowledge: StepKnowledge,
+                 running: dict[uuid.UUID, asyncio.Task[Any]] | None = None,
+                 stops: dict[uuid.UUID, str] | None = None) -> None:
+        self.backend, self.settings = backend, settings
+        self.workspaces, self.knowledge = workspaces, knowledge
+        self.running = running if running is not None else {}
+        self.stops = stops if stops is not None else {}
+
+    async def run(self, step: Step, row: store.Row, *, files: Mapping[str, bytes] | None = None,
+                  env: Mapping[str, str] | None = None) -> Ran:
+        request = build_request(step, row, self.settings, files=files, env=env)
+        details = request_details(step, request, self.settings)
+        if self.workspaces is not None:
+            await self.workspaces.prepare(row)
+            await self.workspaces.before(row)
+        ran = await self._sandboxed(request, row, details)
+        if self.workspaces is not None:
+            await self.workspaces.after(row, failed=ran.outcome.status != "SUCCESS")
+        if step.knowledge and ran.outcome.status == "SUCCESS":
+            added = await self.knowledge.ingest(
+                row, self.backend.workspace(row["session_id"]), step.knowledge)
+            ran.outcome = dataclasses.replace(
+                ran.outcome, details={**ran.outcome.details, "knowledge": added})
+        return ran
+
+    async def _sandboxed(self, request: ExecRequest, row: store.Row,
+                         details: dict[str, Any]) -> Ran:
+        task = asyncio.create_task(self._execute(request, row, details))
+        self.running[row["id"]] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if row["id"] not in self.stops:
+                raise
+            return Ran(Outcome("FAILED", error=self.stops[row["id"]], details=details))
+        finally:
+            self.running.pop(row["id"], None)
+
+    async def _execute(self, request: ExecRequest, row: store.Row,
+                       details: dict[str, Any]) -> Ran:
+        """A failure of the sandbox itself is a FAILED outcome, not a crash."""
+        try:
+            with span("sandbox.exec", row["trace_id"], backend=self.backend.name,
+                      session=row["session_id"]):
+                result = await self.backend.execute(request)
+        except Exception as exc:
+            log.warning("sandbox could not run step %s: %s", row["step_id"], exc,
+                        exc_info=not isinstance(exc, SandboxError))
+            return Ran(Outcome("FAILED", error=sandbox_failure(exc), details=details))
+        return Ran(outcome_from_result(result, details), result)
 
 
 def sandbox_failure(exc: Exception) -> str:

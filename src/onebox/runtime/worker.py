@@ -9,7 +9,6 @@ their leases are released for another worker to take.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import socket
@@ -28,7 +27,7 @@ from onebox.runtime.agent_engine import is_agent_row
 from onebox.runtime.agent_runs import archive_agent_step
 from onebox.runtime.agent_steps import AgentWork, Performed
 from onebox.runtime.archive import Outcome, archive_failure, archive_step, load_plan_version
-from onebox.runtime.executor import build_request, execute_step, request_details
+from onebox.runtime.executor import StepRunner
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
 from onebox.runtime.retention import RetentionChore
 from onebox.runtime.schedules import fire_due
@@ -62,7 +61,6 @@ class Worker:
         self.db, self.backend, self.settings = db, backend, settings
         self._model = model
         self.workspaces = StepWorkspace(db, backend, objects, settings) if objects else None
-        self.agent_work = AgentWork(db, backend, settings, self.workspaces, self.chat_model)
         self.knowledge = StepKnowledge(db, settings)
         self.concurrency = concurrency or settings.runtime.concurrency
         self.run_id = run_id
@@ -70,7 +68,11 @@ class Worker:
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._rows: dict[uuid.UUID, store.Row] = {}
         self._exec_tasks: dict[uuid.UUID, asyncio.Task[Any]] = {}
+        self._agent_tasks: dict[uuid.UUID, asyncio.Task[Performed]] = {}
         self._stop_reasons: dict[uuid.UUID, str] = {}
+        self.runner = StepRunner(backend, settings, self.workspaces, self.knowledge,
+                                 self._exec_tasks, self._stop_reasons)
+        self.agent_work = AgentWork(db, self.runner, self.chat_model)
         self._wake = asyncio.Event()
 
     @property
@@ -165,7 +167,7 @@ class Worker:
     async def _agent_attempt(self, row: store.Row) -> tuple[Outcome, str | None]:
         """Perform an agent action; archive its outcome with the agent's observation."""
         task = asyncio.create_task(self.agent_work.perform(row))
-        self._exec_tasks[row["id"]] = task
+        self._agent_tasks[row["id"]] = task
         try:
             performed = await task
         except asyncio.CancelledError:
@@ -177,7 +179,7 @@ class Worker:
             performed = Performed(None, Outcome(
                 "FAILED", error=f"could not run the step: {type(exc).__name__}: {exc}"))
         finally:
-            self._exec_tasks.pop(row["id"], None)
+            self._agent_tasks.pop(row["id"], None)
         try:
             return performed.outcome, await archive_agent_step(self.db, row, performed)
         except LeaseLost:
@@ -205,31 +207,10 @@ class Worker:
         async with self.db.connection() as conn:
             plan = await load_plan_version(conn, row["plan_id"])
             await touch_session(conn, row["session_id"], row["run_id"], self.backend.name)
-        step = plan.step(row["step_id"])
-        if self.workspaces is not None:
-            await self.workspaces.prepare(row)
-            await self.workspaces.before(row)
-        task = asyncio.create_task(execute_step(self.backend, self.settings, step, row))
-        self._exec_tasks[row["id"]] = task
-        try:
-            outcome = await task
-        except asyncio.CancelledError:
-            if row["id"] not in self._stop_reasons:
-                raise
-            details = request_details(step, build_request(step, row, self.settings), self.settings)
-            outcome = Outcome("FAILED", error=self._stop_reasons[row["id"]], details=details)
-        finally:
-            self._exec_tasks.pop(row["id"], None)
-        if self.workspaces is not None:
-            await self.workspaces.after(row, failed=outcome.status != "SUCCESS")
-        if step.knowledge and outcome.status == "SUCCESS":
-            added = await self.knowledge.ingest(
-                row, self.backend.workspace(row["session_id"]), step.knowledge)
-            outcome = dataclasses.replace(outcome, details={**outcome.details, "knowledge": added})
-        return outcome
+        return (await self.runner.run(plan.step(row["step_id"]), row)).outcome
 
     def _stop_step(self, execution_id: uuid.UUID, reason: str) -> None:
-        task = self._exec_tasks.get(execution_id)
+        task = self._exec_tasks.get(execution_id) or self._agent_tasks.get(execution_id)
         if task is not None and not task.done():
             self._stop_reasons[execution_id] = reason
             task.cancel()
@@ -277,7 +258,6 @@ class Worker:
 
     async def _drain(self, drain_s: float) -> None:
         await self.knowledge.close()
-        await self.agent_work.close()
         if not self._running:
             return
         log.info("draining: waiting up to %.0f s for %d running step(s)", drain_s, len(self._running))
