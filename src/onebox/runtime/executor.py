@@ -21,6 +21,7 @@ from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, 
 from onebox.store import runs as store
 
 log = logging.getLogger(__name__)
+STOP_GRACE_S = 5.0  # an interrupted sandbox call that has not returned by then is cancelled
 
 
 def build_request(step: Step, row: store.Row, settings: Settings, *,
@@ -110,13 +111,33 @@ class StepRunner:
         task = asyncio.create_task(self._execute(request, row, details))
         self.running[row["id"]] = task
         try:
-            return await task
+            ran = await task
         except asyncio.CancelledError:
             if row["id"] not in self.stops:
                 raise
             return Ran(Outcome("FAILED", error=self.stops[row["id"]], details=details))
         finally:
             self.running.pop(row["id"], None)
+        reason = self.stops.get(row["id"])
+        if reason is not None and ran.outcome.status != "SUCCESS":
+            # interrupted: the output so far is kept, the reason is the stop's
+            ran.outcome = dataclasses.replace(ran.outcome, status="FAILED", error=reason)
+        return ran
+
+    async def stop(self, row: store.Row, reason: str, *, interrupt: bool,
+                   grace_s: float = STOP_GRACE_S) -> None:
+        """Stop an attempt. ``interrupt`` (its run was cancelled) kills the session's
+        processes so the sandbox call returns with what it has: a step that had already
+        finished keeps its real result. Otherwise (or past ``grace_s``) it is cancelled."""
+        task = self.running.get(row["id"])
+        if task is None or task.done():
+            return
+        self.stops[row["id"]] = reason
+        if interrupt and self.backend.interrupt(row["session_id"]):
+            done, _ = await asyncio.wait({task}, timeout=grace_s)
+            if done:
+                return
+        task.cancel()
 
     async def _execute(self, request: ExecRequest, row: store.Row,
                        details: dict[str, Any]) -> Ran:

@@ -209,8 +209,15 @@ class Worker:
             await touch_session(conn, row["session_id"], row["run_id"], self.backend.name)
         return (await self.runner.run(plan.step(row["step_id"]), row)).outcome
 
-    def _stop_step(self, execution_id: uuid.UUID, reason: str) -> None:
-        task = self._exec_tasks.get(execution_id) or self._agent_tasks.get(execution_id)
+    async def _stop_step(self, execution_id: uuid.UUID, reason: str, *, cancelled: bool) -> None:
+        """Stop a running attempt: a sandboxed one through the step pipeline (a cancelled
+        run's step keeps the output it printed, or its result if it had finished), a model
+        call or lookup by cancelling it."""
+        row = self._rows.get(execution_id)
+        if row is not None and execution_id in self._exec_tasks:
+            await self.runner.stop(row, reason, interrupt=cancelled)
+            return
+        task = self._agent_tasks.get(execution_id)
         if task is not None and not task.done():
             self._stop_reasons[execution_id] = reason
             task.cancel()
@@ -237,12 +244,16 @@ class Worker:
         """Stop steps whose run was cancelled or whose lease was lost."""
         ids = list(self._rows)
         held = await renew_leases(self.db, self.settings, self.owner, ids)
+        stops = []
         for execution_id in ids:
             status = held.get(execution_id)
             if status is None:
-                self._stop_step(execution_id, "lease lost to another worker")
+                stops.append(self._stop_step(execution_id, "lease lost to another worker",
+                                             cancelled=False))
             elif status == "CANCELLED":
-                self._stop_step(execution_id, "the run was cancelled")
+                stops.append(self._stop_step(execution_id, "the run was cancelled",
+                                             cancelled=True))
+        await asyncio.gather(*stops)
 
     async def _listen(self) -> None:
         """LISTEN for newly queued steps so idle workers wake at once instead of polling."""

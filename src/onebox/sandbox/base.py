@@ -161,6 +161,12 @@ class SandboxBackend(abc.ABC):
     def workspace(self, session_id: str) -> Path:
         """The host directory that holds the session's workspace (may not exist yet)."""
 
+    def interrupt(self, session_id: str) -> int:
+        """Kill the processes of the session's running executions (their ``execute`` calls
+        return, with the output so far); returns how many were running. Backends that
+        cannot do this return 0 and their callers cancel instead."""
+        return 0
+
     def hold(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Keep executions out of a session (waiting for running ones) while host code
         changes its workspace, e.g. a snapshot restore. Backends with a session table

@@ -160,6 +160,12 @@ class BwrapSandbox(SandboxBackend):
                 self.successors.prepare(session)
             self.pool.start()
 
+    def interrupt(self, session_id: str) -> int:
+        running = list(self._running.get(session_id, ()))
+        for blocked in running:
+            kill_tree(blocked)
+        return len(running)
+
     async def cleanup(self, session_id: str) -> None:
         for blocked in list(self._running.get(session_id, ())):
             kill_tree(blocked)

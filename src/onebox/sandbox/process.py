@@ -117,6 +117,13 @@ class ProcessSandbox(SandboxBackend):
                    "sandbox_identity": self.identities.info().describe()}
         return Health(True, self.name, self.isolation, details, tuple(problems))
 
+    def interrupt(self, session_id: str) -> int:
+        groups = list(self._groups.get(session_id, ()))
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        return len(groups)
+
     async def cleanup(self, session_id: str) -> None:
         for pgid in list(self._groups.get(session_id, ())):
             with contextlib.suppress(ProcessLookupError, PermissionError):
