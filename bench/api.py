@@ -218,6 +218,7 @@ def main() -> None:
         url, key, clients = args.submit_load
         asyncio.run(submit_load(url, key, int(clients)))
         return
+    load_before = round(os.getloadavg()[0], 2)  # other work on the machine skews the tails
     home = Path(tempfile.mkdtemp(prefix="onebox-bench-api-"))
     home.chmod(0o755)
     try:
@@ -225,6 +226,7 @@ def main() -> None:
     finally:
         shutil.rmtree(home, ignore_errors=True)
     out = {"benchmark": "api", "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                                           "load_avg_1m_before": load_before,
                                            "load_avg_1m": round(os.getloadavg()[0], 2)},
            "settings": {"events_poll_s": load_settings().api.events_poll_s}, **results,
            "notes": "loopback; server = `onebox serve` subprocess on the embedded PostgreSQL; "
