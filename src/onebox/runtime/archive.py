@@ -177,6 +177,12 @@ async def load_plan_index(conn: store.Conn, plan_id: uuid.UUID) -> PlanIndex:
     if index is not None:
         _plans.move_to_end(plan_id)
         return index
+    row = await store.fetch_one(conn, "plan_by_id", {"plan_id": plan_id})
+    assert row is not None, f"plan {plan_id} vanished"
+    index = _plans[plan_id] = await asyncio.to_thread(_index_plan, row["spec"])
+    while len(_plans) > PLAN_CACHE_MAX:
+        _plans.popitem(last=False)
+    return index
 
 
 def _index_plan(spec: dict[str, Any]) -> PlanIndex:
