@@ -1,8 +1,11 @@
-"""HTTP API latency on loopback: run submission, and one step event reaching 100 SSE subscribers.
+"""HTTP API latency on loopback: run submission, one step event reaching 100 SSE subscribers, and
+live delivery to 50 subscribers while 20 other clients submit runs as fast as they can.
 
 Starts `onebox serve` (a subprocess, fresh ONEBOX_HOME, embedded PostgreSQL) and measures with
-bounded loops. Writes bench/results/api.json.
+bounded loops. The submitting clients run in a second process (as real clients would), so the
+subscribers' clock is not delayed by their work. Writes bench/results/api.json.
 Run: .venv/bin/python bench/api.py [--submissions 200] [--subscribers 100] [--events 30]
+     [--loaded-subscribers 50] [--submitters 20] [--loaded-events 60] [--only-loaded]
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -39,8 +43,8 @@ def percentile(samples: list[float], p: float) -> float:
 
 
 def summary(samples: list[float]) -> dict[str, Any]:
-    return {"p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
-            "max_ms": round(max(samples), 2), "n": len(samples)}
+    return {"p50_ms": percentile(samples, 50), "p95_ms": percentile(samples, 95),
+            "p99_ms": percentile(samples, 99), "max_ms": round(max(samples), 2), "n": len(samples)}
 
 
 def free_port() -> int:
@@ -100,6 +104,69 @@ async def bench_fanout(client: httpx.AsyncClient, db: Database, n_subs: int,
             "subscribers": n_subs, "events": n_events}
 
 
+async def submit_forever(url: str, key: str, stop: asyncio.Event, samples: list[float]) -> None:
+    """One client submitting runs back to back (its own connection) until ``stop``."""
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
+                                 timeout=60) as client:
+        while not stop.is_set():
+            start = time.perf_counter()
+            r = await client.post("/v1/runs", json={"plan": PLAN})
+            samples.append((time.perf_counter() - start) * 1000)
+            assert r.status_code == 201, r.text
+
+
+async def submit_load(url: str, key: str, clients: int) -> None:
+    """The submitting clients' process: submit until SIGTERM, then print their latencies."""
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    samples: list[float] = []
+    await asyncio.gather(*(submit_forever(url, key, stop, samples) for _ in range(clients)))
+    print(json.dumps(summary(samples)))
+
+
+def start_submitters(url: str, key: str, clients: int) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, __file__, "--submit-load", url, key, str(clients)],
+                            stdout=subprocess.PIPE, text=True)
+
+
+async def tick_runs(db: Database, run_ids: list[str], n_events: int) -> dict[int, float]:
+    """Tick i goes to run i % len(run_ids), ~10 a second; returns when each was committed."""
+    sent: dict[int, float] = {}
+    for i in range(n_events):
+        async with db.transaction() as conn:
+            await store.append_event(conn, run_ids[i % len(run_ids)], "bench_tick", {"i": i},
+                                     trace_id=None)
+        sent[i] = time.time()
+        await asyncio.sleep(0.1)
+    return sent
+
+
+async def bench_loaded(client: httpx.AsyncClient, db: Database, url: str, key: str,
+                       args: argparse.Namespace) -> dict[str, Any]:
+    """Live delivery to ``loaded_subscribers`` streams (over 5 runs) while ``submitters``
+    other clients submit runs back to back: commit of an event -> parsed by a subscriber."""
+    n_runs, n_subs, n_events = 5, args.loaded_subscribers, args.loaded_events
+    runs = [(await client.post("/v1/runs", json={"plan": PLAN})).json()["run_id"]
+            for _ in range(n_runs)]
+    want = [len(range(i % n_runs, n_events, n_runs)) for i in range(n_subs)]
+    seen: list[dict[int, float]] = [{} for _ in range(n_subs)]
+    readies = [asyncio.Event() for _ in range(n_subs)]
+    tasks = [asyncio.create_task(subscriber(client, f"/v1/runs/{runs[i % n_runs]}/events/stream",
+                                            seen[i], readies[i], want[i]))
+             for i in range(n_subs)]
+    await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 120)
+    load = start_submitters(url, key, args.submitters)
+    await asyncio.sleep(2.0)  # the submitters are up to speed before the first tick
+    sent = await tick_runs(db, runs, n_events)
+    await asyncio.wait_for(asyncio.gather(*tasks), 120)
+    load.terminate()
+    out, _ = load.communicate(timeout=60)
+    each = [(got - sent[i]) * 1000 for s in seen for i, got in s.items()]
+    return {"delivery": summary(each), "subscribers": n_subs, "runs": n_runs,
+            "events": n_events, "submitters": args.submitters,
+            "submit_run_under_load": json.loads(out)}
+
+
 async def main_async(args: argparse.Namespace, home: Path) -> dict[str, Any]:
     env = {**os.environ, "ONEBOX_HOME": str(home), "ONEBOX_LOG_LEVEL": "ERROR"}
     made = subprocess.run([ONEBOX, "keys", "create", "--tenant", "bench", "--json"], env=env,
@@ -109,7 +176,7 @@ async def main_async(args: argparse.Namespace, home: Path) -> dict[str, Any]:
     server = subprocess.Popen([ONEBOX, "serve", "--port", str(port)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = await Database.open(load_settings(home=home))
-    limits = httpx.Limits(max_connections=args.subscribers + 20)
+    limits = httpx.Limits(max_connections=max(args.subscribers, args.loaded_subscribers) + 20)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits,
                                      headers={"Authorization": f"Bearer {key}"},
@@ -120,13 +187,18 @@ async def main_async(args: argparse.Namespace, home: Path) -> dict[str, Any]:
                         break
                 except httpx.TransportError:
                     await asyncio.sleep(0.1)
-            submit = await bench_submit(client, args.submissions)
-            fanout = await bench_fanout(client, db, args.subscribers, args.events)
+            results: dict[str, Any] = {}
+            if not args.only_loaded:
+                results["submit_run"] = await bench_submit(client, args.submissions)
+                results["sse_fanout"] = await bench_fanout(client, db, args.subscribers,
+                                                           args.events)
+            results["sse_delivery_under_load"] = await bench_loaded(
+                client, db, f"http://127.0.0.1:{port}", key, args)
     finally:
         await db.close()
         server.terminate()
         server.wait(timeout=30)
-    return {"submit_run": submit, "sse_fanout": fanout}
+    return results
 
 
 def main() -> None:
@@ -134,21 +206,36 @@ def main() -> None:
     parser.add_argument("--submissions", type=int, default=200)
     parser.add_argument("--subscribers", type=int, default=100)
     parser.add_argument("--events", type=int, default=30)
+    parser.add_argument("--loaded-subscribers", type=int, default=50)
+    parser.add_argument("--submitters", type=int, default=20)
+    parser.add_argument("--loaded-events", type=int, default=100)
+    parser.add_argument("--only-loaded", action="store_true")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "api.json")
+    parser.add_argument("--submit-load", nargs=3, metavar=("URL", "KEY", "CLIENTS"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.submit_load:
+        url, key, clients = args.submit_load
+        asyncio.run(submit_load(url, key, int(clients)))
+        return
+    load_before = round(os.getloadavg()[0], 2)  # other work on the machine skews the tails
     home = Path(tempfile.mkdtemp(prefix="onebox-bench-api-"))
     home.chmod(0o755)
     try:
         results = asyncio.run(main_async(args, home))
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    out = {"benchmark": "api", "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+    out = {"benchmark": "api", "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                                           "load_avg_1m_before": load_before,
                                            "load_avg_1m": round(os.getloadavg()[0], 2)},
            "settings": {"events_poll_s": load_settings().api.events_poll_s}, **results,
            "notes": "loopback; server = `onebox serve` subprocess on the embedded PostgreSQL; "
                     "submission = POST /v1/runs of a one-step plan (run row, plan, queued step, "
                     "events in one transaction); fan-out = an event appended the way the runtime "
-                    "appends step events, timed until each of the SSE subscribers has parsed it"}
-    path = ROOT / "bench" / "results" / "api.json"
+                    "appends step events, timed until each of the SSE subscribers has parsed it; "
+                    "delivery under load = the same, 50 subscribers over 5 runs, while 20 "
+                    "clients in another process submit runs back to back"}
+    path = args.out
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
 

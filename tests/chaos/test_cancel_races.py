@@ -128,3 +128,30 @@ async def test_cancel_wide_runs_while_workers_claim(db: Database, settings: Sett
     expired = await db.fetch(
         "SELECT id FROM onebox.task_execution WHERE error LIKE 'lease expired%%'", ())
     assert expired == []
+
+
+async def test_results_reported_after_a_cancel_keep_their_status_and_output(
+    db: Database, settings: Settings
+) -> None:
+    """Steps that finish after their run was cancelled keep their real result and event."""
+    settings.runtime.lease_s = 600.0
+    run_id = (await submit_plan(db, settings, parse_plan(wide_plan(3)))).run_id
+    ok, failed, running = await claim_steps(db, settings, "worker-A", 3, run_id=run_id)
+    await runs_api.cancel_run(db, run_id)
+    await archive_step(db, settings, ok, Outcome(
+        "SUCCESS", exit_code=0, output_hash="a" * 64, stdout="42\n"))
+    await archive_step(db, settings, failed, Outcome(
+        "FAILED", exit_code=3, stderr="boom\n", error="exited with status 3"))
+    assert await sweep_expired(db, settings) == 0
+    rows = {r["id"]: r for r in await runs_api.run_steps(db, run_id)}
+    assert [(rows[ok["id"]][k]) for k in ("status", "stdout", "output_hash", "exit_code")] == [
+        "SUCCESS", "42\n", "a" * 64, 0]
+    assert [(rows[failed["id"]][k]) for k in ("status", "stderr", "exit_code", "error")] == [
+        "FAILED", "boom\n", 3, "exited with status 3"]
+    assert rows[running["id"]]["status"] == "RUNNING"  # its worker stops it at the next beat
+    assert len(rows) == 3  # a cancelled run queues no retry of the failed step
+    events = {e["execution_id"]: e for e in await runs_api.run_events(db, run_id)
+              if e["type"] in ("step_succeeded", "step_failed")}
+    assert events[ok["id"]]["payload"]["output_hash"] == "a" * 64
+    assert events[failed["id"]]["payload"]["exit_code"] == 3
+    assert (await runs_api.get_run(db, run_id))["status"] == "CANCELLED"

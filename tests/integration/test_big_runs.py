@@ -135,3 +135,22 @@ async def test_the_plan_cache_is_bounded(db: Database, settings: Settings) -> No
             assert row is not None
             await archive.load_plan_index(conn, row["current_plan_id"])
     assert len(archive._plans) == archive.PLAN_CACHE_MAX
+
+
+async def test_the_sandbox_keeps_no_entry_per_finished_session(settings: Settings) -> None:
+    """The linux backend's running-process index has one entry per *live* execution: after
+    200 sessions that ran and were removed, it is empty (it had 200 entries before)."""
+    from onebox.sandbox.base import ExecRequest
+    from onebox.sandbox.linux import BwrapSandbox
+    from onebox.sandbox.registry import get_backend
+
+    backend = get_backend(settings)
+    assert isinstance(backend, BwrapSandbox)
+    try:
+        for i in range(200):
+            result = await backend.execute(ExecRequest(session_id=f"big-{i}", code="pass"))
+            assert result.exit_code == 0, result.stderr
+            await backend.cleanup(f"big-{i}")
+        assert backend._running == {}
+    finally:
+        await backend.close()

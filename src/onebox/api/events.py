@@ -1,12 +1,15 @@
-"""Live run events for SSE: one poller per process, fanned out to every subscriber.
+"""Live run events for SSE: one poller per process (on its own connection), fanned out to
+every subscriber.
 
 Event ``seq`` numbers come from a sequence, so they are allocated in order but
 may commit out of order (two transactions, seq 9 committing after seq 10). A
 subscriber that read 10 and then resumed "after 10" would never see 9. The hub
 therefore only publishes up to a *safe horizon*. Each poll reads the sequence's
-last value ``top`` (a candidate). A poll at least ``GRACE_S`` later records the
-transactions running at that moment (``pg_stat_activity.backend_xid``). Every
-writer that drew a seq <= ``top`` had its transaction id by then (a writer draws
+last value ``top`` (a candidate) and the database clock just after. A poll at least
+``GRACE_S`` later records the transactions running at that moment
+(``pg_stat_activity.backend_xid``) that had begun by the candidate's clock (one begun
+later cannot have drawn a seq <= ``top``: that leaves out the runs submitted meanwhile).
+Every writer that drew a seq <= ``top`` had its transaction id by then (a writer draws
 its seq and gets its id within the same INSERT, microseconds apart), so once none
 of the recorded transactions is running any more, every event up to ``top`` is
 committed or gone for good, and ``top`` becomes the horizon. Subscribers read the
@@ -26,6 +29,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+from psycopg.rows import dict_row
+
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
 
@@ -34,13 +40,23 @@ Q = load_queries("api")
 PAGE = 1000
 GRACE_S = 0.05  # a writer's nextval precedes its transaction id by microseconds; margin for
 # a descheduled backend on a loaded machine
+CONFIRM_S = 0.01  # while new events wait for their writers to end: one cheap query per CONFIRM_S
+STUCK_S = 1.0  # a candidate older than this waits for a long transaction: back to poll_s
+CLOCK_MARGIN_S = 0.01  # a transaction begun this soon after a candidate still counts as its writer
 
 
 @dataclass
 class Candidate:
     top: int  # the sequence's last value when read
     taken: float  # monotonic time of that read
-    waits_for: frozenset[str] | None = None  # xids running >= GRACE_S after `taken`
+    at_s: float  # the database's clock just after that read (epoch seconds)
+    waits_for: frozenset[str] | None = None  # xids running >= GRACE_S after `taken`, begun
+    # by at_s (a transaction begun later cannot hold a seq <= top)
+
+    def writers(self, running: dict[str, float]) -> frozenset[str]:
+        """Of the transactions running now, those that may hold a seq <= top."""
+        return frozenset(xid for xid, began_s in running.items()
+                         if began_s <= self.at_s + CLOCK_MARGIN_S)
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,7 @@ class EventHub:
         self._ready = asyncio.Event()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._conn: psycopg.AsyncConnection[dict[str, Any]] | None = None
 
     @property
     def subscribers(self) -> int:
@@ -75,9 +92,28 @@ class EventHub:
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            with contextlib.suppress(asyncio.CancelledError):  # _run logs its own failures
                 await self._task
             self._task = None
+        await self._disconnect()
+
+    async def _query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """On the hub's own connection: its polls never queue behind requests for a pooled
+        connection (20 clients submitting runs keep a pool of 10 busy)."""
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(
+                self.db.url, autocommit=True, row_factory=dict_row)
+        try:
+            cur = await self._conn.execute(sql, params)
+            return list(await cur.fetchall())
+        except BaseException:
+            await self._disconnect()  # a broken or interrupted connection: a fresh one next time
+            raise
+
+    async def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
 
     async def ready_horizon(self) -> int:
         self.start()
@@ -104,41 +140,54 @@ class EventHub:
         while True:
             try:
                 await self._tick()
-            except Exception as exc:  # the hub must outlive any failure; subscribers wait on it
-                log.warning("event hub: %s: %s; retrying", type(exc).__name__, exc)
+            except Exception:  # the hub must outlive any failure; subscribers wait on it
+                log.exception("event hub: a poll failed; retrying in %s s", self.idle_poll_s)
                 await asyncio.sleep(self.idle_poll_s)
             self._wake.clear()
-            busy = self._subs or not self._ready.is_set()
-            delay = max(self.poll_s if busy else self.idle_poll_s, GRACE_S)
-            if busy and self._news_waiting():
-                delay = min(delay, GRACE_S)  # new events: confirm them right after the grace
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+                await asyncio.wait_for(self._wake.wait(), self._delay_s())
 
-    def _news_waiting(self) -> bool:
-        """A fresh candidate holds events past the horizon (and the oldest is not stuck behind
-        a long transaction, which would only make us poll fast for nothing)."""
+    def _delay_s(self) -> float:
+        """Until the next poll: right when the oldest fresh candidate's grace ends (to record
+        what it waits for), then every CONFIRM_S until those writers end; otherwise poll_s
+        while anyone listens and idle_poll_s when nobody does."""
+        busy = bool(self._subs) or not self._ready.is_set()
+        delay = self.poll_s if busy else self.idle_poll_s
+        pending = self._pending()
+        if busy and pending is not None:
+            if pending.waits_for is None:
+                return max(min(delay, pending.taken + GRACE_S - time.monotonic()), 0.0)
+            return min(delay, CONFIRM_S)
+        return delay
+
+    def _pending(self) -> Candidate | None:
+        """The oldest candidate holding events past the horizon, unless it is stuck behind a
+        long transaction (polling fast would then only load the database for nothing)."""
         if not self._candidates:
-            return False
-        fresh = time.monotonic() - self._candidates[0].taken < 1.0
-        return fresh and (self.horizon is None or self._candidates[-1].top > self.horizon)
+            return None
+        oldest = self._candidates[0]
+        if time.monotonic() - oldest.taken >= STUCK_S:
+            return None
+        if self.horizon is not None and self._candidates[-1].top <= self.horizon:
+            return None
+        return oldest
 
     async def _tick(self) -> None:
         """Record what older candidates wait for, confirm those whose writers have all ended,
         and take a new candidate."""
-        row = await self.db.fetchone(Q["event_horizon"])
-        assert row is not None
+        row = (await self._query(Q["event_horizon"]))[0]
         top = int(row["last_value"]) if row["is_called"] else 0
-        running = frozenset(row["running"])
+        running: dict[str, float] = row["running"]
         now = time.monotonic()
         for candidate in self._candidates:
             if candidate.waits_for is None and now - candidate.taken >= GRACE_S:
-                candidate.waits_for = running
+                candidate.waits_for = candidate.writers(running)
         confirmed: int | None = None
         while self._candidates and self._candidates[0].waits_for is not None \
-                and not self._candidates[0].waits_for & running:
+                and not self._candidates[0].waits_for & running.keys():
             confirmed = self._candidates.popleft().top
-        self._candidates.append(Candidate(top, now))
+        if not self._candidates or top > self._candidates[-1].top:
+            self._candidates.append(Candidate(top, now, float(row["at_s"])))  # same top: nothing new
         if confirmed is not None and (self.horizon is None or confirmed > self.horizon):
             await self._publish(confirmed)
 
@@ -148,7 +197,7 @@ class EventHub:
             self.horizon = upto
             self._ready.set()
             return
-        rows = await self.db.fetch(Q["events_between"], {"after": lo, "upto": upto})
+        rows = await self._query(Q["events_between"], {"after": lo, "upto": upto})
         by_run: dict[uuid.UUID, list[dict[str, Any]]] = {}
         for row in rows:
             if row["run_id"] is not None:

@@ -385,6 +385,8 @@ class BwrapSandbox(SandboxBackend):
             raise
         finally:
             running.discard(blocked)
+            if not running and self._running.get(session.session_id) is running:
+                del self._running[session.session_id]  # one entry per live session, no more
             self.discard_later(blocked)
         blocked_net = blocked.egress.attempts() if blocked.egress is not None else ()
         enforcement = enforcement_of(self, limits)

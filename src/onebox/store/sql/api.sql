@@ -121,11 +121,13 @@ LEFT JOIN onebox.sessions ss ON ss.id = s.session_id
 WHERE s.id = %(id)s AND coalesce(r.tenant_id, ss.tenant_id) = %(tenant_id)s;
 
 -- name: event_horizon
--- The sequence's last value, and the transaction ids running now (any database, any role
--- onebox connects as): a snapshot's xip omits running ids above its xmax, this does not.
-SELECT s.last_value, s.is_called,
-       ARRAY(SELECT a.backend_xid::text FROM pg_stat_activity AS a
-             WHERE a.backend_xid IS NOT NULL) AS running
+-- The sequence's last value, the database clock after reading it, and the transaction ids
+-- running now with their start times (any database, any role onebox connects as): a
+-- snapshot's xip omits running ids above its xmax, this does not.
+SELECT s.last_value, s.is_called, extract(epoch FROM clock_timestamp())::float8 AS at_s,
+       (SELECT coalesce(jsonb_object_agg(a.backend_xid::text,
+                                         coalesce(extract(epoch FROM a.xact_start), 0)), '{}')
+        FROM pg_stat_activity AS a WHERE a.backend_xid IS NOT NULL) AS running
 FROM onebox.agent_events_seq_seq AS s;
 
 -- name: events_between
