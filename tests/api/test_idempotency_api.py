@@ -20,7 +20,7 @@ from onebox.cli.main import main
 from onebox.config import Settings
 from onebox.errors import Conflict
 from onebox.runtime.agent_runs import submit_task
-from onebox.runtime.submit import submit_plan
+from onebox.runtime.submit import Submitted, submit_plan
 from onebox.store.api_keys import create_key
 
 PLAN = {"name": "idem", "steps": [{"id": "a", "tool": "bash", "code": "echo one"}]}
@@ -129,11 +129,15 @@ async def test_cli_and_api_racing_on_one_key_make_one_run(api_no_worker: Api) ->
             cli, http = await asyncio.gather(
                 submit_plan(db, settings, plan, idempotency_key=key),
                 c.post("/v1/runs", json={"plan": PLAN if i % 2 else OTHER,
-                                         "idempotency_key": key}))
+                                         "idempotency_key": key}), return_exceptions=True)
+            assert not isinstance(http, BaseException), http
             if i % 2:
+                assert isinstance(cli, Submitted), cli
                 assert http.status_code in (200, 201), http.text
                 assert uuid.UUID(http.json()["run_id"]) == cli.run_id
                 assert http.json()["existing"] != cli.existing
-            else:  # the loser of the race is refused, whichever it was
-                assert http.status_code in (201, 409), http.text
+            else:  # the loser of the race is refused, whichever it was: exactly one wins
+                cli_won = isinstance(cli, Submitted)
+                assert cli_won or isinstance(cli, Conflict), cli
+                assert http.status_code == (409 if cli_won else 201), http.text
     assert await _run_count(api_no_worker) == RACE_ROUNDS
