@@ -34,14 +34,16 @@ async def require_run(db: Database, run_id: uuid.UUID, tenant_id: str) -> None:
 async def create_run(
     db: Database, settings: Settings, tenant_id: str, *, plan: dict[str, Any] | None,
     task: str | None, name: str | None, idempotency_key: str | None,
+    profile: str | None = None,
 ) -> Submitted:
     """Submit for the tenant; its idempotency keys are the ones its CLI uses too (one
     namespace per tenant; two tenants may use the same key)."""
     if plan is None:
-        check_llm(settings)
+        if profile is None:  # a profile names its own model
+            check_llm(settings)
         run_id, existing = await submit_task(
             db, str(task), name=name, idempotency_key=idempotency_key, tenant_id=tenant_id,
-            settings=settings)
+            settings=settings, profile=profile)
         run = await runtime_runs.get_run(db, run_id)
         return Submitted(run_id, str(run["trace_id"]).strip(), existing)
     parsed = await asyncio.to_thread(parse_plan, plan)  # a big plan never stalls the API

@@ -47,6 +47,7 @@ class CreateRun(Body):
     task: text(20_000, 1) | None = None  # type: ignore[valid-type]
     name: Name | None = None  # type: ignore[valid-type]
     idempotency_key: Name | None = None  # type: ignore[valid-type]
+    profile: Name | None = None  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _one_source(self) -> CreateRun:

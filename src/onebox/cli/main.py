@@ -11,6 +11,7 @@ COMMAND_MODULES = (
     "onebox.cli.runs",
     "onebox.cli.kb",
     "onebox.cli.tools",
+    "onebox.cli.profile",
     "onebox.cli.memory",
     "onebox.cli.doctor",
     "onebox.cli.db",

@@ -45,9 +45,11 @@ def register(main: click.Group) -> None:
 @click.option("--idempotency-key", help="submitting the same key again returns the same run "
               "(the keys the API uses for tenant 'default' too); the same key with a different "
               "plan or task is refused")
+@click.option("--profile", help="the agent profile whose model does the task's model work "
+              "(`onebox profile list`); default: this machine's model settings")
 @common.json_option
 def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | None,
-            as_json: bool) -> None:
+            profile: str | None, as_json: bool) -> None:
     """Run a plan file (YAML or JSON), or ask the agent to do TARGET in words."""
     settings = common.settings()
     if Path(target).exists():
@@ -57,9 +59,11 @@ def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | 
     elif _looks_like_a_path(target):
         common.fail(f"plan file {target} does not exist", code=2)
     else:
-        common.run_sync(lambda: chat_model_from_settings(settings.llm))  # says what to set
+        if profile is None:
+            common.run_sync(lambda: chat_model_from_settings(settings.llm))  # says what to set
         status = common.run(_run_task(settings, target, detach=detach, name=name,
-                                      idempotency_key=idempotency_key, as_json=as_json))
+                                      idempotency_key=idempotency_key, profile=profile,
+                                      as_json=as_json))
     codes = {"SUCCEEDED": 0, "PENDING": 0, INTERRUPTED: INTERRUPTED_EXIT}
     raise click.exceptions.Exit(codes.get(status, 1))
 
@@ -89,17 +93,18 @@ async def _run_plan(settings: Settings, plan: Any, *, detach: bool, name: str | 
 
 
 async def _run_task(settings: Settings, task: str, *, detach: bool, name: str | None,
-                    idempotency_key: str | None, as_json: bool) -> str:
+                    idempotency_key: str | None, profile: str | None, as_json: bool) -> str:
     async with await Runtime.open(settings) as rt:
-        run_id, existing = await submit_task(rt.db, task, name=name,
+        run_id, existing = await submit_task(rt.db, task, name=name, profile=profile,
                                              idempotency_key=idempotency_key, settings=settings)
+        model = (await runs_api.get_run(rt.db, run_id))["profile"] or {}
         trace = (await runs_api.get_run(rt.db, run_id))["trace_id"]
         if detach:
             _print_submitted(Submitted(run_id, trace, existing), as_json)
             return "PENDING"
         if not as_json:
             common.out.print(f"run [bold cyan]{run_id}[/] started: the agent plans "
-                             f"'{task}' with {settings.llm.model}")
+                             f"'{task}' with {model.get('model') or settings.llm.model}")
         return await _finish(rt, run_id, as_json)
 
 

@@ -20,6 +20,7 @@ from onebox.errors import LeaseLost, LLMNotConfigured
 from onebox.runtime import agent_engine
 from onebox.runtime.agent_steps import Performed
 from onebox.runtime.archive import finish_run, step_params
+from onebox.runtime.profiles import run_profile
 from onebox.runtime.schedule import backoff_s
 from onebox.runtime.step_context import check_plan_tools
 from onebox.runtime.submit import Submitted, insert_run
@@ -29,13 +30,20 @@ from onebox.store.db import Database
 
 async def submit_task(
     db: Database, task: str, *, name: str | None = None, idempotency_key: str | None = None,
-    tenant_id: str = "default", settings: Settings | None = None,
+    tenant_id: str = "default", settings: Settings | None = None, profile: str | None = None,
 ) -> tuple[uuid.UUID, bool]:
-    """Store a task run and queue the agent's first action; returns (run_id, existing)."""
+    """Store a task run and queue the agent's first action; returns (run_id, existing).
+
+    The run keeps its profile (``profile``, else the submitter's model settings): its
+    model calls go only to a worker that serves that model."""
     request = {"task": task, "agent": agent_engine.agent_config(settings)}
+    if profile is not None:
+        request["profile"] = profile
     async with db.transaction() as conn:
+        kept = await run_profile(conn, settings, tenant_id, profile)
         submitted = await insert_run(conn, "task", request, name=name or task[:80],
-                                     idempotency_key=idempotency_key, tenant_id=tenant_id)
+                                     idempotency_key=idempotency_key, tenant_id=tenant_id,
+                                     profile=kept)
         if not submitted.existing:
             run = await store.fetch_one(conn, "get_run", {"run_id": submitted.run_id})
             assert run is not None
@@ -83,8 +91,10 @@ async def insert_agent_plan(
     await check_plan_tools(conn, plan)
     request = {"plan": plan.to_data(),
                "agent": {**agent_engine.agent_config(settings), "use_model": use_model}}
+    kept = await run_profile(conn, settings, tenant_id, None) if use_model else None
     submitted = await insert_run(conn, "plan", request, name=name or plan.name,
-                                 idempotency_key=idempotency_key, tenant_id=tenant_id)
+                                 idempotency_key=idempotency_key, tenant_id=tenant_id,
+                                 profile=kept)
     if not submitted.existing:
         run = await store.fetch_one(conn, "get_run", {"run_id": submitted.run_id})
         assert run is not None

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from onebox.runtime.agent_engine import replay
 from onebox.runtime.archive import Outcome
 from onebox.runtime.executor import StepRunner
 from onebox.runtime.model_calls import call_model
+from onebox.runtime.profiles import allowed_tools, with_profile_defaults
 from onebox.runtime.sessions import touch_session
 from onebox.runtime.step_context import sandbox_facts, with_catalog_names, workspace_listing
 from onebox.runtime.submit import session_id_for
@@ -67,7 +68,8 @@ class AgentWork:
     recorded in ``llm_calls`` (its worker died before archiving) is not made again.
     """
 
-    def __init__(self, db: Database, runner: StepRunner, model: Callable[[], ChatModel]) -> None:
+    def __init__(self, db: Database, runner: StepRunner,
+                 model: Callable[[Mapping[str, Any] | None], ChatModel]) -> None:
         self.db, self.runner, self.model = db, runner, model
         self.backend, self.settings = runner.backend, runner.settings
 
@@ -107,10 +109,11 @@ class AgentWork:
             return await self._check(run, action)
         if isinstance(action, LookupTools):
             async with self.db.connection() as conn:
-                found = await with_catalog_names(conn, await lookup_tools(conn, action))
+                found = allowed_tools(await with_catalog_names(conn, await lookup_tools(
+                    conn, action)), run["profile"])
             return Performed(found, _json_outcome({"tools": [t.name for t in found.tools]}))
         if isinstance(action, ExecuteStep):
-            result, outcome = await self._execute(action, row)
+            result, outcome = await self._execute(action, row, run["profile"])
         elif isinstance(action, StepAction):
             result, outcome = await self._knowledge_step(run, action)
         else:
@@ -124,7 +127,7 @@ class AgentWork:
         if recorded is not None:
             reply = ModelReply(action.id, ChatResponse.from_dict(recorded["response"]))
         else:
-            reply = await call_model(self.db, self.model(), action, run_id=run["id"],
+            reply = await call_model(self.db, self.model(run["profile"]), action, run_id=run["id"],
                                      prices=price_table(self.settings.llm))
         text = reply.response.content or ""
         return Performed(reply, Outcome("SUCCESS", exit_code=0, stdout=text[-64_000:],
@@ -141,10 +144,11 @@ class AgentWork:
                          Outcome("SUCCESS", exit_code=result.exit_code, stdout=text,
                                  output_hash=canonical_hash({"ok": result.ok, "text": text})))
 
-    async def _execute(self, action: ExecuteStep, row: store.Row) -> tuple[StepResult, Outcome]:
+    async def _execute(self, action: ExecuteStep, row: store.Row,
+                       profile: Mapping[str, Any] | None) -> tuple[StepResult, Outcome]:
         """The step through the one step pipeline, its inputs in ``$ONEBOX_INPUTS`` and the
         JSON result it declares read back from ``$ONEBOX_RESULT``."""
-        step = await self._runnable(action.step)
+        step = with_profile_defaults(await self._runnable(action.step), profile)
         key = action.instance.replace("/", "_")
         inputs_path, result_path = f"{IO_DIR}/{key}.inputs.json", f"{IO_DIR}/{key}.result.json"
         ran = await self.runner.run(
@@ -180,7 +184,8 @@ class AgentWork:
                               action: StepAction) -> tuple[StepResult, Outcome]:
         k = await self.runner.knowledge.knowledge()
         tenant = run["tenant_id"]
-        scope = tenant_name(tenant, getattr(action, "scope", None) or "default")
+        scope = tenant_name(tenant, getattr(action, "scope", None)
+                            or (run["profile"] or {}).get("memory_scope") or "default")
         result: Any
         if isinstance(action, SearchKnowledge):
             names = [c["name"] for c in await list_collections(self.db)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Collection
 
 from onebox.config import Settings
 from onebox.errors import StorageError
@@ -36,7 +37,8 @@ log = logging.getLogger(__name__)
 
 
 async def claim_steps(
-    db: Database, settings: Settings, owner: str, limit: int, *, run_id: uuid.UUID | None = None
+    db: Database, settings: Settings, owner: str, limit: int, *, run_id: uuid.UUID | None = None,
+    models: Collection[str] = (),
 ) -> list[store.Row]:
     """Claim up to ``limit`` ready attempts; each comes back with its fencing token.
 
@@ -47,14 +49,15 @@ async def claim_steps(
         return []
     try:
         return await retry_rollbacks(
-            f"claim by {owner}", lambda: _claim_once(db, settings, owner, limit, run_id))
+            f"claim by {owner}", lambda: _claim_once(db, settings, owner, limit, run_id, models))
     except StorageError as exc:
         log.warning("%s; claiming again at the next poll", exc)
         return []
 
 
 async def _claim_once(
-    db: Database, settings: Settings, owner: str, limit: int, run_id: uuid.UUID | None
+    db: Database, settings: Settings, owner: str, limit: int, run_id: uuid.UUID | None,
+    models: Collection[str],
 ) -> list[store.Row]:
     async with db.transaction() as conn:
         # A claim need not wait for its WAL flush: if the server crashes before the flush, the
@@ -62,7 +65,8 @@ async def _claim_once(
         # database never saw, so they are refused. Results (archive) stay synchronous.
         await conn.execute("SET LOCAL synchronous_commit TO OFF")
         return await store.fetch_all(conn, "claim_steps", {
-            "owner": owner, "limit": limit, "lease_s": settings.runtime.lease_s, "run_id": run_id})
+            "owner": owner, "limit": limit, "lease_s": settings.runtime.lease_s, "run_id": run_id,
+            "models": list(models)})
 
 
 async def renew_leases(

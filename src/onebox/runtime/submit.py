@@ -161,6 +161,7 @@ async def _store_run(
 async def insert_run(
     conn: store.Conn, source: str, request: dict[str, Any], *, name: str | None,
     idempotency_key: str | None, tenant_id: str, digest: str | None = None,
+    profile: dict[str, Any] | None = None,
 ) -> Submitted:
     """The run row and its run_submitted event; the existing run when the tenant used the key
     for the same request, Conflict when it used it for another one.
@@ -172,7 +173,7 @@ async def insert_run(
     inserted = await store.fetch_one(conn, "insert_run", {
         "id": run_id, "trace_id": trace_id, "source": source, "request": Jsonb(request),
         "request_hash": digest, "name": name, "idempotency_key": idempotency_key,
-        "tenant_id": tenant_id})
+        "tenant_id": tenant_id, "profile": Jsonb(profile) if profile else None})
     if inserted is None:
         assert idempotency_key is not None  # only a used key makes the insert a no-op
         return await existing_run(conn, tenant_id, idempotency_key, digest)
@@ -360,6 +361,7 @@ async def queue_attempt(
     await store.execute(conn, "insert_step", {
         **base, "id": execution_id, "session_id": session_id_for(base["run_id"]),
         "attempt": attempt, "delay_s": delay_s, "waiting_for": "approval" if hold else None,
+        "needs_model": base.get("needs_model"),
         "details": Jsonb(details or {}), "payload": Jsonb(payload),
     })
     return execution_id

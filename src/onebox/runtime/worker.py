@@ -14,6 +14,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -28,6 +29,7 @@ from onebox.runtime.agent_runs import archive_agent_step
 from onebox.runtime.agent_steps import AgentWork, Performed
 from onebox.runtime.archive import Outcome, archive_failure, archive_step, load_plan_version
 from onebox.runtime.executor import StepRunner
+from onebox.runtime.profiles import llm_settings_for, model_key, needs_model, served_models
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
 from onebox.runtime.retention import RetentionChore
 from onebox.runtime.schedules import fire_due
@@ -60,6 +62,8 @@ class Worker:
     ) -> None:
         self.db, self.backend, self.settings = db, backend, settings
         self._model = model
+        self._models: dict[str, ChatModel] = {}
+        self._served: list[str] = []
         self.workspaces = StepWorkspace(db, backend, objects, settings) if objects else None
         self.knowledge = StepKnowledge(db, settings)
         self.concurrency = concurrency or settings.runtime.concurrency
@@ -88,6 +92,7 @@ class Worker:
                 RetentionChore(self.db, self.settings, objects).loop()))
         try:
             await sweep_expired(self.db, self.settings)
+            await self._refresh_served()
             while not stop.is_set():
                 try:
                     await self._fill()
@@ -105,14 +110,33 @@ class Worker:
 
     async def _fill(self) -> None:
         free = self.concurrency - len(self._running)
-        for row in await claim_steps(self.db, self.settings, self.owner, free, run_id=self.run_id):
+        for row in await claim_steps(self.db, self.settings, self.owner, free, run_id=self.run_id,
+                                     models=self._served):
             self._rows[row["id"]] = row
             self._running[row["id"]] = asyncio.create_task(self._attempt(row))
 
-    def chat_model(self) -> ChatModel:
-        if self._model is None:
-            self._model = chat_model_from_settings(self.settings.llm)
-        return self._model
+    def chat_model(self, profile: Mapping[str, Any] | None = None) -> ChatModel:
+        """The model for a run's profile (this worker's own model when the run has none).
+        Models are kept per profile; a worker serves only a few, so the dict stays small."""
+        key = needs_model(profile)
+        if key is None or key in self._own_models():
+            if self._model is None:
+                self._model = chat_model_from_settings(self.settings.llm)
+            return self._model
+        if key not in self._models:
+            assert profile is not None
+            self._models[key] = chat_model_from_settings(
+                llm_settings_for(profile, self.settings.llm))
+        return self._models[key]
+
+    def _own_models(self) -> set[str]:
+        llm = self.settings.llm
+        return {model_key(llm.model, llm.base_url)} if llm.model else set()
+
+    async def _refresh_served(self) -> None:
+        """The models this worker calls: its own and the stored profiles it has keys for."""
+        async with self.db.connection() as conn:
+            self._served = await served_models(conn, self.settings)
 
     async def _idle(self, stop: asyncio.Event) -> None:
         self._wake.clear()
@@ -232,13 +256,20 @@ class Worker:
                 await self._renew()
                 await sweep_expired(self.db, self.settings)
                 await release_finished_sessions(self.db, self.backend)
-                if self.run_id is None and time.monotonic() - last_chores >= CHORES_EVERY_S:
+                if time.monotonic() - last_chores >= CHORES_EVERY_S:
                     last_chores = time.monotonic()
-                    await flag_stale_runs(self.db, self.settings)
-                    if await fire_due(self.db, self.settings):
-                        self._wake.set()
+                    await self._chores()
             except (psycopg.Error, OneboxError) as exc:
                 log.warning("heartbeat of worker %s failed: %s (retrying)", self.owner, exc)
+
+    async def _chores(self) -> None:
+        """Every few seconds: the models this worker serves; stale runs and due schedules
+        (a worker serving the whole queue, not a foreground one for a single run)."""
+        await self._refresh_served()
+        if self.run_id is None:
+            await flag_stale_runs(self.db, self.settings)
+            if await fire_due(self.db, self.settings):
+                self._wake.set()
 
     async def _renew(self) -> None:
         """Stop steps whose run was cancelled or whose lease was lost."""

@@ -42,7 +42,8 @@ async def create_run(
 ) -> dict[str, Any]:
     submitted = await service.create_run(
         state.db, state.settings, caller.tenant_id, plan=body.plan, task=body.task,
-        name=body.name, idempotency_key=body.idempotency_key or idempotency_key)
+        name=body.name, idempotency_key=body.idempotency_key or idempotency_key,
+        profile=body.profile)
     if submitted.existing:
         response.status_code = 200
     return {"run_id": submitted.run_id, "trace_id": submitted.trace_id,

@@ -4,9 +4,9 @@
 -- name: insert_run
 -- Nothing when the tenant already used the idempotency key (one namespace per tenant).
 INSERT INTO onebox.runs (id, trace_id, status, source, request, request_hash, name,
-                         idempotency_key, tenant_id)
+                         idempotency_key, tenant_id, profile)
 VALUES (%(id)s, %(trace_id)s, 'PENDING', %(source)s, %(request)s, %(request_hash)s, %(name)s,
-        %(idempotency_key)s, %(tenant_id)s)
+        %(idempotency_key)s, %(tenant_id)s, %(profile)s)
 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING id;
 
@@ -32,11 +32,11 @@ RETURNING seq;
 WITH ins AS (
     INSERT INTO onebox.task_execution
         (id, run_id, plan_id, session_id, trace_id, step_id, step_number, attempt, tool_name,
-         input_hash, status, max_attempts, available_at, waiting_for, details)
+         input_hash, status, max_attempts, available_at, waiting_for, details, needs_model)
     VALUES (%(id)s, %(run_id)s, %(plan_id)s, %(session_id)s, %(trace_id)s, %(step_id)s,
             %(step_number)s, %(attempt)s, %(tool_name)s, %(input_hash)s, 'PENDING',
             %(max_attempts)s, now() + make_interval(secs => %(delay_s)s), %(waiting_for)s,
-            %(details)s)
+            %(details)s, %(needs_model)s)
     RETURNING id, run_id, session_id, trace_id
 ), ev AS (
     INSERT INTO onebox.agent_events (run_id, session_id, trace_id, execution_id, type, payload)
@@ -85,10 +85,12 @@ SELECT count(*) AS queued, pg_notify('onebox_steps', '') FROM ins;
 -- each run row (KEY SHARE) before its attempts, both SKIP LOCKED, so a claim never waits
 -- for a cancel, a recovery or another claim, and skips a run that is being cancelled.
 -- Only starting a PENDING run waits, for another claim starting it, in run id order.
+-- Model work (needs_model) goes only to a worker that serves that model (%(models)s).
 WITH picked AS (
     SELECT t.id FROM onebox.runs r JOIN onebox.task_execution t ON t.run_id = r.id
     WHERE t.status = 'PENDING' AND t.waiting_for IS NULL AND t.available_at <= now()
       AND (%(run_id)s::uuid IS NULL OR t.run_id = %(run_id)s::uuid)
+      AND (t.needs_model IS NULL OR t.needs_model = ANY(%(models)s::text[]))
     ORDER BY t.available_at, t.id
     LIMIT %(limit)s
     FOR KEY SHARE OF r SKIP LOCKED

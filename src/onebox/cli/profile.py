@@ -1,0 +1,108 @@
+"""`onebox profile create|list|show|rm`: agent profiles (which model does a run's model work)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.table import Table
+
+from onebox.cli import common
+from onebox.runtime import profiles as service
+from onebox.store.db import Database
+
+TENANT = "default"  # the CLI works as the default tenant, as the API's default tenant does
+
+
+def register(main: click.Group) -> None:
+    main.add_command(profile)
+
+
+@click.group("profile")
+def profile() -> None:
+    """Agent profiles: model, endpoint, API key variable, memory scope, tools, limits."""
+
+
+@profile.command("create")
+@click.argument("name")
+@click.option("--model", required=True, help="the model name at the endpoint")
+@click.option("--base-url", help="the OpenAI-compatible endpoint (https://.../v1)")
+@click.option("--api-key-env", help="the NAME of the environment variable that holds the "
+              "API key on the workers (the key itself is never stored)")
+@click.option("--memory-scope", help="the memory scope the agent remembers into and recalls")
+@click.option("--tool", "tools", multiple=True, help="a catalog tool the agent may use "
+              "(repeat; default: every tool)")
+@click.option("--timeout-s", type=float, help="default timeout of the agent's steps")
+@click.option("--memory-mb", type=int, help="default memory limit of the agent's steps")
+@click.option("--allow-domain", "allow_domains", multiple=True,
+              help="a domain the agent's steps may reach (repeat)")
+@common.json_option
+def create_cmd(name: str, as_json: bool, **fields: Any) -> None:
+    """Create or replace the profile NAME."""
+    data = {k: (list(v) if isinstance(v, tuple) else v) for k, v in fields.items()}
+    data["tools"] = data["tools"] or None
+    parsed = common.run_sync(lambda: service.parse_profile({"name": name, **data}))
+
+    async def go(db: Database) -> dict[str, Any]:
+        async with db.connection() as conn:
+            return await service.save_profile(conn, TENANT, parsed)
+
+    saved = common.with_db(common.settings(), go)
+    if as_json:
+        common.print_json(saved)
+    else:
+        common.out.print(f"profile [bold]{name}[/] saved: {parsed.model} at "
+                         f"{parsed.base_url or 'the default endpoint'}")
+
+
+@profile.command("list")
+@common.json_option
+def list_cmd(as_json: bool) -> None:
+    """List the profiles."""
+
+    async def go(db: Database) -> list[dict[str, Any]]:
+        async with db.connection() as conn:
+            return await service.list_profiles(conn, TENANT)
+
+    rows = common.with_db(common.settings(), go)
+    if as_json:
+        common.print_json({"profiles": rows})
+        return
+    table = Table("name", "model", "endpoint", "key variable", "memory scope")
+    for row in rows:
+        spec = row["spec"]
+        table.add_row(row["name"], spec["model"], spec.get("base_url") or "",
+                      spec.get("api_key_env") or "", spec.get("memory_scope") or "")
+    common.out.print(table)
+
+
+@profile.command("show")
+@click.argument("name")
+@common.json_option
+def show_cmd(name: str, as_json: bool) -> None:
+    """Show one profile."""
+
+    async def go(db: Database) -> dict[str, Any]:
+        async with db.connection() as conn:
+            return await service.get_profile(conn, TENANT, name)
+
+    found = common.with_db(common.settings(), go)
+    if as_json:
+        common.print_json(found)
+        return
+    for key, value in found["spec"].items():
+        if value not in (None, [], ""):
+            common.out.print(f"{key}: {value}")
+
+
+@profile.command("rm")
+@click.argument("name")
+def rm_cmd(name: str) -> None:
+    """Delete a profile (runs keep the copy they were submitted with)."""
+
+    async def go(db: Database) -> None:
+        async with db.connection() as conn:
+            await service.delete_profile(conn, TENANT, name)
+
+    common.with_db(common.settings(), go)
+    common.out.print(f"profile {name} deleted")

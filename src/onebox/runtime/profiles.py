@@ -1,0 +1,160 @@
+"""Agent profiles: which model does a run's model work, and with which defaults.
+
+A profile names a model and its OpenAI-compatible endpoint, the *name* of the environment
+variable that holds the API key (the secret itself stays in the worker's environment), the
+memory scope the agent remembers into, the tools it may use, and default sandbox limits and
+network grants for its steps. Profiles are stored per tenant::
+
+    onebox profile create kimi --model kimi-k2 --base-url https://api.moonshot.ai/v1 \\
+        --api-key-env MOONSHOT_API_KEY --memory-scope research
+
+A run keeps a copy of the profile it was submitted with (``runs.profile``); a run submitted
+without one gets the submitter's own model settings as its profile. Each model call of the
+run is queued with the model it needs (``task_execution.needs_model``, ``model@endpoint``),
+and only a worker that serves that model claims it: a worker serves its own configured model
+and every stored profile whose API key variable is set in its environment. So a run is never
+silently performed by another model; it waits for a worker that has it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from onebox.agent.actions import ToolsResult
+from onebox.agent.plan import Step
+from onebox.config import LLMSettings, Settings
+from onebox.errors import NotFound
+from onebox.errors import ValidationError as OneboxValidationError
+from onebox.store import profiles as rows
+from onebox.store.runs import Conn
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+ENV_NAME = r"^[A-Z_][A-Z0-9_]{0,127}$"
+
+
+class Profile(BaseModel):
+    """A stored profile; every field is validated before anything is written."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME)
+    model: str = Field(min_length=1, max_length=200)
+    base_url: str | None = Field(None, max_length=2000, pattern=r"^https?://")
+    api_key_env: str | None = Field(None, pattern=ENV_NAME)
+    memory_scope: str | None = Field(None, pattern=NAME)
+    tools: list[str] | None = Field(None, max_length=200)
+    timeout_s: float | None = Field(None, gt=0, le=86_400)
+    memory_mb: int | None = Field(None, gt=0, le=1_048_576)
+    allow_domains: list[str] = Field(default_factory=list, max_length=100)
+
+    @property
+    def key(self) -> str:
+        return model_key(self.model, self.base_url)
+
+
+def model_key(model: str, base_url: str | None) -> str:
+    """What a worker must serve to perform a model call: the model at its endpoint."""
+    return f"{model}@{(base_url or '').rstrip('/')}"
+
+
+def parse_profile(data: Mapping[str, Any]) -> Profile:
+    """A Profile, or a ValidationError naming the first bad field and what it accepts."""
+    try:
+        return Profile.model_validate(dict(data))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"]) or "profile"
+        raise OneboxValidationError(f"profile field {field!r}: {error['msg']}",
+                                    field=field) from None
+
+
+async def save_profile(conn: Conn, tenant_id: str, profile: Profile) -> dict[str, Any]:
+    return _public(await rows.upsert(conn, tenant_id, profile.name, profile.model_dump()))
+
+
+async def get_profile(conn: Conn, tenant_id: str, name: str) -> dict[str, Any]:
+    row = await rows.get(conn, tenant_id, name)
+    if row is None:
+        raise NotFound(f"profile {name!r} does not exist; `onebox profile list` shows the "
+                       "profiles, `onebox profile create` makes one", field="profile")
+    return _public(row)
+
+
+async def list_profiles(conn: Conn, tenant_id: str) -> list[dict[str, Any]]:
+    return [_public(r) for r in await rows.of_tenant(conn, tenant_id)]
+
+
+async def delete_profile(conn: Conn, tenant_id: str, name: str) -> None:
+    if not await rows.delete(conn, tenant_id, name):
+        raise NotFound(f"profile {name!r} does not exist", field="profile")
+
+
+async def run_profile(conn: Conn, settings: Settings | None, tenant_id: str,
+                      name: str | None) -> dict[str, Any] | None:
+    """The profile a new run keeps: the named one, else the submitter's own model (None
+    when it has none: such a run's model work is taken by any worker with a model)."""
+    if name is not None:
+        return dict((await get_profile(conn, tenant_id, name))["spec"])
+    if settings is None or not settings.llm.model:
+        return None
+    return {"name": None, "model": settings.llm.model, "base_url": settings.llm.base_url,
+            "api_key_env": None}
+
+
+def needs_model(profile: Mapping[str, Any] | None) -> str | None:
+    return None if not profile else model_key(profile["model"], profile.get("base_url"))
+
+
+async def served_models(conn: Conn, settings: Settings,
+                        environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The models this worker can call: its own, and every stored profile whose API key
+    variable is set here (or that needs none)."""
+    served = [model_key(settings.llm.model, settings.llm.base_url)] if settings.llm.model else []
+    for spec in await rows.all_specs(conn):
+        if spec.get("api_key_env") is None or environ.get(spec["api_key_env"]):
+            served.append(model_key(spec["model"], spec.get("base_url")))
+    return sorted(set(served))
+
+
+def llm_settings_for(profile: Mapping[str, Any], own: LLMSettings,
+                     environ: Mapping[str, str] = os.environ) -> LLMSettings:
+    """The chat model settings for a profile's calls; its key comes from this worker's
+    environment, by the name the profile stores."""
+    if model_key(profile["model"], profile.get("base_url")) == model_key(
+            own.model or "", own.base_url):
+        return own
+    env = profile.get("api_key_env")
+    key = environ.get(env) if env else None
+    return own.model_copy(update={"model": profile["model"], "base_url": profile.get("base_url"),
+                                  "api_key": SecretStr(key) if key else None})
+
+
+def allowed_tools(found: ToolsResult, profile: Mapping[str, Any] | None) -> ToolsResult:
+    """The catalog answer the agent sees: only the profile's tools, when it names some."""
+    allowed = (profile or {}).get("tools")
+    if not allowed:
+        return found
+    return dataclasses.replace(found, tools=tuple(t for t in found.tools if t.name in allowed),
+                               names=tuple(n for n in found.names if n in allowed))
+
+
+def with_profile_defaults(step: Step, profile: Mapping[str, Any] | None) -> Step:
+    """The step with the profile's default limits where it sets none, and the profile's
+    network grants added to its own."""
+    if not profile:
+        return step
+    limits = {k: profile[k] for k in ("timeout_s", "memory_mb")
+              if profile.get(k) is not None and getattr(step.limits, k) is None}
+    domains = tuple(dict.fromkeys((*step.allow_domains, *(profile.get("allow_domains") or ()))))
+    return step.model_copy(update={"limits": step.limits.model_copy(update=limits),
+                                   "allow_domains": domains})
+
+
+def _public(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {"name": row["name"], "spec": row["spec"], "created_at": row["created_at"],
+            "updated_at": row["updated_at"]}

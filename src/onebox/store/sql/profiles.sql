@@ -1,0 +1,20 @@
+-- Agent profiles. See onebox.runtime.profiles.
+
+-- name: upsert_profile
+INSERT INTO onebox.profiles (tenant_id, name, spec) VALUES (%(tenant_id)s, %(name)s, %(spec)s)
+ON CONFLICT (tenant_id, name) DO UPDATE SET spec = EXCLUDED.spec, updated_at = now()
+RETURNING name, spec, created_at, updated_at;
+
+-- name: get_profile
+SELECT name, spec, created_at, updated_at FROM onebox.profiles
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s;
+
+-- name: list_profiles
+SELECT name, spec, created_at, updated_at FROM onebox.profiles
+WHERE tenant_id = %(tenant_id)s ORDER BY name;
+
+-- name: all_profile_specs
+SELECT spec FROM onebox.profiles;
+
+-- name: delete_profile
+DELETE FROM onebox.profiles WHERE tenant_id = %(tenant_id)s AND name = %(name)s RETURNING name;

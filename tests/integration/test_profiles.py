@@ -1,0 +1,131 @@
+"""Profiles: a run's model work goes only to a worker that serves the run's model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from onebox.config import Settings
+from onebox.errors import NotFound, ValidationError
+from onebox.runtime import runs as runs_api
+from onebox.runtime.agent_runs import submit_task
+from onebox.runtime.profiles import (
+    model_key,
+    parse_profile,
+    run_profile,
+    save_profile,
+    served_models,
+)
+from onebox.runtime.worker import Worker
+from onebox.sandbox.base import SandboxBackend
+from onebox.store.db import Database
+from onebox.testing import ScriptedModel
+
+INTENT = {"goal": "say hi", "entities": [], "capabilities": ["bash"], "formats": [],
+          "risks": [], "fallbacks": []}
+PLAN = {"name": "hi", "steps": [{"id": "hi", "tool": "bash", "code": "echo hi"}]}
+
+
+@pytest.fixture
+async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
+    from onebox.sandbox.registry import get_backend
+
+    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
+    b = get_backend(settings)
+    yield b
+    await b.close()
+
+
+def with_model(settings: Settings, model: str) -> Settings:
+    other = settings.model_copy(deep=True)
+    other.llm.model, other.llm.base_url = model, f"http://{model}.invalid/v1"
+    return other
+
+
+async def test_a_task_run_is_never_run_by_another_model(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    a, b = with_model(settings, "model-a"), with_model(settings, "model-b")
+    run_id, _ = await submit_task(db, "say hi", settings=b)  # the submitter points at B
+    model_a, model_b = ScriptedModel([]), ScriptedModel([INTENT, PLAN])
+    workers = [Worker(db, backend, a, model=model_a, name="serves-a"),
+               Worker(db, backend, b, model=model_b, name="serves-b")]
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(w.serve(stop, drain_s=5)) for w in workers]
+    try:
+        for _ in range(600):
+            if (await runs_api.get_run(db, run_id))["status"] in ("SUCCEEDED", "FAILED"):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    run = await runs_api.get_run(db, run_id)
+    assert run["status"] == "SUCCEEDED", run["error"]
+    assert run["profile"]["model"] == "model-b"
+    assert model_a.requests == [] and len(model_b.requests) == 2
+    started = [e["payload"] for e in await runs_api.run_events(db, run_id)
+               if e["type"] == "step_started" and e["payload"]["step_id"].startswith("model:")]
+    assert {p["worker"] for p in started} == {"serves-b"}
+    calls = await db.fetch("SELECT model FROM onebox.llm_calls WHERE run_id = %s", (run_id,))
+    assert len(calls) == 2
+
+
+async def test_a_worker_serves_the_profiles_it_has_keys_for(db: Database,
+                                                            settings: Settings) -> None:
+    mine = with_model(settings, "own")
+    async with db.connection() as conn:
+        await save_profile(conn, "default", parse_profile({
+            "name": "kimi", "model": "kimi-k2", "base_url": "https://api.moonshot.ai/v1",
+            "api_key_env": "ONEBOX_TEST_MOONSHOT_KEY", "memory_scope": "research"}))
+        await save_profile(conn, "default", parse_profile({
+            "name": "local", "model": "llama3", "base_url": "http://127.0.0.1:11434/v1"}))
+        without = await served_models(conn, mine, environ={})
+        with_key = await served_models(conn, mine, environ={"ONEBOX_TEST_MOONSHOT_KEY": "sk"})
+        kept = await run_profile(conn, mine, "default", "kimi")
+        with pytest.raises(NotFound, match="onebox profile list"):
+            await run_profile(conn, mine, "default", "nope")
+        with pytest.raises(NotFound):  # profiles belong to tenants
+            await run_profile(conn, mine, "acme", "kimi")
+    own = model_key("own", "http://own.invalid/v1")
+    kimi = model_key("kimi-k2", "https://api.moonshot.ai/v1")
+    local = model_key("llama3", "http://127.0.0.1:11434/v1")
+    assert without == sorted([own, local])
+    assert with_key == sorted([own, kimi, local])
+    assert kept is not None and kept["api_key_env"] == "ONEBOX_TEST_MOONSHOT_KEY"
+    assert "sk" not in str(kept), "a run keeps the key's name, never the key"
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"name": "bad name", "model": "m"}, "name"),
+    ({"name": "ok", "model": ""}, "model"),
+    ({"name": "ok", "model": "m", "api_key_env": "sk-live-123"}, "api_key_env"),
+    ({"name": "ok", "model": "m", "base_url": "file:///etc/passwd"}, "base_url"),
+    ({"name": "ok", "model": "m", "surprise": 1}, "surprise"),
+])
+def test_a_bad_profile_names_the_field(data: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_profile(data)
+    assert caught.value.field == field
+
+
+def test_a_profile_sets_default_limits_grants_and_tools() -> None:
+    from onebox.agent.actions import ToolHint, ToolsResult
+    from onebox.agent.plan import parse_plan
+    from onebox.runtime.profiles import allowed_tools, with_profile_defaults
+
+    profile = {"timeout_s": 60, "memory_mb": 512, "allow_domains": ["api.example.com"],
+               "tools": ["python", "csv_stats"]}
+    step = parse_plan({"steps": [{"id": "s", "tool": "python", "code": "pass",
+                                  "limits": {"memory_mb": 128},
+                                  "allow_domains": ["data.example.org"]}]}).steps[0]
+    shaped = with_profile_defaults(step, profile)
+    assert shaped.limits.timeout_s == 60 and shaped.limits.memory_mb == 128  # the step's wins
+    assert shaped.allow_domains == ("data.example.org", "api.example.com")
+    found = ToolsResult("a1", tools=(ToolHint("python", "run python"),
+                                     ToolHint("http_get", "fetch")),
+                        names=("python", "http_get", "csv_stats"))
+    seen = allowed_tools(found, profile)
+    assert [t.name for t in seen.tools] == ["python"] and seen.names == ("python", "csv_stats")
+    assert with_profile_defaults(step, None) is step and allowed_tools(found, None) is found
