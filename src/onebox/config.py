@@ -133,6 +133,11 @@ class LLMSettings(BaseModel):
     api_key: SecretStr | None = None
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(4, ge=0)
+    outage_attempts: int = Field(
+        10, ge=1, le=1000,
+        description="model calls a run makes while the provider fails (each after the "
+        "client's own retries, with growing delays) before the run is FAILED; meanwhile the "
+        "run is WAITING with the reason")
     prices: dict[str, LLMPrice] = Field(
         default_factory=dict,
         description="model name -> price, for the cost column of llm_calls "

@@ -72,7 +72,7 @@ async def test_a_recorded_model_call_is_not_made_again_after_a_crash(
     run_id, _ = await submit_task(db, "four sums", settings=settings)
     first_model = ScriptedModel([INTENT])
     runner = StepRunner(backend, settings, None, StepKnowledge(db, settings))
-    work = AgentWork(db, runner, lambda: first_model)
+    work = AgentWork(db, runner, lambda _profile: first_model)
     [row] = await claim_steps(db, settings, "dying-worker", 1, run_id=run_id)
     assert row["step_id"] == "model:intent#a1" and row["tool_name"] == "model"
     await work.perform(row)  # the call is made and recorded; the worker dies before archiving

@@ -221,6 +221,27 @@ async def requeue(conn: store.Conn, row: store.Row, *, delay_s: float) -> uuid.U
                                         if k in row["details"]})
 
 
+def is_agent_run(run: store.Row) -> bool:
+    """Whether the agent schedules the run (a task, or a plan beyond the plan index)."""
+    return "agent" in (run.get("request") or {})
+
+
+async def retry_waiting(conn: store.Conn, run: store.Row, *, extra_attempts: int) -> list[str]:
+    """Queue again every action the agent still waits for whose last attempt failed (a run
+    that ended on a lost worker or a provider outage); returns their step ids."""
+    queued = []
+    for action in (await replay(conn, run)).agent.outstanding():
+        attempts = await store.fetch_all(conn, "step_attempts", {
+            "run_id": run["id"], "step_id": step_id_of(action)})
+        last = attempts[-1] if attempts else None
+        if last is None or last["status"] not in ("FAILED", "TIMEOUT"):
+            continue
+        await requeue(conn, {**last, "max_attempts": last["attempt"] + extra_attempts},
+                      delay_s=0.0)
+        queued.append(last["step_id"])
+    return queued
+
+
 async def after_failure(conn: store.Conn, run: store.Row, row: store.Row,
                         *, delay_s: float) -> str | None:
     """An agent action's attempt ended without an observation (its worker was lost, the

@@ -27,6 +27,9 @@ from onebox.runtime.submit import Submitted, insert_run
 from onebox.store import runs as store
 from onebox.store.db import Database
 
+OUTAGE_BACKOFF_BASE_S = 5.0
+OUTAGE_BACKOFF_CAP_S = 300.0
+
 
 async def submit_task(
     db: Database, task: str, *, name: str | None = None, idempotency_key: str | None = None,
@@ -103,7 +106,7 @@ async def insert_agent_plan(
 
 
 async def archive_agent_step(
-    db: Database, claimed: store.Row, performed: Performed
+    db: Database, settings: Settings, claimed: store.Row, performed: Performed
 ) -> str | None:
     """Write the attempt's result and the agent's observation of it; queue what the agent
     does next. Returns the run's new terminal state, if any."""
@@ -122,8 +125,46 @@ async def archive_agent_step(
         if run["status"] in store.TERMINAL_RUN_STATES:
             return None
         if performed.observation is not None:
+            if row["tool_name"] == "model" and run["status"] == "WAITING":
+                await _provider_back(conn, run)
             return await agent_engine.observe(conn, run, row["id"], performed.observation)
         if outcome.details.get("final"):
             await finish_run(conn, run, "FAILED", outcome.error)
             return "FAILED"
+        if outcome.details.get("provider"):
+            return await _provider_down(conn, settings, run, row)
         return await agent_engine.after_failure(conn, run, row, delay_s=backoff_s(row["attempt"]))
+
+
+async def _provider_down(conn: store.Conn, settings: Settings, run: store.Row,
+                         row: store.Row) -> str | None:
+    """The model provider failed (after the client's own retries): the run WAITS with the
+    reason and the call is tried again later, up to ``llm.outage_attempts`` calls."""
+    limit = settings.llm.outage_attempts
+    if row["attempt"] >= limit:
+        reason = (f"the model provider failed {row['attempt']} times in a row "
+                  f"(llm.outage_attempts = {limit}); last: {row['error']}. "
+                  f"`onebox retry {run['id']}` tries again")
+        await finish_run(conn, run, "FAILED", reason)
+        return "FAILED"
+    delay_s = outage_backoff_s(row["attempt"])
+    reason = (f"waiting for the model provider (call {row['attempt']} of {limit} failed: "
+              f"{row['error']}); the next try is in {delay_s:.0f} s")
+    await agent_engine.requeue(conn, {**row, "max_attempts": limit}, delay_s=delay_s)
+    await store.execute(conn, "wait_for_provider", {"run_id": run["id"], "reason": reason})
+    await store.append_event(conn, run["id"], "run_waiting", {
+        "reason": reason, "retry_in_s": delay_s, "attempt": row["attempt"], "limit": limit},
+        trace_id=run["trace_id"])
+    return None
+
+
+async def _provider_back(conn: store.Conn, run: store.Row) -> None:
+    if await store.fetch_one(conn, "provider_back", {"run_id": run["id"]}) is not None:
+        await store.append_event(conn, run["id"], "run_resumed", {
+            "reason": "the model provider answered again"}, trace_id=run["trace_id"])
+
+
+def outage_backoff_s(attempt: int) -> float:
+    """Delay before the next model call of a run whose provider is down: 5 s doubling, at
+    most 5 minutes (the client already retried quickly within each call)."""
+    return float(min(OUTAGE_BACKOFF_CAP_S, OUTAGE_BACKOFF_BASE_S * 2 ** max(0, attempt - 1)))

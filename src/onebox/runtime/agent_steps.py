@@ -34,7 +34,7 @@ from onebox.agent.actions import (
 )
 from onebox.agent.hashing import canonical_hash
 from onebox.agent.plan import Step
-from onebox.errors import ConfigError, OneboxError
+from onebox.errors import ConfigError, OneboxError, ProviderError
 from onebox.knowledge.collections import list_collections, tenant_name, tenant_visible
 from onebox.knowledge.search import SearchFilters
 from onebox.llm.base import ChatModel, ChatResponse
@@ -91,7 +91,8 @@ class AgentWork:
             if isinstance(action, StepAction):
                 return Performed(StepResult(action.id, ok=False, error=outcome.error), outcome)
             final = isinstance(exc, ConfigError)  # no model configured: retrying cannot help
-            return Performed(None, dataclasses.replace(outcome, details={"final": final}))
+            return Performed(None, dataclasses.replace(outcome, details={
+                "final": final, "provider": isinstance(exc, ProviderError)}))
 
     async def _context(self, row: store.Row) -> dict[str, Any]:
         """What the agent's prompts state about the sandbox: measured here, at the time the

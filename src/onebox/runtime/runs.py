@@ -11,7 +11,7 @@ from onebox.agent.actions import StepResult
 from onebox.agent.hashing import canonical_hash
 from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
-from onebox.runtime.agent_engine import is_agent_row, observe
+from onebox.runtime.agent_engine import is_agent_row, is_agent_run, observe, retry_waiting
 from onebox.runtime.archive import advance, finish_run, step_payload
 from onebox.runtime.submit import queue_attempt
 from onebox.store import runs as store
@@ -237,17 +237,24 @@ async def approve_step(
 
 
 async def retry_run(db: Database, settings: Settings, run_id: uuid.UUID) -> list[str]:
-    """Give a DEAD run another round: every step whose last attempt failed is queued again.
+    """Give a DEAD or FAILED run another round: every step whose last attempt failed is
+    queued again (for an agent run: each action the agent still waits for, e.g. the model
+    call a provider outage ended the run on).
 
     Returns the ids of the steps queued.
     """
     async with db.transaction() as conn:
         run = await _lock_run(conn, run_id)
-        if await store.fetch_one(conn, "reopen_run", {"run_id": run_id}) is None:
-            raise Conflict(f"run {run_id} is {run['status']}; only DEAD runs can be retried",
-                           field="run_id")
+        # a plan file's FAILED run was rejected by a person: that decision stands
+        states = ["DEAD", "FAILED"] if is_agent_run(run) else ["DEAD"]
+        if await store.fetch_one(conn, "reopen_run", {"run_id": run_id,
+                                                      "from_states": states}) is None:
+            raise Conflict(f"run {run_id} is {run['status']}; only {' or '.join(states)} runs "
+                           "can be retried", field="run_id")
         await store.append_event(conn, run_id, "run_retried", {"previous_error": run["error"]},
                                  trace_id=run["trace_id"])
+        if is_agent_run(run):
+            return await _retry_agent(conn, settings, run)
         latest = await store.fetch_all(conn, "latest_attempts", {"run_id": run_id})
         steps = {r["id"]: r for r in await store.fetch_all(conn, "run_steps", {"run_id": run_id})}
         queued = []
@@ -261,6 +268,14 @@ async def retry_run(db: Database, settings: Settings, run_id: uuid.UUID) -> list
                 await queue_attempt(conn, base, attempt=row["attempt"] + 1, delay_s=0.0)
                 queued.append(row["step_id"])
         return queued
+
+
+async def _retry_agent(conn: store.Conn, settings: Settings, run: store.Row) -> list[str]:
+    queued = await retry_waiting(conn, run, extra_attempts=settings.runtime.max_attempts)
+    if not queued:
+        raise Conflict(f"run {run['id']}: the agent ended it itself ({run['error']}), so no "
+                       "action is left to retry; submit the task again", field="run_id")
+    return queued
 
 
 async def _lock_run(conn: store.Conn, run_id: uuid.UUID) -> store.Row:

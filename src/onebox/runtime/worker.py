@@ -205,14 +205,15 @@ class Worker:
         finally:
             self._agent_tasks.pop(row["id"], None)
         try:
-            return performed.outcome, await archive_agent_step(self.db, row, performed)
+            return performed.outcome, await archive_agent_step(self.db, self.settings, row,
+                                                               performed)
         except LeaseLost:
             raise
         except Exception as exc:
             log.exception("agent step %s of run %s: the result could not be archived; "
                           "recording the attempt as FAILED", row["step_id"], row["run_id"])
             failed = Performed(None, archive_failure(performed.outcome, exc))
-            return failed.outcome, await archive_agent_step(self.db, row, failed)
+            return failed.outcome, await archive_agent_step(self.db, self.settings, row, failed)
 
     async def _archive(self, row: store.Row, outcome: Outcome) -> str | None:
         """Archive the outcome; when that fails (a value the database refuses, a query

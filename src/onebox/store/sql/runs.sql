@@ -304,8 +304,22 @@ WHERE run_id = %(run_id)s AND status = 'PENDING' AND waiting_for = 'approval';
 
 -- name: reopen_run
 UPDATE onebox.runs SET status = 'PENDING', error = NULL, finished_at = NULL, updated_at = now()
-WHERE id = %(run_id)s AND status = 'DEAD'
+WHERE id = %(run_id)s AND status = ANY(%(from_states)s)
 RETURNING *;
+
+-- name: wait_for_provider
+-- The model provider failed: the run waits (with the reason) for the next attempt.
+UPDATE onebox.runs SET status = 'WAITING', error = %(reason)s, updated_at = now()
+WHERE id = %(run_id)s AND status IN ('PENDING', 'RUNNING', 'WAITING')
+RETURNING id;
+
+-- name: provider_back
+-- A model call succeeded again: a run that waited only for the provider runs on.
+UPDATE onebox.runs r SET status = 'RUNNING', error = NULL, updated_at = now()
+WHERE r.id = %(run_id)s AND r.status = 'WAITING' AND NOT EXISTS (
+    SELECT 1 FROM onebox.task_execution t
+    WHERE t.run_id = r.id AND t.status = 'PENDING' AND t.waiting_for = 'approval')
+RETURNING id;
 
 -- name: silent_runs
 SELECT r.id, r.trace_id, last.type AS last_type, last.created_at AS last_at
