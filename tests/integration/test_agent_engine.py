@@ -90,3 +90,29 @@ async def test_a_recorded_model_call_is_not_made_again_after_a_crash(
     assert ("model:intent#a1", 1, "FAILED") in steps and ("model:intent#a1", 2, "SUCCESS") in steps
     calls = await db.fetch("SELECT purpose FROM onebox.llm_calls WHERE run_id = %s", (run_id,))
     assert sorted(c["purpose"] for c in calls) == ["intent", "plan"]
+
+
+async def test_a_rolled_back_observation_never_lingers_in_the_cached_agent(
+        db: Database, settings: Settings) -> None:
+    from onebox.agent.actions import ModelReply
+    from onebox.llm.base import ChatResponse, Message
+    from onebox.runtime import agent_engine
+
+    run_id, _ = await submit_task(db, "four sums", settings=settings)
+    run = await runs_api.get_run(db, run_id)
+    reply = ModelReply("a1", ChatResponse(Message.assistant('{"goal": "x"}'), model="m"))
+
+    class Abort(Exception):
+        pass
+
+    with pytest.raises(Abort):
+        async with db.transaction() as conn:
+            await agent_engine.observe(conn, run, None, reply)
+            raise Abort  # e.g. the fenced write failed after the observation was stored
+    async with db.connection() as conn:
+        replayed = await agent_engine.replay(conn, run)
+    assert replayed.waiting("a1") is not None, "the rolled-back observation was kept"
+    async with db.transaction() as conn:
+        await agent_engine.observe(conn, run, None, reply)
+    async with db.connection() as conn:
+        assert (await agent_engine.replay(conn, run)).waiting("a1") is None

@@ -17,6 +17,7 @@ step instance for a step action, and ``<tool>:<purpose>#<action id>`` for model 
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,7 @@ from onebox.store import runs as store
 
 STORED_ACTION_KEYS = ("id", "type", "decision", "step_id", "instance", "attempt", "purpose",
                       "plan_version", "version", "reason", "changes", "ok", "answer", "error")
+AGENT_CACHE_RUNS = 64  # runs whose agent a worker keeps between their steps
 WORK_TOOLS: dict[type[Action], str] = {CallModel: "model", CheckCode: "check",
                                         LookupTools: "lookup"}
 
@@ -78,39 +80,80 @@ def _config_of(run: store.Row) -> AgentConfig:
 
 @dataclass
 class Replayed:
-    """The agent rebuilt from the log, and the ids of the actions already stored."""
+    """The agent rebuilt from the log, the ids of the actions already stored, and the
+    sequence number of the last log entry it has consumed."""
 
     agent: Agent
     stored: set[str] = field(default_factory=set)
+    seq: int = 0
 
     def waiting(self, action_id: str) -> Action | None:
         return next((a for a in self.agent.outstanding() if a.id == action_id), None)
 
+    def consume(self, rows: list[store.Row]) -> None:
+        for row in rows:
+            if row["type"] == "agent_action":
+                self.stored.add(row["payload"]["id"])
+            else:
+                self.agent.observe(observation_from_dict(row["payload"]))
+            self.seq = max(self.seq, row["seq"])
+
+
+_agents: OrderedDict[uuid.UUID, Replayed] = OrderedDict()
+
 
 async def replay(conn: store.Conn, run: store.Row, *, facts: SandboxFacts | None = None,
                  files: Mapping[str, int | None] | None = None) -> Replayed:
-    """The run's agent, rebuilt from its stored observations (pure: no model, no sandbox).
+    """The run's agent as its log says (pure: no model, no sandbox).
 
-    ``facts`` and ``files`` only word the prompts of the model calls it issues; the
-    decisions (and so the action ids) depend on the observations alone.
+    A worker keeps the agents of its recent runs (``AGENT_CACHE_RUNS``) and reads only the
+    log entries after the last one a cached agent consumed; that entry must still be in the
+    log (a transaction that wrote it and rolled back leaves it missing: the agent is then
+    rebuilt from the whole log). ``facts`` and ``files`` word the prompts of the model calls
+    the agent issues (a fresh agent is built for them); decisions, and so action ids,
+    depend on the observations alone.
     """
-    rows = await store.fetch_all(conn, "agent_log", {"run_id": run["id"]})
+    cached = _agents.pop(run["id"], None) if facts is None and files is None else None
+    if cached is not None:
+        rows = await store.fetch_all(conn, "agent_log", {"run_id": run["id"],
+                                                         "from_seq": cached.seq})
+        if rows and rows[0]["seq"] == cached.seq:
+            cached.consume(rows[1:])
+            return _keep(run["id"], cached)
     request = run["request"]
     given = parse_plan(request["plan"]) if "plan" in request else None
-    agent = Agent(request.get("task", ""), plan=given, config=_config_of(run), facts=facts,
-                  files=files)
-    observations = [observation_from_dict(r["payload"]) for r in rows
-                    if r["type"] == "agent_observation"]
-    if observations:
-        agent.resume(observations)
-    else:
-        agent.start()
-    return Replayed(agent, {r["payload"]["id"] for r in rows if r["type"] == "agent_action"})
+    replayed = Replayed(Agent(request.get("task", ""), plan=given, config=_config_of(run),
+                              facts=facts, files=files))
+    replayed.agent.start()
+    replayed.consume(await store.fetch_all(conn, "agent_log", {"run_id": run["id"],
+                                                               "from_seq": 0}))
+    return replayed if facts is not None or files is not None else _keep(run["id"], replayed)
+
+
+def _keep(run_id: uuid.UUID, replayed: Replayed) -> Replayed:
+    """Cache an agent whose state is exactly the log up to its ``seq``. Code that changes
+    it beyond the log (:func:`observe`, :func:`start`) takes it out first and keeps it
+    again once every entry is written, so a failure in between caches nothing wrong."""
+    _agents[run_id] = replayed
+    _agents.move_to_end(run_id)
+    while len(_agents) > AGENT_CACHE_RUNS:
+        _agents.popitem(last=False)
+    return replayed
+
+
+async def _append(conn: store.Conn, run: store.Row, replayed: Replayed, type: str,
+                  payload: dict[str, Any], **ids: Any) -> None:
+    seq = await store.append_event(conn, run["id"], type, payload,
+                                   trace_id=run["trace_id"], **ids)
+    replayed.seq = max(replayed.seq, seq)
 
 
 async def start(conn: store.Conn, run: store.Row) -> None:
     """Record the agent's first actions and queue their work (at submission)."""
-    await record(conn, run, await replay(conn, run))
+    replayed = await replay(conn, run)
+    _agents.pop(run["id"], None)
+    await record(conn, run, replayed)
+    _keep(run["id"], replayed)
 
 
 async def observe(conn: store.Conn, run: store.Row,
@@ -121,10 +164,13 @@ async def observe(conn: store.Conn, run: store.Row,
     replayed = await replay(conn, run)
     if replayed.waiting(observation.action_id) is None:
         return None
-    await store.append_event(conn, run["id"], "agent_observation", observation.to_dict(),
-                             trace_id=run["trace_id"], execution_id=execution_id)
+    _agents.pop(run["id"], None)  # changed beyond the log below: cached again once written
     replayed.agent.observe(observation)
-    return await record(conn, run, replayed)
+    await _append(conn, run, replayed, "agent_observation", observation.to_dict(),
+                  execution_id=execution_id)
+    terminal = await record(conn, run, replayed)
+    _keep(run["id"], replayed)
+    return terminal
 
 
 async def record(conn: store.Conn, run: store.Row,
@@ -135,8 +181,7 @@ async def record(conn: store.Conn, run: store.Row,
         if action.id in replayed.stored:
             continue
         replayed.stored.add(action.id)
-        await store.append_event(conn, run["id"], "agent_action", _summary(action),
-                                 trace_id=run["trace_id"])
+        await _append(conn, run, replayed, "agent_action", _summary(action))
         terminal = await _notice(conn, run, action) or terminal
     return terminal
 

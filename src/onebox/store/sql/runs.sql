@@ -365,8 +365,11 @@ UPDATE onebox.schedules SET next_at = %(next_at)s
 WHERE id = %(id)s AND next_at = %(slot)s;
 
 -- name: agent_log
-SELECT type, payload FROM onebox.agent_events
+-- The agent's log from entry ``from_seq`` on (0: all of it); a worker's cached agent reads
+-- from the last entry it consumed, which must still be there (else it was rolled back).
+SELECT seq, type, payload FROM onebox.agent_events
 WHERE run_id = %(run_id)s AND type IN ('agent_action', 'agent_observation')
+  AND seq >= %(from_seq)s
 ORDER BY seq;
 
 -- name: plan_version_id
