@@ -16,10 +16,10 @@ INSERT INTO onebox.tools (name, description, builtin, language, input_schema, pe
   '{}')
 ON CONFLICT (name) DO NOTHING;
 
+-- The formats it is ranked for are those whose original text is the data (a PDF's or a
+-- DOCX's text is extracted, and knowledge_search covers them).
 INSERT INTO onebox.tool_edges (src, type, dst) VALUES
  ('knowledge_read', 'COSTS', 'FREE'),
  ('knowledge_read', 'SUPPORTS_FORMAT', 'csv'), ('knowledge_read', 'SUPPORTS_FORMAT', 'txt'),
- ('knowledge_read', 'SUPPORTS_FORMAT', 'md'), ('knowledge_read', 'SUPPORTS_FORMAT', 'json'),
- ('knowledge_read', 'SUPPORTS_FORMAT', 'pdf'), ('knowledge_read', 'SUPPORTS_FORMAT', 'docx'),
- ('knowledge_read', 'SUPPORTS_FORMAT', 'html')
+ ('knowledge_read', 'SUPPORTS_FORMAT', 'md'), ('knowledge_read', 'SUPPORTS_FORMAT', 'json')
 ON CONFLICT DO NOTHING;
