@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 MAX_YAML_BYTES = 1 << 20
 MAX_YAML_NODES = 200_000
 MAX_JSON_DEPTH = 64
+MAX_READ_BYTES = 4 << 20  # the most one knowledge_read returns (4 MiB)
+DEFAULT_READ_BYTES = 1 << 20  # what it returns when the step gives no max_bytes
 
 #: (request limit, SandboxSettings cap) pairs
 LIMIT_CAPS: tuple[tuple[str, str], ...] = (

@@ -39,6 +39,7 @@ from onebox.agent.actions import (
     LookupTools,
     ModelReply,
     Observation,
+    ReadDocument,
     Recall,
     Remember,
     SearchKnowledge,
@@ -346,6 +347,7 @@ async def run_agent_offline(
     *,
     tools: Sequence[ToolHint] = (),
     knowledge: Callable[[SearchKnowledge], Any] | None = None,
+    documents: Callable[[ReadDocument], Any] | None = None,
     memory: InMemoryMemory | None = None,
     approve: Callable[[AskApproval], bool] | None = None,
     check: Callable[[CheckCode], Awaitable[CheckResult]] = syntax_check,
@@ -356,7 +358,8 @@ async def run_agent_offline(
     concurrently, their observations fed back in action order (so runs are deterministic).
 
     ``executor`` runs ExecuteStep actions (return :func:`step_ok`/:func:`step_failed`);
-    ``knowledge`` returns the hits for a search; ``approve`` answers approvals (default yes);
+    ``knowledge`` returns the hits for a search; ``documents`` the result of a knowledge_read
+    (``{"text": ..., "document_id": ...}``); ``approve`` answers approvals (default yes);
     ``call`` performs model calls instead of ``model`` (e.g. to record them in the database).
     """
     run = OfflineRun(agent)
@@ -386,6 +389,10 @@ async def run_agent_offline(
         if isinstance(action, SearchKnowledge):
             hits = await _maybe_await(knowledge(action)) if knowledge else []
             return step_ok(result=hits)
+        if isinstance(action, ReadDocument):
+            if documents is None:
+                raise AssertionError(f"{action.id} reads a document but no documents were given")
+            return step_ok(result=await _maybe_await(documents(action)))
         if isinstance(action, Remember):
             return memory.remember(action)
         if isinstance(action, Recall):

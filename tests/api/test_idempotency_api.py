@@ -20,8 +20,8 @@ from onebox.cli.main import main
 from onebox.config import Settings
 from onebox.errors import Conflict
 from onebox.runtime.agent_runs import submit_task
+from onebox.runtime.api_keys import create_key
 from onebox.runtime.submit import Submitted, submit_plan
-from onebox.store.api_keys import create_key
 
 PLAN = {"name": "idem", "steps": [{"id": "a", "tool": "bash", "code": "echo one"}]}
 OTHER = {"name": "idem", "steps": [{"id": "a", "tool": "bash", "code": "echo two"}]}

@@ -9,8 +9,8 @@ from api_helpers import Api
 
 from onebox.knowledge.service import Knowledge
 from onebox.objects import get_object_store
+from onebox.runtime.api_keys import create_key, revoke_key
 from onebox.snapshots.archive import record_snapshot
-from onebox.store.api_keys import create_key, revoke_key
 
 PLAN = {"name": "secret-plan", "steps": [{"id": "s", "tool": "bash", "code": "echo secret"}]}
 

@@ -13,14 +13,14 @@ import pytest
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
 
-RUNS, API, SNAPSHOTS = load_queries("runs"), load_queries("api"), load_queries("snapshots")
+RUNS, METRICS = load_queries("runs"), load_queries("metrics")
 ANY_RUN = uuid.uuid4()
 
 CASES = {
     "finished_sessions": (RUNS["finished_sessions"], {"run_id": None},
                           ("sessions", "task_execution")),
-    "metrics_sessions": (API["metrics_sessions"], {"tenant_id": "acme"}, ("sessions",)),
-    "metrics_blocked": (API["metrics_blocked"], {"tenant_id": "acme"}, ("agent_events",)),
+    "metrics_sessions": (METRICS["metrics_sessions"], {"tenant_id": "acme"}, ("sessions",)),
+    "metrics_blocked": (METRICS["metrics_blocked"], {"tenant_id": "acme"}, ("agent_events",)),
     "delete_unshared_pre (its attempt lookup)": (
         "SELECT 1 FROM onebox.task_execution t WHERE t.id <> %(id)s"
         " AND (t.pre_snapshot_id = %(sid)s OR t.snapshot_id = %(sid)s)",

@@ -7,11 +7,16 @@ The sandbox runs code and touches files; it knows nothing of the database, the
 runs or the agent. The store is SQL: it neither calls the model nor knows the
 agent. The agent's own rule is pinned in test_agent_purity.py (checked here too,
 so every package rule lives in one table).
+
+The API owns no SQL: api/ and cli/ call the same service functions (runtime/, knowledge/,
+snapshots/), which run the named SQL. api/ takes from onebox.store nothing but types, and
+holds no SQL text; cli/ never loads named SQL itself.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -98,3 +103,90 @@ def test_every_rule_names_a_real_package() -> None:
     missing = [n for n in names if not (SRC / n.replace(".", "/")).is_dir()
                and not (SRC / (n.replace(".", "/") + ".py")).is_file()]
     assert missing == []
+
+
+# The API may name these store types (to annotate, or to open the pool); nothing else of
+# onebox.store: no query loader, no store function.
+API_STORE_TYPES = {"onebox.store.db": frozenset({"Database"})}
+CLI_STORE_BANNED = frozenset({"onebox.store.queries", "onebox.knowledge.queries"})
+SQL_TEXT = re.compile(r"\bSELECT\s+\S|\bINSERT\s+INTO\b|\bUPDATE\s+\S+\s+SET\b"
+                      r"|\bDELETE\s+FROM\b|\bWITH\s+\w+\s+AS\s*\(")
+
+
+def store_imports(path: Path, src: Path = SRC) -> list[tuple[str, str | None]]:
+    """(module, name) for each thing a file takes from onebox.store or a query loader;
+    name is None for a whole-module import."""
+    package = ".".join(path.relative_to(src.parent).with_suffix("").parts[:-1])
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(a.name, None) for a in node.names if _is_store(a.name)]
+        elif isinstance(node, ast.ImportFrom) and _is_store(base := _absolute(node, package)):
+            found += [(base, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and base == "onebox":
+            found += [(f"onebox.{a.name}", None) for a in node.names if a.name == "store"]
+    return found
+
+
+def _is_store(module: str) -> bool:
+    return module == "onebox.store" or module.startswith("onebox.store.") \
+        or module == "onebox.knowledge.queries"
+
+
+def api_store_leaks(src: Path = SRC) -> list[str]:
+    """What api/ takes from onebox.store beyond API_STORE_TYPES."""
+    return sorted(f"{path.relative_to(src)} imports {module}{'.' + name if name else ''}"
+                  for path in sorted((src / "api").rglob("*.py"))
+                  for module, name in store_imports(path, src)
+                  if name is None or name not in API_STORE_TYPES.get(module, frozenset()))
+
+
+def cli_query_loaders(src: Path = SRC) -> list[str]:
+    return [f"{path.relative_to(src)} imports {module}"
+            for path in sorted((src / "cli").rglob("*.py"))
+            for module, _ in store_imports(path, src) if module in CLI_STORE_BANNED]
+
+
+def sql_strings(src: Path = SRC) -> list[str]:
+    """String constants in api/ that read as SQL statements."""
+    return [f"{path.relative_to(src)}:{node.lineno} {node.value[:60]!r}"
+            for path in sorted((src / "api").rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and SQL_TEXT.search(node.value)]
+
+
+def test_api_takes_only_types_from_the_store() -> None:
+    assert len(list((SRC / "api").rglob("*.py"))) >= 10
+    assert api_store_leaks() == []
+
+
+def test_cli_loads_no_sql_of_its_own() -> None:
+    assert cli_query_loaders() == []
+
+
+def test_api_holds_no_sql_text() -> None:
+    assert sql_strings() == []
+
+
+def test_the_api_has_no_sql_file() -> None:
+    assert not (SRC / "store" / "sql" / "api.sql").exists()
+
+
+def test_the_sql_checkers_see_what_they_look_for(tmp_path: Path) -> None:
+    for package in ("api/routes", "cli", "store"):
+        (tmp_path / "onebox" / package).mkdir(parents=True)
+    (tmp_path / "onebox" / "api" / "routes" / "probe.py").write_text(
+        "from onebox.store.db import Database\nfrom onebox.store.queries import load_queries\n"
+        "from ...store import api_keys\nfrom onebox import store\n"
+        "Q = 'SELECT 1 AS ok'\nR = \"UPDATE onebox.sessions SET x = 1\"\n"
+        "DOC = 'the SELECTed rows, updated from the INSERT'\n", encoding="utf-8")
+    (tmp_path / "onebox" / "cli" / "probe.py").write_text(
+        "import onebox.store.queries\nfrom onebox.store.db import Database\n", encoding="utf-8")
+    src = tmp_path / "onebox"
+    assert api_store_leaks(src) == ["api/routes/probe.py imports onebox.store",
+                                    "api/routes/probe.py imports onebox.store.api_keys",
+                                    "api/routes/probe.py imports onebox.store.queries.load_queries"]
+    assert cli_query_loaders(src) == ["cli/probe.py imports onebox.store.queries"]
+    assert [s.split(" ", 1)[0] for s in sql_strings(src)] == ["api/routes/probe.py:5",
+                                                               "api/routes/probe.py:6"]

@@ -21,7 +21,7 @@ retried, fixed or replaced. Store them as events; ``onebox explain`` prints them
 
 Actions that need an observation back
     CallModel -> ModelReply         CheckCode -> CheckResult     LookupTools -> ToolsResult
-    ExecuteStep, SearchKnowledge, Remember, Recall, AskApproval -> StepResult
+    ExecuteStep, SearchKnowledge, ReadDocument, Remember, Recall, AskApproval -> StepResult
 Notices (perform/record, nothing comes back)
     RecordIntent, RecordPlan, SkipStep, Finish
 """
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from onebox.agent.plan import Plan, Step
+from onebox.bounds import DEFAULT_READ_BYTES
 from onebox.errors import AgentError
 from onebox.llm.base import ChatRequest, ChatResponse
 
@@ -158,6 +159,16 @@ class SearchKnowledge(StepAction):
     query: str
     top_k: int = 5
     type: ClassVar[str] = "search_knowledge"
+
+
+@dataclass(frozen=True)
+class ReadDocument(StepAction):
+    """Read one knowledge document whole: ``document`` is its id or source path."""
+
+    document: str
+    collection: str | None = None
+    max_bytes: int = DEFAULT_READ_BYTES
+    type: ClassVar[str] = "read_document"
 
 
 @dataclass(frozen=True)

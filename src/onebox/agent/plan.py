@@ -13,7 +13,7 @@ A plan file (YAML or JSON)::
         code: wc -l data.csv
         depends_on: [make_csv]
 
-Beyond code, a step may be another ``kind`` (http, knowledge_search,
+Beyond code, a step may be another ``kind`` (http, knowledge_search, knowledge_read,
 memory_remember, memory_recall, approval, final, or ``tool``: a registered
 catalog tool named by ``input.name``) with its arguments in ``input``; run only ``when`` a condition over earlier outputs holds; fan out
 with ``foreach`` over a list output (``item``/``index`` are bound); repeat
@@ -41,18 +41,19 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from onebox.agent.expressions import ExpressionError, referenced_names, template_expressions
-from onebox.bounds import MAX_YAML_BYTES, check_depth, load_yaml
+from onebox.bounds import MAX_READ_BYTES, MAX_YAML_BYTES, check_depth, load_yaml
 from onebox.errors import PlanError, ValidationError
 
 STEP_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 Tool = Literal["python", "bash", "node"]
 StepKind = Literal[
-    "code", "tool", "http", "knowledge_search", "memory_remember", "memory_recall", "approval",
-    "final",
+    "code", "tool", "http", "knowledge_search", "knowledge_read", "memory_remember",
+    "memory_recall", "approval", "final",
 ]
 #: the ``input`` keys each non-code kind requires
 REQUIRED_INPUT: dict[str, tuple[str, ...]] = {
-    "tool": ("name",), "http": ("url",), "knowledge_search": ("query",), "memory_remember": ("text",),
+    "tool": ("name",), "http": ("url",), "knowledge_search": ("query",),
+    "knowledge_read": ("document",), "memory_remember": ("text",),
     "memory_recall": ("query",), "approval": ("prompt",), "final": ("answer",),
 }
 LOOP_NAMES = frozenset({"item", "index", "iteration"})
@@ -150,16 +151,31 @@ def parse_plan(data: Any) -> Plan:
 
 def top_k(value: Any, step_id: str) -> int:
     """A search's ``top_k``: an integer from 1 to ``MAX_TOP_K``, else PlanError saying so."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        value = None
-    try:
-        n = int(value) if value is not None else 0
-    except ValueError:
-        n = 0
-    if not 1 <= n <= MAX_TOP_K:
+    n = _whole_number(value)
+    if n is None or not 1 <= n <= MAX_TOP_K:
         raise PlanError(f"top_k must be an integer from 1 to {MAX_TOP_K}, got {value!r}",
                         step=step_id, field="input.top_k")
     return n
+
+
+def read_bytes(value: Any, step_id: str) -> int:
+    """A knowledge_read's ``max_bytes``: an integer from 1 to ``MAX_READ_BYTES`` (4 MiB),
+    else PlanError saying so and what to do with a larger document."""
+    n = _whole_number(value)
+    if n is None or not 1 <= n <= MAX_READ_BYTES:
+        raise PlanError(f"max_bytes must be an integer from 1 to {MAX_READ_BYTES} (4 MiB), "
+                        f"got {value!r}; search a larger document in chunks with "
+                        "knowledge_search", step=step_id, field="input.max_bytes")
+    return n
+
+
+def _whole_number(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def check_tools(plan: Plan, known: Collection[str]) -> None:
@@ -268,6 +284,8 @@ def _check_step(s: Step) -> None:
         _check_http(s)
     if "top_k" in s.input and not isinstance(s.input["top_k"], str):
         top_k(s.input["top_k"], s.id)
+    if s.kind == "knowledge_read" and not isinstance(s.input.get("max_bytes", ""), str):
+        read_bytes(s.input["max_bytes"], s.id)
     if s.foreach and s.until:
         raise PlanError("a step cannot have both foreach and until; split it in two",
                         step=s.id, field="until")

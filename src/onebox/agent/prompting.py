@@ -47,7 +47,8 @@ def plan_request(request: str, intent: Intent, tools: Sequence[ToolHint]) -> Cha
 
 def tool_lines(tools: Sequence[ToolHint]) -> str:
     if not tools:
-        return "- python, bash, node (code steps), http, knowledge_search, memory, approval, final"
+        return ("- python, bash, node (code steps), http, knowledge_search, knowledge_read, "
+                "memory, approval, final")
     lines = []
     for t in tools:
         rate = "no history" if t.success_rate is None else f"{t.success_rate:.0%} of {t.runs} runs"

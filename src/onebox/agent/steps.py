@@ -9,16 +9,19 @@ from onebox.agent.actions import (
     Action,
     AskApproval,
     ExecuteStep,
+    ReadDocument,
     Recall,
     Remember,
     SearchKnowledge,
 )
 from onebox.agent.expressions import render
-from onebox.agent.plan import Step, top_k
+from onebox.agent.plan import Step, read_bytes, top_k
 from onebox.agent.state import Instance
+from onebox.bounds import DEFAULT_READ_BYTES
 
 _KINDS: dict[str, type[Action]] = {
     "code": ExecuteStep, "tool": ExecuteStep, "http": ExecuteStep, "knowledge_search": SearchKnowledge,
+    "knowledge_read": ReadDocument,
     "memory_remember": Remember, "memory_recall": Recall, "approval": AskApproval,
 }
 
@@ -45,6 +48,11 @@ def step_action(step: Step, inst: Instance, names: Mapping[str, Any], attempt: i
         fields.update(query=data["query"], top_k=top_k(data.get("top_k", 5), step.id))
         if step.kind == "memory_recall":
             fields["scope"] = data.get("scope")
+    elif step.kind == "knowledge_read":
+        collection = data.get("collection")
+        fields.update(document=data["document"],
+                      collection=str(collection) if collection else None,
+                      max_bytes=read_bytes(data.get("max_bytes", DEFAULT_READ_BYTES), step.id))
     elif step.kind == "memory_remember":
         fields.update(text=data["text"], scope=data.get("scope"))
     elif step.kind == "approval":

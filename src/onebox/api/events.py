@@ -27,16 +27,16 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
 
+from onebox.runtime import event_log
 from onebox.store.db import Database
-from onebox.store.queries import load_queries
 
 log = logging.getLogger(__name__)
-Q = load_queries("api")
+T = TypeVar("T")
 PAGE = 1000
 GRACE_S = 0.05  # a writer's nextval precedes its transaction id by microseconds; margin for
 # a descheduled backend on a loaded machine
@@ -97,15 +97,14 @@ class EventHub:
             self._task = None
         await self._disconnect()
 
-    async def _query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """On the hub's own connection: its polls never queue behind requests for a pooled
-        connection (20 clients submitting runs keep a pool of 10 busy)."""
+    async def _read(self, read: Callable[[event_log.Conn], Awaitable[T]]) -> T:
+        """``read`` on the hub's own connection: its polls never queue behind requests for a
+        pooled connection (20 clients submitting runs keep a pool of 10 busy)."""
         if self._conn is None or self._conn.closed:
             self._conn = await psycopg.AsyncConnection.connect(
                 self.db.url, autocommit=True, row_factory=dict_row)
         try:
-            cur = await self._conn.execute(sql, params)
-            return list(await cur.fetchall())
+            return await read(self._conn)
         except BaseException:
             await self._disconnect()  # a broken or interrupted connection: a fresh one next time
             raise
@@ -175,9 +174,8 @@ class EventHub:
     async def _tick(self) -> None:
         """Record what older candidates wait for, confirm those whose writers have all ended,
         and take a new candidate."""
-        row = (await self._query(Q["event_horizon"]))[0]
-        top = int(row["last_value"]) if row["is_called"] else 0
-        running: dict[str, float] = row["running"]
+        probe = await self._read(event_log.horizon_probe)
+        top, running = probe.top, probe.running
         now = time.monotonic()
         for candidate in self._candidates:
             if candidate.waits_for is None and now - candidate.taken >= GRACE_S:
@@ -187,7 +185,7 @@ class EventHub:
                 and not self._candidates[0].waits_for & running.keys():
             confirmed = self._candidates.popleft().top
         if not self._candidates or top > self._candidates[-1].top:
-            self._candidates.append(Candidate(top, now, float(row["at_s"])))  # same top: nothing new
+            self._candidates.append(Candidate(top, now, probe.at_s))  # same top: nothing new
         if confirmed is not None and (self.horizon is None or confirmed > self.horizon):
             await self._publish(confirmed)
 
@@ -197,7 +195,7 @@ class EventHub:
             self.horizon = upto
             self._ready.set()
             return
-        rows = await self._query(Q["events_between"], {"after": lo, "upto": upto})
+        rows = await self._read(lambda conn: event_log.events_between(conn, lo, upto))
         by_run: dict[uuid.UUID, list[dict[str, Any]]] = {}
         for row in rows:
             if row["run_id"] is not None:
@@ -323,8 +321,7 @@ async def _backfill(
     db: Database, run_id: uuid.UUID, after: int, upto: int
 ) -> AsyncIterator[dict[str, Any]]:
     while after < upto:
-        rows = await db.fetch(Q["run_events_between"],
-                              {"run_id": run_id, "after": after, "upto": upto, "limit": PAGE})
+        rows = await event_log.run_events_between(db, run_id, after, upto, PAGE)
         for row in rows:
             yield row
         if len(rows) < PAGE:

@@ -21,9 +21,14 @@ from onebox.knowledge.ingest import DocumentInput, IngestResult
 from onebox.knowledge.memory import check_id
 from onebox.knowledge.search import SearchFilters
 from onebox.knowledge.service import Knowledge
-from onebox.store.queries import load_queries
+from onebox.knowledge.tenants import (
+    tenant_collections,
+    tenant_document,
+    tenant_documents,
+    tenant_memories,
+    tenant_scopes,
+)
 
-Q = load_queries("api")
 SEP = TENANT_SEP
 
 
@@ -76,10 +81,9 @@ def _result(result: IngestResult, collection: str) -> dict[str, Any]:
 async def list_documents(
     kn: Knowledge, tenant_id: str, collection: str | None, limit: int
 ) -> dict[str, Any]:
-    args = {"prefix": prefix(tenant_id), "limit": limit,
-            "collection": inner(tenant_id, collection, "collection") if collection else None}
-    cols = await kn.db.fetch(Q["tenant_collections"], args)
-    docs = await kn.db.fetch(Q["tenant_documents"], args)
+    stored = inner(tenant_id, collection, "collection") if collection else None
+    cols = await tenant_collections(kn.db, prefix(tenant_id))
+    docs = await tenant_documents(kn.db, prefix(tenant_id), collection=stored, limit=limit)
     for row in cols:
         row["name"] = outer(tenant_id, row["name"])
     for row in docs:
@@ -88,8 +92,7 @@ async def list_documents(
 
 
 async def delete_document(kn: Knowledge, tenant_id: str, document_id: uuid.UUID) -> None:
-    row = await kn.db.fetchone(Q["tenant_document"],
-                               {"id": document_id, "prefix": prefix(tenant_id)})
+    row = await tenant_document(kn.db, prefix(tenant_id), document_id)
     if row is None or not await kn.kb.remove(row["source"], row["collection"]):
         raise NotFound(f"document {document_id} does not exist", field="document_id")
 
@@ -100,14 +103,12 @@ async def search(
 ) -> list[dict[str, Any]]:
     if collections:
         names = [inner(tenant_id, c, "collections") for c in collections]
-        known = {r["name"] for r in await kn.db.fetch(Q["tenant_collections"],
-                                                      {"prefix": prefix(tenant_id)})}
+        known = {r["name"] for r in await tenant_collections(kn.db, prefix(tenant_id))}
         missing = [outer(tenant_id, n) for n in names if n not in known]
         if missing:
             raise NotFound(f"collection {missing[0]!r} does not exist", field="collections")
     else:
-        names = [r["name"] for r in await kn.db.fetch(Q["tenant_collections"],
-                                                      {"prefix": prefix(tenant_id)})]
+        names = [r["name"] for r in await tenant_collections(kn.db, prefix(tenant_id))]
     if not query.strip():
         raise ValidationError("the search query is empty", field="query")
     if not names:
@@ -154,10 +155,10 @@ async def recall(
 async def browse(
     kn: Knowledge, tenant_id: str, *, scope: str | None, user_id: str | None, limit: int
 ) -> dict[str, Any]:
-    args = {"prefix": prefix(tenant_id), "limit": limit, "user_id": user_id,
-            "scope": inner(tenant_id, scope, "scope") if scope else None}
-    scopes = await kn.db.fetch(Q["tenant_scopes"], args)
-    rows = await kn.db.fetch(Q["tenant_memories"], args)
+    stored = inner(tenant_id, scope, "scope") if scope else None
+    scopes = await tenant_scopes(kn.db, prefix(tenant_id))
+    rows = await tenant_memories(kn.db, prefix(tenant_id), scope=stored, user_id=user_id,
+                                 limit=limit)
     return {"scopes": [dict(s, scope=outer(tenant_id, s["scope"])) for s in scopes],
             "memories": [memory_row(tenant_id, r) for r in rows]}
 

@@ -7,13 +7,13 @@ attempts are counted over the caller's tenant only and labelled ``tenant``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from onebox.api.events import EventHub
+from onebox.runtime import metrics
+from onebox.runtime.metrics import BUCKETS_MS
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
-from onebox.store.queries import load_queries
-
-Q = load_queries("api")
-BUCKETS_MS = (10, 50, 100, 500, 1000, 5000, 30000, 300000)
 
 
 def _line(name: str, value: float, labels: dict[str, str] | None = None) -> str:
@@ -36,27 +36,25 @@ async def render_metrics(db: Database, backend: SandboxBackend, hub: EventHub,
     """Operator totals (no tenant in them) and the calling tenant's own figures, labelled
     ``tenant``; another tenant's figures are never in the text."""
     lines = await _totals(db, backend, hub)
-    scope = {"tenant_id": tenant_id}
-    lines += _runs(await db.fetch(Q["metrics_runs"], scope), tenant_id)
-    lines += _tenant_sessions(await db.fetchone(Q["metrics_sessions"], scope) or {}, tenant_id)
-    lines += _durations(await db.fetch(Q["metrics_durations"], scope), tenant_id)
-    blocked = await db.fetchone(Q["metrics_blocked"], scope) or {}
+    lines += _runs(await metrics.runs_by_status(db, tenant_id), tenant_id)
+    lines += _tenant_sessions(await metrics.active_sessions(db, tenant_id), tenant_id)
+    lines += _durations(await metrics.step_durations(db, tenant_id), tenant_id)
+    blocked = await metrics.blocked_network_attempts(db, tenant_id)
     lines += _header("onebox_blocked_network_attempts_total", "counter",
                      "connections the egress proxy refused, in the tenant's runs")
-    lines.append(_line("onebox_blocked_network_attempts_total", float(str(blocked.get("n") or 0)),
-                       {"tenant": tenant_id}))
+    lines.append(_line("onebox_blocked_network_attempts_total", blocked, {"tenant": tenant_id}))
     return "\n".join(lines) + "\n"
 
 
 async def _totals(db: Database, backend: SandboxBackend, hub: EventHub) -> list[str]:
     """What the operator of the machine watches: load, not anyone's data."""
-    queue = await db.fetchone(Q["metrics_queue"]) or {}
+    queue = await metrics.queue_totals(db)
     lines = _header("onebox_queue_depth", "gauge", "step attempts waiting to be claimed")
-    lines.append(_line("onebox_queue_depth", queue.get("queued") or 0))
+    lines.append(_line("onebox_queue_depth", queue.queued))
     lines += _header("onebox_steps_running", "gauge", "step attempts running now")
-    lines.append(_line("onebox_steps_running", queue.get("running") or 0))
+    lines.append(_line("onebox_steps_running", queue.running))
     lines += _header("onebox_approvals_waiting", "gauge", "approval steps waiting for a person")
-    lines.append(_line("onebox_approvals_waiting", queue.get("waiting") or 0))
+    lines.append(_line("onebox_approvals_waiting", queue.waiting))
     live = getattr(backend, "live_sessions", None)
     lines += _header("onebox_live_sessions", "gauge", "sandbox sessions with a workspace")
     lines.append(_line("onebox_live_sessions", float(live() if callable(live) else 0)))
@@ -65,22 +63,20 @@ async def _totals(db: Database, backend: SandboxBackend, hub: EventHub) -> list[
     return lines
 
 
-def _runs(rows: list[dict[str, object]], tenant_id: str) -> list[str]:
+def _runs(counts: dict[str, int], tenant_id: str) -> list[str]:
     lines = _header("onebox_runs", "gauge", "the tenant's runs by status")
-    for row in rows:
-        lines.append(_line("onebox_runs", float(str(row["n"])),
-                           {"status": str(row["status"]), "tenant": tenant_id}))
+    for status, n in counts.items():
+        lines.append(_line("onebox_runs", n, {"status": status, "tenant": tenant_id}))
     return lines
 
 
-def _tenant_sessions(row: dict[str, object], tenant_id: str) -> list[str]:
+def _tenant_sessions(active: int, tenant_id: str) -> list[str]:
     lines = _header("onebox_active_sessions", "gauge", "the tenant's sessions recorded as active")
-    lines.append(_line("onebox_active_sessions", float(str(row.get("n") or 0)),
-                       {"tenant": tenant_id}))
+    lines.append(_line("onebox_active_sessions", active, {"tenant": tenant_id}))
     return lines
 
 
-def _durations(rows: list[dict[str, object]], tenant_id: str) -> list[str]:
+def _durations(rows: list[dict[str, Any]], tenant_id: str) -> list[str]:
     name = "onebox_step_duration_ms"
     lines = _header(name, "histogram", "duration of the tenant's finished step attempts")
     for row in rows:

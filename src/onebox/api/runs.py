@@ -14,20 +14,18 @@ from typing import Any
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.errors import NotFound
+from onebox.runtime import run_views
 from onebox.runtime import runs as runtime_runs
 from onebox.runtime.agent_runs import require_model, submit_task
 from onebox.runtime.submit import Submitted, session_id_for, submit_plan
 from onebox.store.db import Database
-from onebox.store.queries import load_queries
 
-Q = load_queries("api")
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "DEAD")
 
 
 async def require_run(db: Database, run_id: uuid.UUID, tenant_id: str) -> None:
     """NotFound unless the run exists *and* belongs to the tenant (no hint that it exists)."""
-    row = await db.fetchone(Q["run_tenant"], {"run_id": run_id})
-    if row is None or row["tenant_id"] != tenant_id:
+    if await run_views.run_tenant(db, run_id) != tenant_id:
         raise NotFound(f"run {run_id} does not exist", field="run_id")
 
 
@@ -60,14 +58,8 @@ async def search_runs(
     db: Database, tenant_id: str, *, statuses: list[str] | None, since: datetime | None,
     until: datetime | None, text: str | None, before: datetime | None, limit: int,
 ) -> list[dict[str, Any]]:
-    return await db.fetch(Q["search_runs"], {
-        "tenant_id": tenant_id, "statuses": statuses or None, "since": since, "until": until,
-        "text": _like_escape(text) if text else None, "before": before, "limit": limit})
-
-
-def _like_escape(text: str) -> str:
-    """Search text is matched literally: % and _ are not wildcards."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return await run_views.search_runs(db, tenant_id, statuses=statuses, since=since,
+                                       until=until, text=text, before=before, limit=limit)
 
 
 async def run_detail(
@@ -77,17 +69,17 @@ async def run_detail(
     """The run, its summary, its plan versions and one page of step attempts (with warnings
     and decisions); ``next`` is the cursor of the following page."""
     run = await runtime_runs.get_run(db, run_id)
-    plans = await db.fetch(Q["plan_versions"], {"run_id": run_id})
+    plans = await run_views.plan_versions(db, run_id)
     page = await steps_view_page(db, run_id, limit=limit, after=after)
-    calls = await db.fetch(Q["run_llm_calls"], {"run_id": run_id})
-    waiting = await db.fetch(Q["run_waiting_approvals"], {"run_id": run_id})
+    calls = await run_views.run_model_calls(db, run_id)
+    waiting = await run_views.waiting_approvals(db, run_id)
     return {
         "run": public_run(run),
         "summary": await runtime_runs.run_summary(db, run_id),
         "plans": [dict(p, steps=_plan_steps(p["spec"])) for p in plans],
         **page,
-        "warnings": run_warnings(run, await db.fetchone(Q["last_event"], {"run_id": run_id})),
-        "waiting_approvals": [w["step_id"] for w in waiting],
+        "warnings": run_warnings(run, await run_views.last_event(db, run_id)),
+        "waiting_approvals": waiting,
         "model_calls": [_call(c) for c in calls if c["step_id"] is None],
         "session_id": session_id_for(run_id),
     }
@@ -99,8 +91,8 @@ async def steps_view_page(
     """One page of step attempts as the API shows them, and the next page's cursor."""
     page = await runtime_runs.steps_page(db, run_id, limit=limit, after=after)
     ids = [s["id"] for s in page["steps"]]
-    notes = await db.fetch(Q["step_warning_events"], {"run_id": run_id, "ids": ids})
-    calls = await db.fetch(Q["run_llm_calls"], {"run_id": run_id})
+    notes = await run_views.step_warning_events(db, run_id, ids)
+    calls = await run_views.run_model_calls(db, run_id)
     by_execution: dict[Any, list[dict[str, Any]]] = {}
     for note in notes:
         by_execution.setdefault(note["execution_id"], []).append(note)
@@ -214,7 +206,7 @@ def run_warnings(run: dict[str, Any], last: dict[str, Any] | None) -> list[dict[
 
 
 async def step_row(db: Database, run_id: uuid.UUID, execution_id: uuid.UUID) -> dict[str, Any]:
-    row = await db.fetchone(Q["step_execution"], {"run_id": run_id, "execution_id": execution_id})
+    row = await run_views.step_execution(db, run_id, execution_id)
     if row is None:
         raise NotFound(f"step execution {execution_id} is not part of run {run_id}",
                        field="execution_id")

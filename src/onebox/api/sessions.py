@@ -12,14 +12,12 @@ from typing import Any
 from onebox.api.files import list_files, open_file, safe_parts
 from onebox.errors import Conflict, NotFound, SandboxError
 from onebox.objects import ObjectStore
+from onebox.runtime import tenant_sessions as rows
 from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
 from onebox.sandbox.snapshot_tar import snapshot_tar_gz
 from onebox.sandbox.snapshots import load_manifest
 from onebox.snapshots.replay import restore_into_session
 from onebox.store.db import Database
-from onebox.store.queries import load_queries
-
-Q = load_queries("api")
 
 
 def new_session_id() -> str:
@@ -27,14 +25,11 @@ def new_session_id() -> str:
 
 
 async def create_session(db: Database, backend: SandboxBackend, tenant_id: str) -> dict[str, Any]:
-    row = await db.fetchone(Q["insert_session"], {
-        "id": new_session_id(), "backend": backend.name, "tenant_id": tenant_id})
-    assert row is not None
-    return row
+    return await rows.insert_session(db, new_session_id(), backend.name, tenant_id)
 
 
 async def require_session(db: Database, session_id: str, tenant_id: str) -> dict[str, Any]:
-    row = await db.fetchone(Q["tenant_session"], {"id": session_id, "tenant_id": tenant_id})
+    row = await rows.tenant_session(db, session_id, tenant_id)
     if row is None:
         raise NotFound(f"session {session_id} does not exist (or was deleted)", field="session_id")
     return row
@@ -50,7 +45,7 @@ async def execute(
         files=files or {}, stdin=stdin.encode() if stdin is not None else None,
         limits=Limits(timeout_s=timeout_s, memory_mb=memory_mb),
         network=NetworkPolicy(allow_domains=tuple(allow_domains)))
-    await db.fetch(Q["touch_session"] + " RETURNING id", {"id": session_id})
+    await rows.touch_session(db, session_id)
     return await backend.execute(request)
 
 
@@ -87,15 +82,15 @@ async def delete_session(
     db: Database, backend: SandboxBackend, session_id: str, tenant_id: str
 ) -> None:
     await backend.cleanup(session_id)
-    await db.fetch(Q["release_session"], {"id": session_id, "tenant_id": tenant_id})
+    await rows.release_session(db, session_id, tenant_id)
 
 
 async def list_sessions(db: Database, tenant_id: str, limit: int = 100) -> list[dict[str, Any]]:
-    return await db.fetch(Q["list_sessions"], {"tenant_id": tenant_id, "limit": limit})
+    return await rows.list_sessions(db, tenant_id, limit)
 
 
 async def require_snapshot(db: Database, snapshot_id: uuid.UUID, tenant_id: str) -> dict[str, Any]:
-    row = await db.fetchone(Q["tenant_snapshot"], {"id": snapshot_id, "tenant_id": tenant_id})
+    row = await rows.tenant_snapshot(db, snapshot_id, tenant_id)
     if row is None:
         raise NotFound(f"snapshot {snapshot_id} does not exist", field="snapshot_id")
     if row["status"] != "READY":

@@ -11,7 +11,7 @@ import click
 
 from onebox.cli import common
 from onebox.config import Settings
-from onebox.store import api_keys
+from onebox.runtime import api_keys
 from onebox.store.db import Database
 
 FIRST_KEY_FILE = "first-api-key"

@@ -8,6 +8,7 @@ import click
 from rich.table import Table
 
 from onebox.cli import common
+from onebox.runtime.tools import catalog_tools
 from onebox.store import catalog
 from onebox.store.db import Database
 
@@ -27,8 +28,7 @@ def list_cmd(as_json: bool) -> None:
     """List every tool a plan may name (`kind: tool`, `input.name`)."""
 
     async def go(db: Database) -> list[dict[str, Any]]:
-        async with db.connection() as conn:
-            return [_row(t) for t in await catalog.list_tools(conn)]
+        return [_row(t) for t in await catalog_tools(db)]
 
     rows = common.with_db(common.settings(), go)
     if as_json:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from onebox.errors import ValidationError
 from onebox.knowledge.chunking import Chunk, ChunkingConfig, Section, chunk_sections
 from onebox.knowledge.collections import DEFAULT_COLLECTION, ensure_collection, space_of
 from onebox.knowledge.docparse import ParseLimits, load_file
@@ -69,6 +70,17 @@ class DocumentInput:
     metadata: dict[str, Any] = field(default_factory=dict)
     execution_id: str | None = None
     snapshot_id: str | None = None
+    text: str | None = None  # the original text; None: rebuilt from the sections
+
+    def full_text(self) -> str:
+        """What ``knowledge_read`` returns: the original text when the loader kept it,
+        else the sections (with their headings) joined by blank lines."""
+        if self.text is not None:
+            return self.text
+        if len(self.sections) == 1 and self.sections[0].heading is None:
+            return self.sections[0].text
+        return "\n\n".join(f"{s.heading}\n{s.text}" if s.heading else s.text
+                             for s in self.sections)
 
     def fingerprint(self, config: ChunkingConfig) -> str:
         body = json.dumps([[s.heading, s.text] for s in self.sections], ensure_ascii=False)
@@ -98,28 +110,34 @@ class KnowledgeBase:
     ) -> IngestResult:
         await ensure_collection(self.db, doc.collection, self.embedder.model)
         fingerprint = doc.fingerprint(self.chunking)
+        text = self._text_of(doc)
         existing = await self.db.fetchone(
             sql("kb.get_document"), {"collection": doc.collection, "source": doc.source})
         if existing and existing["content_hash"] == fingerprint:
+            if existing["text_bytes"] is None:  # ingested before documents kept their text
+                async with self.db.transaction() as conn:
+                    await conn.execute(sql("kb.set_document_text"), {
+                        "id": existing["id"], "text": text, "text_bytes": len(text.encode())})
             return IngestResult(str(existing["id"]), doc.source, "unchanged")
         chunks = chunk_sections(doc.sections, self.embedder.model.count_tokens, self.chunking)
         vectors = await self.embedder.passages([c.embed_text for c in chunks], on_chunks)
         doc_id = str(existing["id"]) if existing else str(uuid.uuid4())
         async with self.db.transaction() as conn:
-            counts = await self._write(conn, doc, doc_id, fingerprint, chunks, vectors)
+            counts = await self._write(conn, doc, doc_id, fingerprint, chunks, vectors, text)
         status: Literal["added", "updated"] = "updated" if existing else "added"
         return IngestResult(doc_id, doc.source, status, *counts)
 
     async def _write(
         self, conn: AsyncConnection[Any], doc: DocumentInput, doc_id: str, fingerprint: str,
-        chunks: list[Chunk], vectors: list[list[float]],
+        chunks: list[Chunk], vectors: list[list[float]], text: str,
     ) -> tuple[int, int, int]:
         meta = Jsonb(_chunk_metadata(doc, doc_id))
         await conn.execute(sql("kb.upsert_document"), {
             "id": doc_id, "collection": doc.collection, "source": doc.source,
             "source_type": doc.source_type, "title": doc.title, "content_hash": fingerprint,
             "metadata": Jsonb(doc.metadata), "execution_id": doc.execution_id,
-            "snapshot_id": doc.snapshot_id, "n_chunks": len(chunks)})
+            "snapshot_id": doc.snapshot_id, "n_chunks": len(chunks), "text": text,
+            "text_bytes": len(text.encode())})
         cur = await conn.execute(sql("kb.document_chunks"), {"document_id": doc_id})
         old: dict[str, list[int]] = {}
         for row in await cur.fetchall():
@@ -145,6 +163,17 @@ class KnowledgeBase:
         if stale or new:
             await conn.execute(sql("kb.invalidate_cache"), {"doc_ids": [doc_id]})
         return len(new), len(keep_ids), len(stale)
+
+    def _text_of(self, doc: DocumentInput) -> str:
+        """The document's text to keep, bounded like the files it comes from
+        (``knowledge.parse_max_bytes``); no NUL (PostgreSQL text cannot hold one)."""
+        text = doc.full_text().replace("\x00", "")
+        size, limit = len(text.encode()), self.parse_limits.max_bytes
+        if size > limit:
+            raise ValidationError(f"{doc.source}: its text is {size} bytes, over the "
+                                  f"{limit}-byte limit (knowledge.parse_max_bytes); split it "
+                                  "or raise the setting", field="text")
+        return text
 
     async def add_documents(
         self, docs: list[DocumentInput], progress: Callable[[int, int], None] | None = None,
@@ -182,7 +211,7 @@ class KnowledgeBase:
                 source=str(path.resolve()), sections=loaded.sections, collection=collection,
                 source_type=loaded.source_type, title=loaded.title,
                 metadata={**loaded.metadata, **(metadata or {})},
-                execution_id=execution_id, snapshot_id=snapshot_id)
+                execution_id=execution_id, snapshot_id=snapshot_id, text=loaded.original)
             base = state.chunks_embedded
 
             def on_chunks(done: int, total: int, base: int = base) -> None:

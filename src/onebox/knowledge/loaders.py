@@ -11,6 +11,7 @@ which parses PDF, DOCX and HTML in a sandbox with the same extractors
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ class LoadedDocument:
     source_type: str
     sections: list[Section]
     metadata: dict[str, object] = field(default_factory=dict)
+    original: str | None = None  # the file's text as read (text, code, Markdown)
 
     @property
     def text(self) -> str:
@@ -93,8 +95,10 @@ def load_path(path: Path) -> LoadedDocument:
 def text_document(raw: str, name: str, kind: str) -> LoadedDocument:
     """A text, code or Markdown file's document (linear in its size)."""
     if kind == "markdown":
-        return markdown_document(raw, name.rsplit(".", 1)[0] if "." in name else name)
-    return LoadedDocument(name, kind, [Section(name if kind == "code" else None, raw)])
+        doc = markdown_document(raw, name.rsplit(".", 1)[0] if "." in name else name)
+        return dataclasses.replace(doc, original=raw)
+    return LoadedDocument(name, kind, [Section(name if kind == "code" else None, raw)],
+                          original=raw)
 
 
 def from_extracted(extracted: Extracted, kind: str) -> LoadedDocument:

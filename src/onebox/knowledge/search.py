@@ -60,7 +60,8 @@ class SearchHit:
     def to_dict(self) -> dict[str, Any]:
         return {
             "chunk_id": self.chunk_id, "content": self.content, "heading": self.heading,
-            "ordinal": self.ordinal, "document": self.document, "scores": self.scores,
+            "ordinal": self.ordinal, "document_id": self.document.get("id"),
+            "document": self.document, "scores": self.scores,
             "provenance": self.provenance,
         }
 

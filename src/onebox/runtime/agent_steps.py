@@ -26,6 +26,7 @@ from onebox.agent.actions import (
     LookupTools,
     ModelReply,
     Observation,
+    ReadDocument,
     Recall,
     Remember,
     SearchKnowledge,
@@ -36,6 +37,7 @@ from onebox.agent.hashing import canonical_hash
 from onebox.agent.plan import Step
 from onebox.errors import ConfigError, OneboxError, ProviderError
 from onebox.knowledge.collections import list_collections, tenant_name, tenant_visible
+from onebox.knowledge.documents import read_document
 from onebox.knowledge.search import SearchFilters
 from onebox.llm.base import ChatModel, ChatResponse
 from onebox.llm.registry import price_table
@@ -183,14 +185,15 @@ class AgentWork:
 
     async def _knowledge_step(self, run: store.Row,
                               action: StepAction) -> tuple[StepResult, Outcome]:
-        k = await self.runner.knowledge.knowledge()
         tenant = run["tenant_id"]
+        if isinstance(action, ReadDocument):
+            return await self._read_document(tenant, action)
+        k = await self.runner.knowledge.knowledge()
         scope = tenant_name(tenant, getattr(action, "scope", None)
                             or (run["profile"] or {}).get("memory_scope") or "default")
         result: Any
         if isinstance(action, SearchKnowledge):
-            names = [c["name"] for c in await list_collections(self.db)
-                     if tenant_visible(c["name"], tenant)]
+            names = await self._collections(tenant)
             hits = await k.search(action.query, action.top_k, SearchFilters(collections=names)) \
                 if names else []
             result = [h.to_dict() for h in hits]
@@ -204,6 +207,25 @@ class AgentWork:
         text = json.dumps(result, default=str, ensure_ascii=False)
         outcome = _json_outcome(json.loads(text), text)
         return StepResult(action.id, ok=True, exit_code=0, stdout=text, result=result), outcome
+
+    async def _collections(self, tenant: str, name: str | None = None) -> list[str]:
+        """The knowledge collections a run of ``tenant`` may read (only ``name`` if given)."""
+        wanted = tenant_name(tenant, name) if name else None
+        return [c["name"] for c in await list_collections(self.db)
+                if tenant_visible(c["name"], tenant) and wanted in (None, c["name"])]
+
+    async def _read_document(self, tenant: str,
+                             action: ReadDocument) -> tuple[StepResult, Outcome]:
+        """The whole document as the step's result (no embedding model needed); the row's
+        stdout shows its metadata, the text is in the result only."""
+        doc = await read_document(self.db, action.document,
+                                  await self._collections(tenant, action.collection),
+                                  action.max_bytes)
+        result = doc.to_dict()
+        about = {k: v for k, v in result.items() if k != "text"}
+        outcome = dataclasses.replace(_json_outcome(about),
+                                      output_hash=canonical_hash({"result": result}))
+        return StepResult(action.id, ok=True, exit_code=0, result=result), outcome
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def _document(doc: Any, row: store.Row, rel: str, snapshot: dict[str, Any] | Non
     collection = tenant_name(tenant, COLLECTION)
     return DocumentInput(
         source=f"run-{row['run_id']}/{rel}", sections=doc.sections, collection=collection,
-        source_type=doc.source_type, title=doc.title,
+        source_type=doc.source_type, title=doc.title, text=doc.original,
         metadata={"run_id": str(row["run_id"]), "step_id": row["step_id"], "path": rel},
         execution_id=str(row["id"]),
         snapshot_id=str(snapshot["snapshot_id"]) if snapshot and snapshot["snapshot_id"] else None)

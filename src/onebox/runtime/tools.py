@@ -14,7 +14,9 @@ from onebox.agent.actions import LookupTools, ToolHint, ToolsResult
 from onebox.agent.expressions import TEMPLATE, ExpressionError, evaluate
 from onebox.agent.plan import Step
 from onebox.errors import ValidationError
+from onebox.store import catalog
 from onebox.store.catalog import CatalogTool, Conn, RankedTool, rank_tools
+from onebox.store.db import Database
 
 
 def tool_hint(tool: RankedTool) -> ToolHint:
@@ -63,3 +65,15 @@ def expand_tool_step(tool: CatalogTool, step: Step) -> Step:
     domains = tuple(step.allow_domains) + tuple(tool.permissions.get("network") or ())
     return step.model_copy(update={"kind": "code", "tool": tool.language, "code": code,
                                    "allow_domains": tuple(dict.fromkeys(domains))})
+
+
+async def catalog_tools(db: Database) -> list[CatalogTool]:
+    """Every tool a plan may name, built-in and registered (the API and `onebox tools list`)."""
+    async with db.connection() as conn:
+        return await catalog.list_tools(conn)
+
+
+async def ranked_tools(db: Database, *, format: str, max_cost: str, limit: int) -> list[RankedTool]:
+    """Tools for ``format`` costing at most ``max_cost``, best success rate first."""
+    async with db.connection() as conn:
+        return await rank_tools(conn, format=format, max_cost=max_cost, limit=limit)

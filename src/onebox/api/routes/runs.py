@@ -22,15 +22,13 @@ from onebox.api.events import Recheck, run_event_stream
 from onebox.api.schemas import CreateRun, Decision
 from onebox.api.state import ApiState
 from onebox.errors import ValidationError
+from onebox.runtime import api_keys, event_log, tenant_sessions
 from onebox.runtime import runs as runtime_runs
+from onebox.runtime.api_keys import Principal
 from onebox.runtime.runs import PAGE_STEPS
 from onebox.runtime.submit import session_id_for
-from onebox.store import api_keys
-from onebox.store.api_keys import Principal
-from onebox.store.queries import load_queries
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
-Q = load_queries("api")
 MAX_PAGE_STEPS = 1000
 Status = Literal["PENDING", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "DEAD"]
 
@@ -93,8 +91,7 @@ async def get_events(
 ) -> dict[str, Any]:
     await service.require_run(state.db, run_id, caller.tenant_id)
     horizon = await state.hub.ready_horizon()
-    events = await state.db.fetch(Q["run_events_between"], {
-        "run_id": run_id, "after": after, "upto": horizon, "limit": limit})
+    events = await event_log.run_events_between(state.db, run_id, after, horizon, limit)
     return {"events": events, "horizon": horizon}
 
 
@@ -194,8 +191,8 @@ async def run_file(run_id: uuid.UUID, path: str, state: State, caller: Caller) -
 @router.get("/{run_id}/snapshots", summary="Workspace snapshots taken during the run")
 async def run_snapshots(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
     await service.require_run(state.db, run_id, caller.tenant_id)
-    rows = await state.db.fetch(Q["tenant_snapshots"], {
-        "tenant_id": caller.tenant_id, "run_id": run_id, "session_id": None, "limit": 500})
+    rows = await tenant_sessions.tenant_snapshots(state.db, caller.tenant_id, run_id=run_id,
+                                                  session_id=None, limit=500)
     return {"snapshots": rows}
 
 

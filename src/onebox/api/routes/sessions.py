@@ -13,10 +13,9 @@ from onebox.api import sessions as service
 from onebox.api.auth import Caller, State
 from onebox.api.files import stream_fd
 from onebox.api.schemas import Execute
-from onebox.store.queries import load_queries
+from onebox.runtime import tenant_sessions
 
 router = APIRouter(tags=["sessions"])
-Q = load_queries("api")
 SessionId = Annotated[str, PathParam(pattern=r"^api-[0-9a-f]{16}$")]
 
 
@@ -82,9 +81,8 @@ async def list_snapshots(
     session_id: Annotated[str | None, Query(max_length=140, pattern=r"^[A-Za-z0-9_.-]+$")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
-    rows = await state.db.fetch(Q["tenant_snapshots"], {
-        "tenant_id": caller.tenant_id, "run_id": run_id, "session_id": session_id,
-        "limit": limit})
+    rows = await tenant_sessions.tenant_snapshots(state.db, caller.tenant_id, run_id=run_id,
+                                                  session_id=session_id, limit=limit)
     return {"snapshots": rows}
 
 

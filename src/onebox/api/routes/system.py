@@ -11,7 +11,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from onebox.api.auth import Caller, State
 from onebox.api.metrics import render_metrics
-from onebox.store import catalog
+from onebox.runtime.metrics import database_answers
+from onebox.runtime.tools import catalog_tools, ranked_tools
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ async def healthz() -> dict[str, str]:
 async def readyz(state: State) -> JSONResponse:
     checks: dict[str, Any] = {}
     try:
-        await state.db.fetchone("SELECT 1 AS ok")
+        await database_answers(state.db)
         checks["database"] = "ok"
     except Exception as exc:  # readiness reports any failure instead of raising it
         log.warning("readiness: the database does not answer", exc_info=True)
@@ -53,8 +54,7 @@ async def metrics(state: State, caller: Caller) -> PlainTextResponse:
 
 @router.get("/v1/tools", tags=["tools"], summary="The tool catalog")
 async def tools(state: State, caller: Caller) -> dict[str, Any]:
-    async with state.db.connection() as conn:
-        found = await catalog.list_tools(conn)
+    found = await catalog_tools(state.db)
     return {"tools": [t.model_dump(mode="json") for t in found]}
 
 
@@ -66,7 +66,6 @@ async def rank_tools(
     max_cost: Literal["FREE", "LOW", "MEDIUM", "HIGH"] = "HIGH",
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> dict[str, Any]:
-    async with state.db.connection() as conn:
-        ranked = await catalog.rank_tools(conn, format=format.lower(), max_cost=max_cost,
-                                          limit=limit)
+    ranked = await ranked_tools(state.db, format=format.lower(), max_cost=max_cost,
+                                limit=limit)
     return {"format": format.lower(), "tools": [dataclasses.asdict(t) for t in ranked]}

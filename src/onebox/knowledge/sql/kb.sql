@@ -21,7 +21,7 @@ FROM onebox.kb_collections k ORDER BY k.name
 
 -- name: get_document
 SELECT id, collection, source, source_type, title, content_hash, metadata, execution_id,
-       snapshot_id, n_chunks, created_at, updated_at
+       snapshot_id, n_chunks, text_bytes, created_at, updated_at
 FROM onebox.kb_documents WHERE collection = %(collection)s AND source = %(source)s
 
 -- name: list_documents
@@ -33,15 +33,36 @@ ORDER BY collection, source LIMIT %(limit)s
 
 -- name: upsert_document
 INSERT INTO onebox.kb_documents (id, collection, source, source_type, title, content_hash,
-                                 metadata, execution_id, snapshot_id, n_chunks)
+                                 metadata, execution_id, snapshot_id, n_chunks, text, text_bytes)
 VALUES (%(id)s, %(collection)s, %(source)s, %(source_type)s, %(title)s, %(content_hash)s,
-        %(metadata)s, %(execution_id)s, %(snapshot_id)s, %(n_chunks)s)
+        %(metadata)s, %(execution_id)s, %(snapshot_id)s, %(n_chunks)s, %(text)s, %(text_bytes)s)
 ON CONFLICT (collection, source) DO UPDATE SET
     source_type = EXCLUDED.source_type, title = EXCLUDED.title,
     content_hash = EXCLUDED.content_hash, metadata = EXCLUDED.metadata,
     execution_id = EXCLUDED.execution_id, snapshot_id = EXCLUDED.snapshot_id,
-    n_chunks = EXCLUDED.n_chunks, updated_at = now()
+    n_chunks = EXCLUDED.n_chunks, text = EXCLUDED.text, text_bytes = EXCLUDED.text_bytes,
+    updated_at = now()
 RETURNING id
+
+-- name: set_document_text
+-- An unchanged document ingested before documents kept their text (migration 0016).
+UPDATE onebox.kb_documents SET text = %(text)s, text_bytes = %(text_bytes)s
+WHERE id = %(id)s AND text IS NULL
+
+-- name: find_documents
+-- Candidates for knowledge_read among the caller's collections: the document id, its exact
+-- source, or a source ending in "/<name>" (a path suffix). Never the text (see document_text).
+SELECT id, collection, source, source_type, title, metadata, n_chunks, text_bytes,
+       execution_id, snapshot_id, updated_at,
+       ((id = %(id)s::uuid) IS TRUE OR source = %(document)s) AS exact
+FROM onebox.kb_documents
+WHERE collection = ANY(%(collections)s)
+  AND ((id = %(id)s::uuid) IS TRUE OR source = %(document)s
+       OR right(source, length(%(suffix)s)) = %(suffix)s)
+ORDER BY exact DESC, collection, source LIMIT %(limit)s
+
+-- name: document_text
+SELECT text FROM onebox.kb_documents WHERE id = %(id)s
 
 -- name: delete_document
 DELETE FROM onebox.kb_documents WHERE id = %(id)s

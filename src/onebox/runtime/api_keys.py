@@ -21,7 +21,7 @@ from onebox.errors import NotFound, ValidationError
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
 
-Q = load_queries("api")
+Q = load_queries("api_keys")
 KEY_PREFIX = "obx_"
 TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 

@@ -1,0 +1,45 @@
+-- Sandbox sessions a tenant opened by hand, and the snapshots a tenant may read.
+
+-- name: insert_session
+INSERT INTO onebox.sessions (id, backend, tenant_id) VALUES (%(id)s, %(backend)s, %(tenant_id)s)
+RETURNING id, tenant_id, backend, status, created_at, last_used_at, released_at;
+
+-- name: tenant_session
+SELECT id, tenant_id, backend, status, created_at, last_used_at, released_at
+FROM onebox.sessions WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND status = 'ACTIVE';
+
+-- name: list_sessions
+SELECT id, tenant_id, backend, status, created_at, last_used_at, released_at
+FROM onebox.sessions
+WHERE tenant_id = %(tenant_id)s AND status = 'ACTIVE' AND run_id IS NULL
+ORDER BY created_at DESC LIMIT %(limit)s;
+
+-- name: touch_session
+UPDATE onebox.sessions SET last_used_at = now() WHERE id = %(id)s RETURNING id;
+
+-- name: release_session
+UPDATE onebox.sessions SET status = 'RELEASED', released_at = now()
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND status = 'ACTIVE'
+RETURNING id;
+
+-- name: tenant_snapshots
+SELECT s.id, s.session_id, s.execution_id, s.kind, s.status, s.sha256, s.bytes, s.stored_bytes,
+       s.file_count, s.object_count, s.duration_ms, s.created_at, t.run_id
+FROM onebox.snapshots s
+LEFT JOIN onebox.task_execution t ON t.id = s.execution_id
+LEFT JOIN onebox.runs r ON r.id = t.run_id
+LEFT JOIN onebox.sessions ss ON ss.id = s.session_id
+WHERE coalesce(r.tenant_id, ss.tenant_id) = %(tenant_id)s
+  AND (%(run_id)s::uuid IS NULL OR t.run_id = %(run_id)s::uuid)
+  AND (%(session_id)s::text IS NULL OR s.session_id = %(session_id)s::text)
+ORDER BY s.created_at DESC
+LIMIT %(limit)s;
+
+-- name: tenant_snapshot
+SELECT s.id, s.session_id, s.execution_id, s.kind, s.status, s.sha256, s.bytes, s.stored_bytes,
+       s.file_count, s.object_count, s.duration_ms, s.created_at, t.run_id
+FROM onebox.snapshots s
+LEFT JOIN onebox.task_execution t ON t.id = s.execution_id
+LEFT JOIN onebox.runs r ON r.id = t.run_id
+LEFT JOIN onebox.sessions ss ON ss.id = s.session_id
+WHERE s.id = %(id)s AND coalesce(r.tenant_id, ss.tenant_id) = %(tenant_id)s;
