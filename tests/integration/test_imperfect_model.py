@@ -121,7 +121,7 @@ async def test_an_imperfect_model_reads_the_csv_whole_fixes_its_draft_and_is_rig
     assert BUGGY_LINE in fix_prompt and "KeyError" in fix_prompt
     steps = await runs_api.run_steps(db, run_id)
     read = next(s for s in steps if s["step_id"] == "read")
-    assert read["status"] == "SUCCESS" and read["tool_name"] == "read_document"
+    assert read["status"] == "SUCCESS" and read["tool_name"] == "knowledge_read"  # the catalog name
     attempts = [s["status"] for s in steps if s["step_id"] == "stats"]
     assert attempts == ["FAILED", "SUCCESS"]
     events = await runs_api.run_events(db, run_id)

@@ -51,6 +51,7 @@ from onebox.store import runs as store
 STORED_ACTION_KEYS = ("id", "type", "decision", "step_id", "instance", "attempt", "purpose",
                       "plan_version", "version", "reason", "changes", "ok", "answer", "error")
 AGENT_CACHE_RUNS = 64  # runs whose agent a worker keeps between their steps
+CATALOG_KINDS = {"final": "final_answer"}  # step kinds whose catalog tool has another name
 WORK_TOOLS: dict[type[Action], str] = {CallModel: "model", CheckCode: "check",
                                         LookupTools: "lookup"}
 
@@ -230,11 +231,18 @@ def step_id_of(action: Action) -> str:
     return f"{label}#{action.id}"
 
 
-def tool_of(action: Action) -> str:
-    if isinstance(action, StepAction):
-        step = getattr(action, "step", None)
-        return (step.tool or step.kind) if step is not None else action.type
-    return WORK_TOOLS[type(action)]
+def tool_of(action: Action, spec: Mapping[str, Any] | None = None) -> str:
+    """The catalog tool an action uses (so the catalog's success rates count it): a code
+    step's language, a tool step's tool, a knowledge, memory or approval step's kind."""
+    if not isinstance(action, StepAction):
+        return WORK_TOOLS[type(action)]
+    step = getattr(action, "step", None)
+    if step is not None and step.kind == "tool":
+        return str(step.input.get("name") or "tool")
+    if step is not None:
+        return step.tool or CATALOG_KINDS.get(step.kind, step.kind)
+    kind = str((spec or {}).get("kind") or action.type)
+    return CATALOG_KINDS.get(kind, kind)
 
 
 async def queue_action(conn: store.Conn, run: store.Row, action: Action,
@@ -243,10 +251,10 @@ async def queue_action(conn: store.Conn, run: store.Row, action: Action,
     step_id = step_id_of(action)
     earlier = await store.fetch_all(conn, "step_attempts", {"run_id": run["id"],
                                                             "step_id": step_id})
-    plan_id, number = await _plan_position(conn, run, action)
+    plan_id, number, spec = await _plan_position(conn, run, action)
     attempt = len(earlier) + 1
     base = {"run_id": run["id"], "plan_id": plan_id, "trace_id": run["trace_id"],
-            "step_id": step_id, "step_number": number, "tool_name": tool_of(action),
+            "step_id": step_id, "step_number": number, "tool_name": tool_of(action, spec),
             "input_hash": canonical_hash(_action_input(action)),
             "max_attempts": 1 if hold else attempt + _config_of(run).max_attempts - 1,
             "needs_model": needs_model(run.get("profile")) if isinstance(action, CallModel)
@@ -307,15 +315,18 @@ async def after_failure(conn: store.Conn, run: store.Row, row: store.Row,
     return "FAILED"
 
 
-async def _plan_position(conn: store.Conn, run: store.Row,
-                         action: Action) -> tuple[uuid.UUID | None, int]:
+async def _plan_position(conn: store.Conn, run: store.Row, action: Action
+                         ) -> tuple[uuid.UUID | None, int, dict[str, Any] | None]:
+    """The plan version the action belongs to, its step's number and spec there."""
     version = getattr(action, "plan_version", None)
     found = await store.fetch_one(conn, "agent_plan", {"run_id": run["id"], "version": version})
     if found is None:
-        return None, 0
+        return None, 0, None
     step_id = getattr(action, "step_id", None)
-    numbers = {s["id"]: i for i, s in enumerate(found["spec"].get("steps") or [], start=1)}
-    return found["id"], numbers.get(step_id, 0) if step_id else 0
+    for number, spec in enumerate(found["spec"].get("steps") or [], start=1):
+        if step_id is not None and spec.get("id") == step_id:
+            return found["id"], number, spec
+    return found["id"], 0, None
 
 
 def _action_input(action: Action) -> dict[str, Any]:
