@@ -21,7 +21,7 @@ from onebox.sandbox.workspace import check_session_id
 logger = logging.getLogger(__name__)
 
 Hook = Callable[[Path], Awaitable[None]]
-MAX_REMEMBERED = 100_000
+MAX_REMEMBERED = 10_000  # removed session ids kept (~2 MB): a call to one says session_reset
 
 
 @dataclass
