@@ -129,3 +129,34 @@ def test_a_profile_sets_default_limits_grants_and_tools() -> None:
     seen = allowed_tools(found, profile)
     assert [t.name for t in seen.tools] == ["python"] and seen.names == ("python", "csv_stats")
     assert with_profile_defaults(step, None) is step and allowed_tools(found, None) is found
+
+
+async def test_a_profiles_instructions_and_memory_scope_reach_the_model_and_memory(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    serving = with_model(settings, "tuned")
+    async with db.connection() as conn:
+        await save_profile(conn, "default", parse_profile({
+            "name": "terse", "model": "tuned", "base_url": "http://tuned.invalid/v1",
+            "instructions": "Answer in French.", "memory_scope": "notes"}))
+    plan = {"name": "r", "steps": [
+        {"id": "keep", "kind": "memory_remember", "input": {"text": "the launch is at noon"}}]}
+    model = ScriptedModel([INTENT, plan])
+    run_id, _ = await submit_task(db, "remember the launch time", settings=settings,
+                                  profile="terse")
+    stop = asyncio.Event()
+    task = asyncio.create_task(Worker(db, backend, serving, model=model).serve(stop, drain_s=5))
+    try:
+        for _ in range(600):
+            if (await runs_api.get_run(db, run_id))["status"] in ("SUCCEEDED", "FAILED"):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await task
+    run = await runs_api.get_run(db, run_id)
+    assert run["status"] == "SUCCEEDED", run["error"]
+    assert all("Answer in French." in (r.messages[0].content or "") for r in model.requests)
+    rows = await db.fetch("SELECT messages FROM onebox.llm_calls WHERE run_id = %s", (run_id,))
+    assert all("Answer in French." in r["messages"][0]["content"] for r in rows)
+    scopes = await db.fetch("SELECT DISTINCT scope FROM onebox.memories")
+    assert [s["scope"] for s in scopes] == ["notes"]

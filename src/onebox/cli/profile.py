@@ -29,6 +29,7 @@ def profile() -> None:
 @click.option("--base-url", help="the OpenAI-compatible endpoint (https://.../v1)")
 @click.option("--api-key-env", help="the NAME of the environment variable that holds the "
               "API key on the workers (the key itself is never stored)")
+@click.option("--instructions", help="added to the system prompt of every model call")
 @click.option("--memory-scope", help="the memory scope the agent remembers into and recalls")
 @click.option("--tool", "tools", multiple=True, help="a catalog tool the agent may use "
               "(repeat; default: every tool)")

@@ -45,7 +45,7 @@ from onebox.runtime.agent_engine import replay
 from onebox.runtime.archive import Outcome
 from onebox.runtime.executor import StepRunner
 from onebox.runtime.model_calls import call_model
-from onebox.runtime.profiles import allowed_tools, with_profile_defaults
+from onebox.runtime.profiles import allowed_tools, with_instructions, with_profile_defaults
 from onebox.runtime.sessions import touch_session
 from onebox.runtime.step_context import sandbox_facts, with_catalog_names, workspace_listing
 from onebox.runtime.submit import session_id_for
@@ -130,7 +130,9 @@ class AgentWork:
         if recorded is not None:
             reply = ModelReply(action.id, ChatResponse.from_dict(recorded["response"]))
         else:
-            reply = await call_model(self.db, self.model(run["profile"]), action, run_id=run["id"],
+            sent = dataclasses.replace(action, request=with_instructions(action.request,
+                                                                         run["profile"]))
+            reply = await call_model(self.db, self.model(run["profile"]), sent, run_id=run["id"],
                                      prices=price_table(self.settings.llm))
         text = reply.response.content or ""
         return Performed(reply, Outcome("SUCCESS", exit_code=0, stdout=text[-64_000:],

@@ -30,6 +30,7 @@ from onebox.agent.plan import Step
 from onebox.config import LLMSettings, Settings
 from onebox.errors import NotFound
 from onebox.errors import ValidationError as OneboxValidationError
+from onebox.llm.base import ChatRequest, Message
 from onebox.store import profiles as rows
 from onebox.store.runs import Conn
 
@@ -46,6 +47,7 @@ class Profile(BaseModel):
     model: str = Field(min_length=1, max_length=200)
     base_url: str | None = Field(None, max_length=2000, pattern=r"^https?://")
     api_key_env: str | None = Field(None, pattern=ENV_NAME)
+    instructions: str | None = Field(None, max_length=20_000)
     memory_scope: str | None = Field(None, pattern=NAME)
     tools: list[str] | None = Field(None, max_length=200)
     timeout_s: float | None = Field(None, gt=0, le=86_400)
@@ -141,6 +143,20 @@ def allowed_tools(found: ToolsResult, profile: Mapping[str, Any] | None) -> Tool
         return found
     return dataclasses.replace(found, tools=tuple(t for t in found.tools if t.name in allowed),
                                names=tuple(n for n in found.names if n in allowed))
+
+
+def with_instructions(request: ChatRequest, profile: Mapping[str, Any] | None) -> ChatRequest:
+    """The model request with the profile's instructions added to its system prompt (the
+    request as sent is what ``llm_calls`` records)."""
+    extra = ((profile or {}).get("instructions") or "").strip()
+    if not extra:
+        return request
+    messages = list(request.messages)
+    if messages and messages[0].role == "system":
+        messages[0] = Message.system(f"{messages[0].content or ''}\n\n{extra}".strip())
+    else:
+        messages.insert(0, Message.system(extra))
+    return dataclasses.replace(request, messages=tuple(messages))
 
 
 def with_profile_defaults(step: Step, profile: Mapping[str, Any] | None) -> Step:
