@@ -183,12 +183,12 @@ async def record(conn: store.Conn, run: store.Row,
             continue
         replayed.stored.add(action.id)
         await _append(conn, run, replayed, "agent_action", _summary(action))
-        terminal = await _notice(conn, run, action) or terminal
+        terminal = await _notice(conn, run, action, replayed.agent) or terminal
     return terminal
 
 
-async def _notice(conn: store.Conn, run: store.Row,
-                  action: Action) -> str | None:
+async def _notice(conn: store.Conn, run: store.Row, action: Action,
+                  agent: Agent) -> str | None:
     trace = {"trace_id": run["trace_id"]}
     if isinstance(action, RecordIntent):
         await store.append_event(conn, run["id"], "intent", action.intent.to_dict(), **trace)
@@ -201,11 +201,11 @@ async def _notice(conn: store.Conn, run: store.Row,
     elif isinstance(action, Finish):
         return await _finish(conn, run, action)
     elif isinstance(action, AskApproval):
-        execution_id = await queue_action(conn, run, action, hold=True)
+        execution_id = await queue_action(conn, run, action, hold=True, agent=agent)
         await request_approval(conn, run["id"], run["trace_id"], action.instance,
                                action.prompt, execution_id)
     elif action.expects_observation:
-        await queue_action(conn, run, action)
+        await queue_action(conn, run, action, agent=agent)
     return None
 
 
@@ -246,12 +246,12 @@ def tool_of(action: Action, spec: Mapping[str, Any] | None = None) -> str:
 
 
 async def queue_action(conn: store.Conn, run: store.Row, action: Action,
-                       *, hold: bool = False) -> uuid.UUID:
+                       *, hold: bool = False, agent: Agent | None = None) -> uuid.UUID:
     """Queue the work of one action; a step instance run again is its next attempt."""
     step_id = step_id_of(action)
     earlier = await store.fetch_all(conn, "step_attempts", {"run_id": run["id"],
                                                             "step_id": step_id})
-    plan_id, number, spec = await _plan_position(conn, run, action)
+    plan_id, number, spec = await _plan_position(conn, run, action, agent)
     attempt = len(earlier) + 1
     base = {"run_id": run["id"], "plan_id": plan_id, "trace_id": run["trace_id"],
             "step_id": step_id, "step_number": number, "tool_name": tool_of(action, spec),
@@ -315,18 +315,30 @@ async def after_failure(conn: store.Conn, run: store.Row, row: store.Row,
     return "FAILED"
 
 
-async def _plan_position(conn: store.Conn, run: store.Row, action: Action
-                         ) -> tuple[uuid.UUID | None, int, dict[str, Any] | None]:
-    """The plan version the action belongs to, its step's number and spec there."""
+async def _plan_position(conn: store.Conn, run: store.Row, action: Action,
+                         agent: Agent | None) -> tuple[uuid.UUID | None, int,
+                                                       dict[str, Any] | None]:
+    """The plan version the action belongs to, its step's number and spec there (from the
+    agent's own plan when it is that version: a big plan is not read back per step)."""
     version = getattr(action, "plan_version", None)
-    found = await store.fetch_one(conn, "agent_plan", {"run_id": run["id"], "version": version})
+    found = await store.fetch_one(conn, "agent_plan_id", {"run_id": run["id"],
+                                                          "version": version})
     if found is None:
         return None, 0, None
+    if agent is not None and agent.plan is not None and found["version"] == agent.version:
+        plan_steps: list[Any] = list(agent.plan.steps)
+        ids = [s.id for s in plan_steps]
+    else:
+        row = await store.fetch_one(conn, "plan_by_id", {"plan_id": found["id"]})
+        assert row is not None
+        plan_steps = list(row["spec"].get("steps") or [])
+        ids = [s.get("id") for s in plan_steps]
     step_id = getattr(action, "step_id", None)
-    for number, spec in enumerate(found["spec"].get("steps") or [], start=1):
-        if step_id is not None and spec.get("id") == step_id:
-            return found["id"], number, spec
-    return found["id"], 0, None
+    if step_id is None or step_id not in ids:
+        return found["id"], 0, None
+    number = ids.index(step_id) + 1
+    spec = plan_steps[number - 1]
+    return found["id"], number, spec if isinstance(spec, dict) else {"kind": spec.kind}
 
 
 def _action_input(action: Action) -> dict[str, Any]:

@@ -385,8 +385,8 @@ SELECT response FROM onebox.llm_calls
 WHERE run_id = %(run_id)s AND action_id = %(action_id)s AND response IS NOT NULL
 ORDER BY id DESC LIMIT 1;
 
--- name: agent_plan
+-- name: agent_plan_id
 -- The plan version an agent action belongs to (the latest when it names none).
-SELECT id, spec FROM onebox.plans
+SELECT id, version FROM onebox.plans
 WHERE run_id = %(run_id)s AND (%(version)s::int IS NULL OR version = %(version)s::int)
 ORDER BY version DESC LIMIT 1;
