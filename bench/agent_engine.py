@@ -149,8 +149,9 @@ def patch_archive(probe: Probe) -> Callable[[], None]:
     """Record the moment each row's archive transaction has committed."""
     original = worker_module.archive_agent_step
 
-    async def timed_archive(db: Database, claimed: store.Row, performed: Any) -> Any:
-        result = await original(db, claimed, performed)
+    async def timed_archive(db: Database, settings: Any, claimed: store.Row,
+                            performed: Any) -> Any:
+        result = await original(db, settings, claimed, performed)
         probe.moments[claimed["id"]]["committed"] = time.time()
         return result
 
@@ -229,18 +230,23 @@ async def replay_cost(db: Database, run_id: uuid.UUID, repeat: int = 5) -> dict[
     async with db.connection() as conn:
         run = await store.fetch_one(conn, "get_run", {"run_id": run_id})
         assert run is not None
-        rows = await store.fetch_all(conn, "agent_log", {"run_id": run_id})
-        total, read = [], []
+        rows = await store.fetch_all(conn, "agent_log", {"run_id": run_id, "from_seq": 0})
+        total, read, cached = [], [], []
         for _ in range(repeat):
             t = time.perf_counter()
-            await store.fetch_all(conn, "agent_log", {"run_id": run_id})
+            await store.fetch_all(conn, "agent_log", {"run_id": run_id, "from_seq": 0})
             read.append((time.perf_counter() - t) * 1000)
+            agent_engine._agents.clear()  # a worker that has not seen the run: whole log
             t = time.perf_counter()
             await agent_engine.replay(conn, run)
             total.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()  # this worker's cached agent: only the newer entries
+            await agent_engine.replay(conn, run)
+            cached.append((time.perf_counter() - t) * 1000)
     observations = sum(1 for r in rows if r["type"] == "agent_observation")
     return {"observations": observations, "log_events": len(rows),
             "replay_ms": round(statistics.median(total), 3),
+            "cached_replay_ms": round(statistics.median(cached), 3),
             "log_read_ms": round(statistics.median(read), 3),
             "replay_ms_per_observation": round(statistics.median(total) / observations, 4)}
 
