@@ -42,7 +42,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from onebox.agent.expressions import ExpressionError, referenced_names, template_expressions
 from onebox.bounds import MAX_READ_BYTES, MAX_YAML_BYTES, check_depth, load_yaml
-from onebox.errors import PlanError, ValidationError
+from onebox.domains import DEFAULT_PORTS, DomainRule
+from onebox.domains import allowed as granted
+from onebox.errors import PlanError, PolicyViolation, ValidationError
 
 STEP_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 Tool = Literal["python", "bash", "node"]
@@ -302,8 +304,14 @@ def _check_http(s: Step) -> None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise PlanError(f"input.url {url!r} must be an http(s) URL", step=s.id, field="input.url")
-    if parts.hostname not in s.allow_domains:
-        raise PlanError(f"add {parts.hostname!r} to allow_domains to let this step reach it",
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        rules = [DomainRule.parse(d) for d in s.allow_domains]
+    except PolicyViolation as exc:
+        raise PlanError(exc.message, step=s.id, field="allow_domains") from None
+    if not granted(rules, parts.hostname, port):
+        grant = parts.hostname if port in DEFAULT_PORTS else f"{parts.hostname}:{port}"
+        raise PlanError(f"add {grant!r} to allow_domains to let this step reach it",
                         step=s.id, field="allow_domains")
 
 

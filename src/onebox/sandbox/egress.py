@@ -19,10 +19,10 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from onebox.domains import DomainRule, allowed
 from onebox.errors import PolicyViolation
 from onebox.sandbox.base import BlockedAttempt, ExecRequest
 from onebox.sandbox.egress_conn import (
@@ -41,41 +41,8 @@ __all__ = ["DomainRule", "EgressLimits", "EgressProxy", "ExecutionEgress", "addr
            "allowed", "parse_target", "target_of"]
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-DEFAULT_PORTS = (80, 443)
 ACCEPT_BACKLOG = 16  # also the most connections one accept pass takes before refusing them
 MAX_RECORDED = 1000  # refusals kept per execution; more are only counted
-
-
-@dataclass(frozen=True)
-class DomainRule:
-    """``api.example.com``, ``*.example.org`` (subdomains only), optionally ``:port``."""
-
-    pattern: str
-    port: int | None
-
-    @classmethod
-    def parse(cls, text: str) -> DomainRule:
-        raw = text.strip().lower().rstrip(".")
-        host, _, port = raw.rpartition(":") if raw.count(":") == 1 else (raw, "", "")
-        if not host or " " in host or "/" in host:
-            raise PolicyViolation(f"invalid allowed domain {text!r}", field="network.allow_domains")
-        if port and not port.isdigit():
-            raise PolicyViolation(f"invalid port in {text!r}", field="network.allow_domains")
-        return cls(host, int(port) if port else None)
-
-    def matches(self, host: str, port: int) -> bool:
-        if self.port is None and port not in DEFAULT_PORTS:
-            return False
-        if self.port is not None and port != self.port:
-            return False
-        if self.pattern.startswith("*."):
-            return host.endswith(self.pattern[1:]) and host != self.pattern[2:]
-        return host == self.pattern
-
-
-def allowed(rules: Sequence[DomainRule], host: str, port: int) -> bool:
-    host = host.lower().rstrip(".")
-    return any(rule.matches(host, port) for rule in rules)
 
 
 def address_refusal(ip: str, allow_private: Sequence[IPNetwork]) -> str | None:
