@@ -86,6 +86,10 @@ def test_up_prints_url_and_first_key_and_runs_steps(settings: Settings, db_url: 
             time.sleep(0.2)
         assert detail["steps"][0]["stdout"] == "from-up\n"
         assert "app.js" in httpx.get(f"{base}/ui/").text
+        proc.terminate()  # SIGTERM: a graceful stop (the worker drains), exit 0
+        assert proc.wait(timeout=60) == 0
+        assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +71,34 @@ async def _serve(settings: Settings, *, worker: bool) -> None:
     app = create_app(settings, worker=worker)
     config = uvicorn.Config(app, host=settings.api.host, port=settings.api.port,
                             log_level=settings.log_level.lower(), access_log=False)
-    await uvicorn.Server(config).serve()
+    server = uvicorn.Server(config)
+    # SIGTERM and SIGINT shut down gracefully (the in-process worker drains) and the command
+    # exits 0, as `onebox worker` does; uvicorn's own handling re-raises the signal after
+    # its shutdown, so the process died of it (exit -15) as if it had not drained.
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _stopper(server))
+    await server.serve()
+
+
+def _stopper(server: Any) -> Any:
+    def stop() -> None:
+        server.force_exit = server.should_exit  # a second signal: leave now
+        server.should_exit = True
+    return stop
+
+
+async def _up(settings: Settings) -> None:
+    """`onebox up` in one event loop: the first key, the banner, then the server (a Ctrl-C
+    at any point is one clean stop)."""
+    key = await first_key(settings) if settings.api.auth else None
+    click.echo(f"onebox is up: {_url(settings)}/ui/")
+    if key is not None:
+        click.echo(f"API key (tenant 'default'): {key}")
+    elif settings.api.auth:
+        click.echo("API keys exist already; `onebox keys create` makes a new one")
+    await _serve(settings, worker=True)
 
 
 host_option = click.option("--host", help="address to listen on (default ONEBOX_API__HOST, "
@@ -98,13 +128,7 @@ def serve_cmd(host: str | None, port: int | None, no_auth: bool) -> None:
 def up_cmd(host: str | None, port: int | None, no_auth: bool) -> None:
     """Everything in one process: API, console and a worker, on the embedded database."""
     settings = _configure(host, port, no_auth)
-    key = common.run(first_key(settings)) if settings.api.auth else None
-    click.echo(f"onebox is up: {_url(settings)}/ui/")
-    if key is not None:
-        click.echo(f"API key (tenant 'default'): {key}")
-    elif settings.api.auth:
-        click.echo("API keys exist already; `onebox keys create` makes a new one")
-    common.run(_serve(settings, worker=True))
+    common.run(_up(settings))
 
 
 async def first_key(settings: Settings) -> str | None:
