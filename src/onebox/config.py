@@ -99,6 +99,13 @@ class RuntimeSettings(BaseModel):
     max_attempts: int = Field(3, ge=1)
     stale_after_s: float = Field(900.0, gt=0)
     poll_s: float = Field(1.0, gt=0)
+    live_log_interval_s: float = Field(
+        0.25, gt=0, le=60, description="live logs: a running step's output is written as "
+        "step_output events at most this often (or per 64 KB)")
+    live_log_max_bytes: int = Field(
+        1_048_576, ge=0, description="live logs: bytes of a step's output streamed as events; "
+        "past it one step_output_truncated event (the archived output stays complete); "
+        "0 turns live logs off")
 
 
 class RetentionSettings(BaseModel):

@@ -14,11 +14,13 @@ from onebox.agent.plan import Step
 from onebox.config import Settings
 from onebox.errors import SandboxError
 from onebox.runtime.archive import Outcome, outcome_from_result
+from onebox.runtime.live_logs import LiveLog
 from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.tracing import span
 from onebox.runtime.workspaces import StepWorkspace
 from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
 from onebox.store import runs as store
+from onebox.store.db import Database
 
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 5.0  # an interrupted sandbox call that has not returned by then is cancelled
@@ -83,8 +85,9 @@ class StepRunner:
     def __init__(self, backend: SandboxBackend, settings: Settings,
                  workspaces: StepWorkspace | None, knowledge: StepKnowledge,
                  running: dict[uuid.UUID, asyncio.Task[Any]] | None = None,
-                 stops: dict[uuid.UUID, str] | None = None) -> None:
-        self.backend, self.settings = backend, settings
+                 stops: dict[uuid.UUID, str] | None = None,
+                 db: Database | None = None) -> None:
+        self.backend, self.settings, self.db = backend, settings, db
         self.workspaces, self.knowledge = workspaces, knowledge
         self.running = running if running is not None else {}
         self.stops = stops if stops is not None else {}
@@ -141,16 +144,30 @@ class StepRunner:
 
     async def _execute(self, request: ExecRequest, row: store.Row,
                        details: dict[str, Any]) -> Ran:
-        """A failure of the sandbox itself is a FAILED outcome, not a crash."""
+        """A failure of the sandbox itself is a FAILED outcome, not a crash. The output is
+        streamed as it is printed (live logs, written before the step's own event)."""
+        live = self._live_log(row)
         try:
             with span("sandbox.exec", row["trace_id"], backend=self.backend.name,
                       session=row["session_id"]):
-                result = await self.backend.execute(request)
+                if live is not None:
+                    request = dataclasses.replace(request, on_output=live.feed)
+                try:
+                    result = await self.backend.execute(request)
+                finally:
+                    if live is not None:
+                        await live.close()
         except Exception as exc:
             log.warning("sandbox could not run step %s: %s", row["step_id"], exc,
                         exc_info=not isinstance(exc, SandboxError))
             return Ran(Outcome("FAILED", error=sandbox_failure(exc), details=details))
         return Ran(outcome_from_result(result, details), result)
+
+
+    def _live_log(self, row: store.Row) -> LiveLog | None:
+        if self.db is None or self.settings.runtime.live_log_max_bytes <= 0:
+            return None
+        return LiveLog(self.db, row, self.settings.runtime)
 
 
 def sandbox_failure(exc: Exception) -> str:

@@ -75,7 +75,7 @@ class Worker:
         self._agent_tasks: dict[uuid.UUID, asyncio.Task[Performed]] = {}
         self._stop_reasons: dict[uuid.UUID, str] = {}
         self.runner = StepRunner(backend, settings, self.workspaces, self.knowledge,
-                                 self._exec_tasks, self._stop_reasons)
+                                 self._exec_tasks, self._stop_reasons, db=db)
         self.agent_work = AgentWork(db, self.runner, self.chat_model)
         self._wake = asyncio.Event()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from onebox.sandbox.sessions import SessionTable
 
 Language = Literal["python", "bash", "node"]
+# Live output: called on the event loop with ("stdout" | "stderr", bytes) as the code prints,
+# never blocking; the result's stdout/stderr stay the complete capture.
+OutputSink = Callable[[str, bytes], None]
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class ExecRequest:
     limits: Limits = field(default_factory=Limits)
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     trace_id: str | None = None
+    on_output: OutputSink | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -375,9 +375,8 @@ class BwrapSandbox(SandboxBackend):
             write_command(run_dir, request, argv, env, proxy, rlimits)
             if self.cgroups is not None:
                 self.cgroups.reset_peak(exec_id)
-            outcome = await release(
-                blocked, request.stdin, limits.timeout_s, limits.max_output_bytes
-            )
+            outcome = await release(blocked, request.stdin, limits.timeout_s,
+                                    limits.max_output_bytes, request.on_output)
             usage = self._usage(exec_id)
             changes = await changes_since(session.path, before)
         except BaseException:

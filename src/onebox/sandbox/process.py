@@ -21,13 +21,14 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from onebox.config import Settings
 from onebox.errors import PolicyViolation
 from onebox.sandbox import policy
-from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
+from onebox.sandbox.base import ExecRequest, ExecResult, Health, OutputSink, SandboxBackend
 from onebox.sandbox.capture import BoundedCapture
 from onebox.sandbox.identity import (
     Owner,
@@ -180,7 +181,7 @@ class ProcessSandbox(SandboxBackend):
         groups = self._groups.setdefault(request.session_id, set())
         groups.add(proc.pid)
         try:
-            return await _supervise(proc, request.stdin, limits)
+            return await _supervise(proc, request.stdin, limits, request.on_output)
         finally:
             groups.discard(proc.pid)
 
@@ -258,14 +259,27 @@ def _not_started(program: str, exc: OSError, limits: policy.ResolvedLimits) -> _
     return run
 
 
-def _pump(stream: object, capture: BoundedCapture) -> None:
+def _pump(stream: object, capture: BoundedCapture, emit: Callable[[bytes], None]) -> None:
     read = stream.read1  # type: ignore[attr-defined]
     while chunk := read(65536):
         capture.feed(chunk)
+        emit(chunk)
+
+
+def _emitter(loop: asyncio.AbstractEventLoop, name: str,
+             on_output: OutputSink | None) -> Callable[[bytes], None]:
+    """From a pump thread, hand each chunk to ``on_output`` on the event loop."""
+    def emit(chunk: bytes) -> None:
+        if on_output is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
+                loop.call_soon_threadsafe(on_output, name, chunk)
+
+    return emit
 
 
 async def _supervise(
-    proc: subprocess.Popen[bytes], stdin: bytes | None, limits: policy.ResolvedLimits
+    proc: subprocess.Popen[bytes], stdin: bytes | None, limits: policy.ResolvedLimits,
+    on_output: OutputSink | None = None,
 ) -> _Run:
     """Threads pump the pipes and wait4() the child (for its rusage); we enforce the timeout."""
     run = _Run(limits.max_output_bytes)
@@ -278,8 +292,10 @@ async def _supervise(
         proc.returncode = os.waitstatus_to_exitcode(status)
         loop.call_soon_threadsafe(done.set_result, (proc.returncode, usage))
 
-    pumps = [threading.Thread(target=_pump, args=(s, c), daemon=True)
-             for s, c in ((proc.stdout, run.out), (proc.stderr, run.err))]  # fmt: skip
+    pumps = [threading.Thread(target=_pump, args=(s, c, _emitter(loop, n, on_output)),
+                              daemon=True)
+             for s, c, n in ((proc.stdout, run.out, "stdout"),
+                             (proc.stderr, run.err, "stderr"))]  # fmt: skip
     for thread in [*pumps, threading.Thread(target=wait, daemon=True)]:
         thread.start()
     threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onebox.errors import SandboxUnavailable
+from onebox.sandbox.base import OutputSink
 from onebox.sandbox.capture import CHUNK_BYTES, BoundedCapture
 
 if TYPE_CHECKING:
@@ -281,14 +282,16 @@ def _close_stdin(blocked: Blocked) -> None:
 
 
 async def release(
-    blocked: Blocked, stdin: bytes | None, timeout_s: float, max_output_bytes: int
+    blocked: Blocked, stdin: bytes | None, timeout_s: float, max_output_bytes: int,
+    on_output: OutputSink | None = None,
 ) -> Outcome:
-    """Run the blocked sandbox to completion or timeout; output capped head + tail."""
+    """Run the blocked sandbox to completion or timeout; output capped head + tail, and
+    each chunk also handed to ``on_output`` as it is read (live logs)."""
     out, err = BoundedCapture(max_output_bytes), BoundedCapture(max_output_bytes)
     loop = asyncio.get_running_loop()
     readers = [
-        loop.create_task(_read_until(blocked.stdout_r, _feeder(out))),
-        loop.create_task(_read_until(blocked.stderr_r, _feeder(err))),
+        loop.create_task(_read_until(blocked.stdout_r, _feeder(out, "stdout", on_output))),
+        loop.create_task(_read_until(blocked.stderr_r, _feeder(err, "stderr", on_output))),
     ]
     feeder = loop.create_task(_feed(blocked, stdin))
     started = time.monotonic()
@@ -311,9 +314,13 @@ async def release(
     return Outcome(code, out, err, (time.monotonic() - started) * 1000, timed_out)
 
 
-def _feeder(capture: BoundedCapture) -> Callable[[bytes], bool]:
+def _feeder(
+    capture: BoundedCapture, stream: str, on_output: OutputSink | None
+) -> Callable[[bytes], bool]:
     def on_chunk(chunk: bytes) -> bool:
         capture.feed(chunk)
+        if on_output is not None:
+            on_output(stream, chunk)
         return False
 
     return on_chunk
