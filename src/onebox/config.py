@@ -99,6 +99,12 @@ class RuntimeSettings(BaseModel):
     max_attempts: int = Field(3, ge=1)
     stale_after_s: float = Field(900.0, gt=0)
     poll_s: float = Field(1.0, gt=0)
+    max_input_files: int = Field(1000, ge=1, description="files a run may be given (--file)")
+    max_input_bytes: int = Field(256 << 20, ge=1024,
+                                 description="bytes of all the files a run is given")
+    max_output_files: int = Field(1000, ge=1, description="deliverables kept per run")
+    max_output_bytes: int = Field(256 << 20, ge=1024,
+                                  description="bytes of the deliverables kept per run")
     live_log_interval_s: float = Field(
         0.25, gt=0, le=60, description="live logs: a running step's output is written as "
         "step_output events at most this often (or per 64 KB)")

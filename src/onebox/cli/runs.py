@@ -17,6 +17,7 @@ from onebox.cli.render import runs_table, timeline
 from onebox.config import Settings
 from onebox.errors import PlanError
 from onebox.llm.registry import chat_model_from_settings
+from onebox.runtime import run_files
 from onebox.runtime import runs as runs_api
 from onebox.runtime.agent_runs import submit_task
 from onebox.runtime.explain import explain
@@ -47,15 +48,19 @@ def register(main: click.Group) -> None:
               "plan or task is refused")
 @click.option("--profile", help="the agent profile whose model does the task's model work "
               "(`onebox profile list`); default: this machine's model settings")
+@click.option("--file", "files", multiple=True, type=click.Path(path_type=Path),
+              help="a file or directory placed in the run's workspace before its first step "
+              "(a directory keeps its name: --file reports/ gives reports/...); repeatable")
 @common.json_option
 def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | None,
-            profile: str | None, as_json: bool) -> None:
+            profile: str | None, files: tuple[Path, ...], as_json: bool) -> None:
     """Run a plan file (YAML or JSON), or ask the agent to do TARGET in words."""
     settings = common.settings()
     if Path(target).exists():
         plan = load_plan_or_fail(Path(target))
         status = common.run(_run_plan(settings, plan, detach=detach, name=name,
-                                      idempotency_key=idempotency_key, as_json=as_json))
+                                      idempotency_key=idempotency_key, as_json=as_json,
+                                      files=files))
     elif _looks_like_a_path(target):
         common.fail(f"plan file {target} does not exist", code=2)
     else:
@@ -63,7 +68,7 @@ def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | 
             common.run_sync(lambda: chat_model_from_settings(settings.llm))  # says what to set
         status = common.run(_run_task(settings, target, detach=detach, name=name,
                                       idempotency_key=idempotency_key, profile=profile,
-                                      as_json=as_json))
+                                      as_json=as_json, files=files))
     codes = {"SUCCEEDED": 0, "PENDING": 0, INTERRUPTED: INTERRUPTED_EXIT}
     raise click.exceptions.Exit(codes.get(status, 1))
 
@@ -80,9 +85,12 @@ def load_plan_or_fail(path: Path) -> Plan:
 
 
 async def _run_plan(settings: Settings, plan: Any, *, detach: bool, name: str | None,
-                    idempotency_key: str | None, as_json: bool) -> str:
+                    idempotency_key: str | None, as_json: bool,
+                    files: tuple[Path, ...] = ()) -> str:
     async with await Runtime.open(settings) as rt:
-        submitted = await rt.submit(plan, name=name, idempotency_key=idempotency_key)
+        inputs = await run_files.stage_local(rt.objects, files, settings.runtime)
+        submitted = await rt.submit(plan, name=name, idempotency_key=idempotency_key,
+                                    inputs=inputs)
         if detach:
             _print_submitted(submitted, as_json)
             return "PENDING"
@@ -93,10 +101,13 @@ async def _run_plan(settings: Settings, plan: Any, *, detach: bool, name: str | 
 
 
 async def _run_task(settings: Settings, task: str, *, detach: bool, name: str | None,
-                    idempotency_key: str | None, profile: str | None, as_json: bool) -> str:
+                    idempotency_key: str | None, profile: str | None, as_json: bool,
+                    files: tuple[Path, ...] = ()) -> str:
     async with await Runtime.open(settings) as rt:
+        inputs = await run_files.stage_local(rt.objects, files, settings.runtime)
         run_id, existing = await submit_task(rt.db, task, name=name, profile=profile,
-                                             idempotency_key=idempotency_key, settings=settings)
+                                             idempotency_key=idempotency_key, settings=settings,
+                                             inputs=inputs)
         model = (await runs_api.get_run(rt.db, run_id))["profile"] or {}
         trace = (await runs_api.get_run(rt.db, run_id))["trace_id"]
         if detach:

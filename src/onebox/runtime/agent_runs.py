@@ -11,6 +11,7 @@ finished is never performed again. See :mod:`onebox.runtime.agent_engine`.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from psycopg.types.json import Jsonb
 
@@ -21,6 +22,7 @@ from onebox.runtime import agent_engine
 from onebox.runtime.agent_steps import Performed
 from onebox.runtime.archive import finish_run, step_params
 from onebox.runtime.profiles import run_profile
+from onebox.runtime.run_files import RunFile
 from onebox.runtime.schedule import backoff_s
 from onebox.runtime.step_context import check_plan_tools
 from onebox.runtime.submit import Submitted, insert_run
@@ -34,6 +36,7 @@ OUTAGE_BACKOFF_CAP_S = 300.0
 async def submit_task(
     db: Database, task: str, *, name: str | None = None, idempotency_key: str | None = None,
     tenant_id: str = "default", settings: Settings | None = None, profile: str | None = None,
+    inputs: Sequence[RunFile] = (),
 ) -> tuple[uuid.UUID, bool]:
     """Store a task run and queue the agent's first action; returns (run_id, existing).
 
@@ -46,7 +49,7 @@ async def submit_task(
         kept = await run_profile(conn, settings, tenant_id, profile)
         submitted = await insert_run(conn, "task", request, name=name or task[:80],
                                      idempotency_key=idempotency_key, tenant_id=tenant_id,
-                                     profile=kept)
+                                     profile=kept, inputs=inputs)
         if not submitted.existing:
             run = await store.fetch_one(conn, "get_run", {"run_id": submitted.run_id})
             assert run is not None
@@ -74,16 +77,19 @@ def require_model(settings: Settings, *, field: str, why: str) -> None:
 async def submit_agent_plan(
     db: Database, settings: Settings, plan: Plan, *, name: str | None = None,
     idempotency_key: str | None = None, tenant_id: str = "default",
+    inputs: Sequence[RunFile] = (),
 ) -> Submitted:
     """Store a run of a plan that the agent schedules (conditions, loops, tools, goals)."""
     async with db.transaction() as conn:
         return await insert_agent_plan(conn, settings, plan, name=name,
-                                       idempotency_key=idempotency_key, tenant_id=tenant_id)
+                                       idempotency_key=idempotency_key, tenant_id=tenant_id,
+                                       inputs=inputs)
 
 
 async def insert_agent_plan(
     conn: store.Conn, settings: Settings, plan: Plan, *, name: str | None = None,
     idempotency_key: str | None = None, tenant_id: str = "default",
+    inputs: Sequence[RunFile] = (),
 ) -> Submitted:
     """`submit_agent_plan` inside the caller's transaction."""
     use_model = needs_model(plan)
@@ -97,7 +103,7 @@ async def insert_agent_plan(
     kept = await run_profile(conn, settings, tenant_id, None) if use_model else None
     submitted = await insert_run(conn, "plan", request, name=name or plan.name,
                                  idempotency_key=idempotency_key, tenant_id=tenant_id,
-                                 profile=kept)
+                                 profile=kept, inputs=inputs)
     if not submitted.existing:
         run = await store.fetch_one(conn, "get_run", {"run_id": submitted.run_id})
         assert run is not None

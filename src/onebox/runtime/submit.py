@@ -7,7 +7,7 @@ import itertools
 import json
 import secrets
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from onebox.agent.plan import Plan, Step
 from onebox.bounds import check_plan_caps
 from onebox.config import Settings
 from onebox.errors import Conflict
+from onebox.runtime.run_files import RunFile, record_inputs
 from onebox.runtime.schedule import PlanIndex, StepState, ready_steps, step_input_hash
 from onebox.runtime.step_context import check_plan_tools
 from onebox.store import runs as store
@@ -71,6 +72,7 @@ async def submit_plan(
     name: str | None = None,
     idempotency_key: str | None = None,
     tenant_id: str = "default",
+    inputs: Sequence[RunFile] = (),
 ) -> Submitted:
     """Store a run for ``plan`` and queue its first steps. Same idempotency key: same run.
 
@@ -84,7 +86,8 @@ async def submit_plan(
         from onebox.runtime.agent_runs import submit_agent_plan  # built on this module
 
         return await submit_agent_plan(db, settings, plan, name=name,
-                                       idempotency_key=idempotency_key, tenant_id=tenant_id)
+                                       idempotency_key=idempotency_key, tenant_id=tenant_id,
+                                       inputs=inputs)
     async with db.connection() as conn:
         await check_plan_tools(conn, plan)
     prep = await asyncio.to_thread(prepare_plan, plan, name or plan.name) \
@@ -92,7 +95,7 @@ async def submit_plan(
     ready = ready_steps(plan, {})
     async with db.transaction() as conn:
         submitted, ref = await _store_run(conn, prep, idempotency_key=idempotency_key,
-                                          tenant_id=tenant_id)
+                                          tenant_id=tenant_id, inputs=inputs)
         if ref is None:
             return submitted
         await queue_steps(conn, settings, ref, prep.index, ready[:BATCH_STEPS], {})
@@ -111,6 +114,7 @@ async def submit_plan_in(
     name: str | None = None,
     idempotency_key: str | None = None,
     tenant_id: str = "default",
+    inputs: Sequence[RunFile] = (),
 ) -> Submitted:
     """`submit_plan` inside the caller's transaction (every ready step in it, in batches)."""
     check_plan_caps(plan, settings.sandbox)
@@ -118,11 +122,12 @@ async def submit_plan_in(
         from onebox.runtime.agent_runs import insert_agent_plan  # built on this module
 
         return await insert_agent_plan(conn, settings, plan, name=name,
-                                       idempotency_key=idempotency_key, tenant_id=tenant_id)
+                                       idempotency_key=idempotency_key, tenant_id=tenant_id,
+                                       inputs=inputs)
     await check_plan_tools(conn, plan)
     prep = prepare_plan(plan, name or plan.name)
     submitted, ref = await _store_run(conn, prep, idempotency_key=idempotency_key,
-                                      tenant_id=tenant_id)
+                                      tenant_id=tenant_id, inputs=inputs)
     if ref is not None:
         await queue_ready_steps(conn, settings, ref.run_id, ref.trace_id, ref.plan_id,
                                 prep.index, {})
@@ -141,6 +146,7 @@ def prepare_plan(plan: Plan, name: str | None) -> PreparedPlan:
 
 async def _store_run(
     conn: store.Conn, prep: PreparedPlan, *, idempotency_key: str | None, tenant_id: str,
+    inputs: Sequence[RunFile] = (),
 ) -> tuple[Submitted, RunRef | None]:
     """The run row and plan version 1 with their events; no RunRef for an existing run.
 
@@ -148,7 +154,8 @@ async def _store_run(
     hash (the idempotency digest still covers the whole plan)."""
     submitted = await insert_run(
         conn, "plan", {"plan_version": 1, "spec_hash": prep.spec_hash}, name=prep.name,
-        idempotency_key=idempotency_key, tenant_id=tenant_id, digest=prep.digest)
+        idempotency_key=idempotency_key, tenant_id=tenant_id, digest=prep.digest,
+        inputs=inputs)
     if submitted.existing:
         return submitted, None
     run_id, trace_id = submitted.run_id, submitted.trace_id
@@ -161,15 +168,19 @@ async def _store_run(
 async def insert_run(
     conn: store.Conn, source: str, request: dict[str, Any], *, name: str | None,
     idempotency_key: str | None, tenant_id: str, digest: str | None = None,
-    profile: dict[str, Any] | None = None,
+    profile: dict[str, Any] | None = None, inputs: Sequence[RunFile] = (),
 ) -> Submitted:
     """The run row and its run_submitted event; the existing run when the tenant used the key
     for the same request, Conflict when it used it for another one.
 
     ``digest`` is the request's hash when the caller computed it (over more than
-    ``request``, which is what the row keeps)."""
+    ``request``, which is what the row keeps). ``inputs`` are recorded as the run's input
+    files (and are part of what an idempotency key stands for)."""
     run_id, trace_id = uuid.uuid4(), new_trace_id()
     digest = digest or request_hash(source, request, name)
+    if inputs:
+        digest = canonical_hash({"request": digest,
+                                 "inputs": sorted([f.path, f.sha256] for f in inputs)})
     inserted = await store.fetch_one(conn, "insert_run", {
         "id": run_id, "trace_id": trace_id, "source": source, "request": Jsonb(request),
         "request_hash": digest, "name": name, "idempotency_key": idempotency_key,
@@ -180,7 +191,9 @@ async def insert_run(
     await store.append_event(conn, run_id, "run_submitted", {
         "source": source, "name": name, "idempotency_key": idempotency_key,
         "tenant_id": tenant_id, **({"task": request["task"]} if source == "task" else {}),
+        **({"inputs": len(inputs)} if inputs else {}),
     }, trace_id=trace_id)
+    await record_inputs(conn, run_id, inputs)
     return Submitted(run_id, trace_id)
 
 

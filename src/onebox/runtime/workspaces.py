@@ -18,6 +18,7 @@ from typing import Any
 from onebox.config import Settings
 from onebox.errors import OneboxError
 from onebox.objects.base import ObjectStore
+from onebox.runtime import run_files
 from onebox.sandbox import hostfs
 from onebox.sandbox.base import SandboxBackend
 from onebox.snapshots.archive import snapshot_before_step, snapshot_step
@@ -43,7 +44,10 @@ class StepWorkspace:
             return
         async with self.db.connection() as conn:
             latest = await snapshot_rows.latest_before(conn, session_id, dt.datetime.now(dt.UTC))
-        if latest is None:
+        if latest is None:  # a new workspace: the run's input files go in first
+            placed = await run_files.place_inputs(self.db, self.objects, self.backend, row)
+            if placed:
+                await self._event(row, "inputs_placed", {"files": placed})
             return
         await restore_into_session(self.db, self.objects, self.backend, latest["id"],
                                    session_id=session_id)

@@ -1,0 +1,28 @@
+-- A run's input and output files. See onebox.runtime.run_files.
+
+-- name: insert_run_file
+INSERT INTO onebox.run_files (run_id, kind, path, sha256, size_bytes, step_id, execution_id)
+VALUES (%(run_id)s, %(kind)s, %(path)s, %(sha256)s, %(size_bytes)s, %(step_id)s,
+        %(execution_id)s)
+ON CONFLICT (run_id, kind, path) DO NOTHING;
+
+-- name: run_files
+SELECT kind, path, sha256, size_bytes, step_id, execution_id, created_at
+FROM onebox.run_files WHERE run_id = %(run_id)s AND kind = %(kind)s ORDER BY path;
+
+-- name: run_file
+SELECT kind, path, sha256, size_bytes, step_id, execution_id, created_at
+FROM onebox.run_files WHERE run_id = %(run_id)s AND kind = %(kind)s AND path = %(path)s;
+
+-- name: insert_upload
+INSERT INTO onebox.uploads (id, tenant_id, path, sha256, size_bytes)
+VALUES (%(id)s, %(tenant_id)s, %(path)s, %(sha256)s, %(size_bytes)s);
+
+-- name: tenant_uploads
+SELECT id, path, sha256, size_bytes FROM onebox.uploads
+WHERE tenant_id = %(tenant_id)s AND id = ANY(%(ids)s);
+
+-- name: last_successful_step
+SELECT id, step_id, details FROM onebox.task_execution
+WHERE run_id = %(run_id)s AND status = 'SUCCESS'
+ORDER BY finished_at DESC NULLS LAST, step_number DESC LIMIT 1;
