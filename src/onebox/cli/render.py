@@ -82,9 +82,23 @@ def summary_text(summary: dict[str, Any]) -> Text:
     return text
 
 
+def answer_panel(run: dict[str, Any]) -> Panel | None:
+    """The run's answer, whole (it is bounded when stored), or None when it has none."""
+    if not run.get("answer"):
+        return None
+    return Panel(Text(run["answer"]), title="answer", title_align="left",
+                 border_style="green", expand=False)
+
+
 def timeline(run: dict[str, Any], steps: list[dict[str, Any]], *, tail_lines: int = 6,
-             summary: dict[str, Any] | None = None) -> RenderableType:
+             summary: dict[str, Any] | None = None, answer_on_top: bool = True
+             ) -> RenderableType:
+    """The run's header, its answer (unless ``answer_on_top`` is False: `onebox run` prints
+    it last), summary, steps, approvals waiting and output tails."""
     parts: list[RenderableType] = [run_header(run)]
+    answer = answer_panel(run) if answer_on_top else None
+    if answer is not None:
+        parts.append(answer)
     if summary is not None:
         parts.append(summary_text(summary))
     parts.append(steps_table(steps))

@@ -13,7 +13,7 @@ import click
 from onebox.agent.plan import Plan, load_plan
 from onebox.cli import common
 from onebox.cli.foreground import INTERRUPTED_EXIT, CtrlC, Progress
-from onebox.cli.render import runs_table, timeline
+from onebox.cli.render import answer_panel, runs_table, timeline
 from onebox.config import Settings
 from onebox.errors import PlanError
 from onebox.llm.registry import chat_model_from_settings
@@ -129,8 +129,11 @@ async def _finish(rt: Runtime, run_id: uuid.UUID, as_json: bool) -> str:
     if as_json:
         common.print_json(tl)
     else:
-        common.out.print(timeline(tl["run"], tl["steps"], summary=tl["summary"]))
+        common.out.print(timeline(tl["run"], tl["steps"], summary=tl["summary"],
+                                  answer_on_top=False))
         _print_sql_hint(rt.db, run_id)
+        if (answer := answer_panel(tl["run"])) is not None:
+            common.out.print(answer)
     return INTERRUPTED if ctrl_c.pressed else str(final["status"])
 
 

@@ -199,7 +199,7 @@ async def _notice(conn: store.Conn, run: store.Row, action: Action,
         await store.append_event(conn, run["id"], "step_skipped", {
             "step_id": action.step_id, "reason": action.decision.reason}, **trace)
     elif isinstance(action, Finish):
-        return await _finish(conn, run, action)
+        return await _finish(conn, run, action, agent)
     elif isinstance(action, AskApproval):
         execution_id = await queue_action(conn, run, action, hold=True, agent=agent)
         await request_approval(conn, run["id"], run["trace_id"], action.instance,
@@ -209,16 +209,29 @@ async def _notice(conn: store.Conn, run: store.Row, action: Action,
     return None
 
 
-async def _finish(conn: store.Conn, run: store.Row, action: Finish) -> str:
+async def _finish(conn: store.Conn, run: store.Row, action: Finish, agent: Agent) -> str:
     status = "SUCCEEDED" if action.ok else "FAILED"
     current = await store.fetch_one(conn, "get_run", {"run_id": run["id"]})
     assert current is not None
-    await finish_run(conn, current, status, action.error)
+    await finish_run(conn, current, status, action.error, answer=run_answer(run, action, agent))
     await store.append_event(conn, run["id"], "agent_finished", {
         "ok": action.ok, "answer": action.answer, "error": action.error,
         "outputs": {str(k): v for k, v in dict(action.outputs or {}).items()}},
         trace_id=run["trace_id"])
     return status
+
+
+def run_answer(run: store.Row, action: Finish, agent: Agent) -> str | None:
+    """What the run answers: a task run, the agent's Finish answer; a plan file, the answer
+    of its ``final`` step when one ran (the last stdout of a plan's step is no answer)."""
+    if not action.ok:
+        return None
+    if run["source"] != "plan":
+        return action.answer
+    outputs = dict(action.outputs or {})
+    ran = [s.id for s in (agent.plan.steps if agent.plan else ()) if s.kind == "final"
+           and s.id in outputs]
+    return action.answer if ran else None
 
 
 def step_id_of(action: Action) -> str:

@@ -38,6 +38,7 @@ from onebox.store.retry import retry_rollbacks
 log = logging.getLogger(__name__)
 
 STDIO_TAIL_CHARS = 64_000
+MAX_ANSWER_CHARS = 64_000  # runs.answer (its CHECK in migration 0019 says the same)
 PIPELINE_MAX_BYTES = 256 << 10  # larger results skip the pipeline (see _pipeline_if_small)
 BIG_LISTING = 500  # files_written entries past which details are serialised in a thread
 PLAN_CACHE_MAX = 64  # plan versions a worker keeps parsed (least recently used go first)
@@ -308,10 +309,13 @@ def _retry_base(row: store.Row, trace_id: str) -> dict[str, Any]:
                                 "input_hash", "max_attempts")} | {"trace_id": trace_id}
 
 
-async def finish_run(conn: store.Conn, run: store.Row, status: str, error: str | None) -> bool:
-    """Move the run to a terminal state (once) and drop its queued attempts."""
+async def finish_run(conn: store.Conn, run: store.Row, status: str, error: str | None,
+                     *, answer: str | None = None) -> bool:
+    """Move the run to a terminal state (once), with its answer if it has one, and drop its
+    queued attempts."""
+    answer = stored_answer(answer)
     done = await store.fetch_one(conn, "finish_run", {
-        "run_id": run["id"], "status": status, "error": error})
+        "run_id": run["id"], "status": status, "error": error, "answer": answer})
     if done is None:
         return False
     for pending in await store.fetch_all(conn, "cancel_pending_steps", {
@@ -321,5 +325,18 @@ async def finish_run(conn: store.Conn, run: store.Row, status: str, error: str |
             "attempt": pending["attempt"], "status": "FAILED", "error": f"run is {status}",
         }, trace_id=run["trace_id"], execution_id=pending["id"])
     await store.append_event(conn, run["id"], f"run_{status.lower()}", {
-        "status": status, "error": error}, trace_id=run["trace_id"])
+        "status": status, "error": error, **({"answer": answer} if answer else {})},
+        trace_id=run["trace_id"])
     return True
+
+
+def stored_answer(answer: str | None) -> str | None:
+    """The answer as ``runs.answer`` takes it: NUL-free, at most ``MAX_ANSWER_CHARS`` (a
+    longer one keeps its head and says where it was cut); None for none or blank."""
+    if answer is None or not answer.strip():
+        return None
+    text = safe_text(answer)
+    if len(text) <= MAX_ANSWER_CHARS:
+        return text
+    note = f"\n[answer cut: the first {MAX_ANSWER_CHARS} of its {len(text)} characters kept]"
+    return text[:MAX_ANSWER_CHARS - len(note)] + note

@@ -5,7 +5,7 @@ SELECT tenant_id FROM onebox.runs WHERE id = %(run_id)s;
 
 -- name: search_runs
 SELECT r.id, r.name, r.status, r.source, r.tenant_id, r.trace_id, r.error, r.created_at,
-       r.updated_at, r.started_at, r.finished_at,
+       r.updated_at, r.started_at, r.finished_at, left(r.answer, 200) AS answer_preview,
        (SELECT count(DISTINCT step_id) FROM onebox.task_execution t WHERE t.run_id = r.id)
            AS steps_started,
        (SELECT count(*) FROM onebox.task_execution t

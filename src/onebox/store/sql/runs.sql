@@ -203,7 +203,8 @@ WHERE run_id = %(run_id)s AND status = 'PENDING'
 RETURNING id, step_id, attempt;
 
 -- name: finish_run
-UPDATE onebox.runs SET status = %(status)s, error = %(error)s, finished_at = now(), updated_at = now()
+UPDATE onebox.runs SET status = %(status)s, error = %(error)s, answer = %(answer)s,
+       finished_at = now(), updated_at = now()
 WHERE id = %(run_id)s AND status NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'DEAD')
 RETURNING *;
 
