@@ -105,7 +105,7 @@ async def test_an_imperfect_model_reads_the_csv_whole_fixes_its_draft_and_is_rig
         db: Database, backend: SandboxBackend, settings: Settings) -> None:
     text, mean = sales_csv()
     kb = Knowledge.build(db, DigestEmbeddingModel(), settings).kb
-    stored = await kb.add_text("/data/sales.csv", text, collection="sales")
+    stored = await kb.add_text("/data/sales.csv", text, collection="default/sales")
     doc = (await db.fetch("SELECT n_chunks FROM onebox.kb_documents WHERE id = %s",
                           (stored.document_id,)))[0]
     assert doc["n_chunks"] >= 8, "the CSV must span many chunks for the scenario to mean anything"

@@ -2,7 +2,8 @@
 
 The knowledge modules know nothing of tenants, so the API prefixes every name
 it passes down with the tenant: collection ``docs`` of tenant ``acme`` is stored
-as ``acme/docs``, memory scope ``proj`` as ``acme/proj``, and cache scopes alike.
+as ``acme/docs``, memory scope ``proj`` as ``acme/proj``, and cache scopes alike
+(:func:`onebox.knowledge.collections.tenant_name`, which the CLI and runs call too).
 Names come back without the prefix, and an id that belongs to another tenant is
 answered as not found.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from onebox.errors import NotFound, ValidationError
 from onebox.knowledge.archive import compact
-from onebox.knowledge.collections import TENANT_SEP, tenant_prefix
+from onebox.knowledge.collections import TENANT_SEP, local_name, tenant_name, tenant_prefix
 from onebox.knowledge.docparse import parse_document
 from onebox.knowledge.ingest import DocumentInput, IngestResult
 from onebox.knowledge.memory import check_id
@@ -39,11 +40,11 @@ def prefix(tenant_id: str) -> str:
 def inner(tenant_id: str, name: str, field: str) -> str:
     if not name or len(name) > 120 or not name.isprintable():
         raise ValidationError(f"{field} must be 1-120 printable characters", field=field)
-    return prefix(tenant_id) + name
+    return tenant_name(tenant_id, name)
 
 
 def outer(tenant_id: str, name: str) -> str:
-    return name[len(prefix(tenant_id)):] if name.startswith(prefix(tenant_id)) else name
+    return local_name(tenant_id, name)
 
 
 async def add_text(

@@ -1,4 +1,9 @@
-"""`onebox kb add|search|list|remove|reembed`: the knowledge base from the shell."""
+"""`onebox kb add|search|list|remove|reembed`: the knowledge base from the shell.
+
+The CLI acts as the ``default`` tenant: collection ``docs`` is stored as ``default/docs``
+(:func:`onebox.knowledge.collections.tenant_name`), exactly what the API stores for a key of
+tenant ``default``, so the console, the API and runs see what the CLI added, and back.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from onebox.cli import common
-from onebox.knowledge.collections import DEFAULT_COLLECTION, list_collections, reembed_collection
+from onebox.knowledge.collections import (
+    CLI_TENANT,
+    DEFAULT_COLLECTION,
+    list_collections,
+    local_name,
+    reembed_collection,
+    tenant_name,
+    tenant_prefix,
+    tenant_visible,
+)
 from onebox.knowledge.ingest import IngestProgress
 from onebox.knowledge.search import SearchFilters
 from onebox.knowledge.service import open_knowledge
+from onebox.knowledge.tenants import tenant_documents
+
+LIST_LIMIT = 1000  # documents `kb list` prints
 
 
 def register(main: click.Group) -> None:
@@ -25,6 +42,20 @@ def register(main: click.Group) -> None:
 @click.group("kb")
 def kb() -> None:
     """Knowledge base: add files, search them, list and remove documents."""
+
+
+def _stored(collection: str) -> str:
+    return tenant_name(CLI_TENANT, collection)
+
+
+def _shown(stored: str) -> str:
+    return local_name(CLI_TENANT, stored)
+
+
+async def _own_collections(db: Any) -> list[dict[str, Any]]:
+    """The default tenant's collections, named as the tenant names them."""
+    return [dict(c, name=_shown(c["name"])) for c in await list_collections(db)
+            if tenant_visible(c["name"], CLI_TENANT)]
 
 
 def _meta(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -78,7 +109,7 @@ async def _add(paths: list[Path], collection: str, meta: dict[str, Any],
                            completed=state.chunks_embedded)
 
             return await knowledge.kb.add_paths(
-                paths, collection, meta, execution_id, snapshot_id, progress=report)
+                paths, _stored(collection), meta, execution_id, snapshot_id, progress=report)
 
 
 @kb.command("search")
@@ -92,11 +123,19 @@ async def _add(paths: list[Path], collection: str, meta: dict[str, Any],
 def search_cmd(query: str, collections: tuple[str, ...], k: int, meta: tuple[str, ...],
                since: datetime | None, until: datetime | None, as_json: bool) -> None:
     """Hybrid (full-text + vector) search; prints each hit with its document and scores."""
-    filters = SearchFilters(list(collections) or None, _meta(meta) or None, since, until)
 
     async def go() -> list[dict[str, Any]]:
         async with open_knowledge(common.settings()) as knowledge:
-            return [h.to_dict() for h in await knowledge.search(query, k, filters)]
+            names = [_stored(c) for c in collections] or [
+                _stored(c["name"]) for c in await _own_collections(knowledge.db)]
+            if not names:
+                return []
+            filters = SearchFilters(names, _meta(meta) or None, since, until)
+            hits = [h.to_dict() for h in await knowledge.search(query, k, filters)]
+            for hit in hits:
+                hit["document"] = dict(hit["document"],
+                                       collection=_shown(hit["document"]["collection"]))
+            return hits
 
     hits = common.run(go())
     if as_json:
@@ -120,8 +159,11 @@ def list_cmd(collection: str | None, as_json: bool) -> None:
 
     async def go() -> dict[str, Any]:
         async with open_knowledge(common.settings()) as knowledge:
-            return {"collections": await list_collections(knowledge.db),
-                    "documents": await knowledge.kb.list_documents(collection)}
+            docs = await tenant_documents(
+                knowledge.db, tenant_prefix(CLI_TENANT), limit=LIST_LIMIT,
+                collection=_stored(collection) if collection else None)
+            return {"collections": await _own_collections(knowledge.db),
+                    "documents": [dict(d, collection=_shown(d["collection"])) for d in docs]}
 
     data = common.run(go())
     if as_json:
@@ -147,7 +189,7 @@ def remove_cmd(sources: tuple[str, ...], collection: str, as_json: bool) -> None
             for source in sources:
                 path = Path(source)
                 key = str(path.resolve()) if path.exists() else source
-                out[source] = await knowledge.kb.remove(key, collection)
+                out[source] = await knowledge.kb.remove(key, _stored(collection))
             return out
 
     removed = common.run(go())
@@ -161,15 +203,21 @@ def remove_cmd(sources: tuple[str, ...], collection: str, as_json: bool) -> None
 
 
 @kb.command("reembed")
-@click.option("--collection", "-c", "collections", multiple=True, help="default: all")
+@click.option("--collection", "-c", "collections", multiple=True,
+              help="default: every collection of every tenant")
 @common.json_option
 def reembed_cmd(collections: tuple[str, ...], as_json: bool) -> None:
-    """Re-compute vectors with the configured embedding model and rebind the collections."""
+    """Re-compute vectors with the configured embedding model and rebind the collections.
+
+    The embedding model is the installation's, so without --collection every tenant's
+    collections are re-embedded (another tenant's shown as ``<tenant>/<name>``)."""
 
     async def go() -> dict[str, int]:
         async with open_knowledge(common.settings()) as knowledge:
-            names = list(collections) or [c["name"] for c in await list_collections(knowledge.db)]
-            return {n: await reembed_collection(knowledge.db, knowledge.embedder, n) for n in names}
+            names = [_stored(c) for c in collections] or [
+                c["name"] for c in await list_collections(knowledge.db)]
+            return {_shown(n): await reembed_collection(knowledge.db, knowledge.embedder, n)
+                    for n in names}
 
     done = common.run(go())
     if as_json:

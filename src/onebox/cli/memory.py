@@ -1,4 +1,9 @@
-"""`onebox memory remember|recall|forget|compact|restore`: agent memory from the shell."""
+"""`onebox memory remember|recall|forget|compact|restore`: agent memory from the shell.
+
+The CLI acts as the ``default`` tenant: scope ``proj`` is stored as ``default/proj``
+(:func:`onebox.knowledge.collections.tenant_name`), as the API stores it for tenant
+``default`` and as runs read it; memories of other tenants are not found from here.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,11 @@ from typing import Any, cast
 import click
 
 from onebox.cli import common
-from onebox.knowledge.archive import compact, restore
-from onebox.knowledge.memory import MemoryKind
+from onebox.knowledge.archive import CompactResult, compact, restore
+from onebox.knowledge.collections import CLI_TENANT, tenant_name, tenant_prefix, tenant_visible
+from onebox.knowledge.memory import MemoryKind, MemoryStore, check_id
 from onebox.knowledge.service import open_knowledge
+from onebox.knowledge.tenants import tenant_scopes
 
 
 def register(main: click.Group) -> None:
@@ -20,6 +27,16 @@ def register(main: click.Group) -> None:
 @click.group("memory")
 def memory() -> None:
     """Remember facts per scope and user, recall them, forget them, compact old ones."""
+
+
+def _stored(scope: str) -> str:
+    return tenant_name(CLI_TENANT, scope)
+
+
+async def _foreign(store: MemoryStore, memory_id: str) -> bool:
+    """Whether ``memory_id`` is a live memory of another tenant (the CLI answers not found)."""
+    row = await store.get(check_id(memory_id))
+    return row is not None and not tenant_visible(str(row["scope"]), CLI_TENANT)
 
 
 def _metadata(raw: str | None) -> dict[str, Any]:
@@ -49,7 +66,7 @@ def remember_cmd(content: str, scope: str, user_id: str, kind: str, metadata: st
     async def go() -> dict[str, Any]:
         async with open_knowledge(common.settings()) as knowledge:
             return await knowledge.memory.remember(
-                scope, content, user_id=user_id, metadata=_metadata(metadata),
+                _stored(scope), content, user_id=user_id, metadata=_metadata(metadata),
                 kind=cast(MemoryKind, kind), supersedes=supersedes)
 
     result = common.run(go())
@@ -73,7 +90,7 @@ def recall_cmd(query: str, scope: str, user_id: str, k: int, include_superseded:
 
     async def go() -> list[dict[str, Any]]:
         async with open_knowledge(common.settings()) as knowledge:
-            hits = await knowledge.memory.recall(scope, query, k, user_id, include_superseded)
+            hits = await knowledge.memory.recall(_stored(scope), query, k, user_id, include_superseded)
             return [h.to_dict() for h in hits]
 
     hits = common.run(go())
@@ -96,6 +113,8 @@ def forget_cmd(memory_id: str, user_id: str | None, as_json: bool) -> None:
 
     async def go() -> bool:
         async with open_knowledge(common.settings()) as knowledge:
+            if await _foreign(knowledge.memory, memory_id):
+                return False
             return await knowledge.memory.forget(memory_id, user_id)
 
     deleted = common.run(go())
@@ -108,7 +127,7 @@ def forget_cmd(memory_id: str, user_id: str | None, as_json: bool) -> None:
 
 
 @memory.command("compact")
-@click.option("--scope", "-s", help="default: every scope")
+@click.option("--scope", "-s", help="default: every scope of the default tenant")
 @click.option("--older-than-days", default=30.0, show_default=True, type=float)
 @click.option("--max-access", default=1, show_default=True, type=int,
               help="only memories recalled at most this often")
@@ -119,7 +138,7 @@ def compact_cmd(scope: str | None, older_than_days: float, max_access: int,
 
     async def go() -> Any:
         async with open_knowledge(common.settings()) as knowledge:
-            return await compact(knowledge.memory, scope, older_than_days, max_access)
+            return await _compact(knowledge.memory, scope, older_than_days, max_access)
 
     result = common.run(go())
     if as_json:
@@ -127,6 +146,19 @@ def compact_cmd(scope: str | None, older_than_days: float, max_access: int,
     else:
         common.out.print(f"archived {result.archived} memories into "
                          f"{len(result.summaries)} summaries")
+
+
+async def _compact(store: MemoryStore, scope: str | None, older_than_days: float,
+                   max_access: int) -> CompactResult:
+    """Compact one scope of the default tenant, or each of its scopes."""
+    scopes = [_stored(scope)] if scope else [
+        s["scope"] for s in await tenant_scopes(store.db, tenant_prefix(CLI_TENANT))]
+    total = CompactResult()
+    for stored in scopes:
+        done = await compact(store, stored, older_than_days, max_access)
+        total.archived += done.archived
+        total.summaries.extend(done.summaries)
+    return total
 
 
 @memory.command("restore")
@@ -137,6 +169,8 @@ def restore_cmd(summary_id: str, as_json: bool) -> None:
 
     async def go() -> int:
         async with open_knowledge(common.settings()) as knowledge:
+            if await _foreign(knowledge.memory, summary_id):
+                return 0
             return await restore(knowledge.memory, summary_id)
 
     n = common.run(go())

@@ -83,22 +83,27 @@ async def reembed_collection(
 
 
 TENANT_SEP = "/"
+CLI_TENANT = "default"  # the tenant the CLI acts for: the installation's own
 
 
 def tenant_prefix(tenant_id: str) -> str:
-    """Collections and memory scopes of a tenant are stored as ``<tenant>/<name>``."""
+    """Collections and memory and cache scopes of a tenant are stored as ``<tenant>/<name>``."""
     return tenant_id + TENANT_SEP
 
 
 def tenant_name(tenant_id: str, name: str) -> str:
-    """Where the runtime stores ``name`` for a tenant: unprefixed for ``default`` (the CLI's
-    namespace), ``<tenant>/<name>`` for the others."""
-    return name if tenant_id == "default" else tenant_prefix(tenant_id) + name
+    """The one stored name of a tenant's collection or scope: ``<tenant>/<name>`` for every
+    tenant, ``default`` (the CLI's) included, so the CLI, the API and runs agree (migration
+    0022 moved the unprefixed names the CLI used to write)."""
+    return tenant_prefix(tenant_id) + name
 
 
-def tenant_visible(name: str, tenant_id: str) -> bool:
-    """Whether a stored collection or scope belongs to ``tenant_id``. Unprefixed names come
-    from the CLI, which acts for the installation's ``default`` tenant."""
-    if name.startswith(tenant_prefix(tenant_id)):
-        return True
-    return tenant_id == "default" and TENANT_SEP not in name
+def local_name(tenant_id: str, stored: str) -> str:
+    """``stored`` as the tenant names it (without its prefix)."""
+    prefix = tenant_prefix(tenant_id)
+    return stored[len(prefix):] if stored.startswith(prefix) else stored
+
+
+def tenant_visible(stored: str, tenant_id: str) -> bool:
+    """Whether a stored collection or scope belongs to ``tenant_id``."""
+    return stored.startswith(tenant_prefix(tenant_id))

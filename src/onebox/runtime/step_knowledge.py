@@ -87,7 +87,7 @@ def _read(workspace: Path, rel: str, max_bytes: int) -> bytes:
 
 def _document(doc: Any, row: store.Row, rel: str, snapshot: dict[str, Any] | None,
               tenant: str) -> Any:
-    """The file as a document of the run's tenant: ``runs`` (CLI) or ``<tenant>/runs`` (API)."""
+    """The file as a document of the run's tenant, in its collection ``<tenant>/runs``."""
     from onebox.knowledge.collections import tenant_name
     from onebox.knowledge.ingest import DocumentInput
 
