@@ -9,6 +9,7 @@ import click
 # Modules that add commands to `main`; each defines `register(main: click.Group) -> None`.
 COMMAND_MODULES = (
     "onebox.cli.runs",
+    "onebox.cli.logs",
     "onebox.cli.kb",
     "onebox.cli.tools",
     "onebox.cli.profile",

@@ -23,16 +23,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from typing import Any
 
 from onebox.config import RuntimeSettings
 from onebox.sandbox.capture import safe_text, text_view
 from onebox.store import runs as store
 from onebox.store.db import Database
+from onebox.store.queries import load_queries
 
 log = logging.getLogger(__name__)
 EVENT_BYTES = 65536  # one step_output event carries at most this many bytes
 STREAMS = ("stdout", "stderr")
+PAGE = 1000
+Q = load_queries("live_logs")
 
 
 def utf8_cut(data: bytes) -> int:
@@ -144,3 +148,23 @@ class LiveLog:
                 "streamed_bytes": sum(self.offsets.values()), "max_bytes": self.max_bytes,
                 "message": f"log truncated: {self.max_bytes} bytes streamed, the rest is in "
                            "the step's archived output"}
+
+
+async def log_events(db: Database, run_id: uuid.UUID, *, after: int = 0,
+                     step_id: str | None = None, limit: int = PAGE) -> list[store.Row]:
+    """A run's step_output and step_output_truncated events with seq > ``after``, in order
+    (of one step when ``step_id`` is given)."""
+    return await db.fetch(Q["log_events"], {"run_id": run_id, "after": after,
+                                            "step_id": step_id, "limit": limit})
+
+
+async def last_lines(db: Database, run_id: uuid.UUID, execution_ids: list[uuid.UUID],
+                     lines: int) -> list[str]:
+    """The last ``lines`` lines the given attempts printed so far (both streams)."""
+    if not execution_ids or lines <= 0:
+        return []
+    rows = await db.fetch(Q["recent_output"], {"run_id": run_id,
+                                               "execution_ids": execution_ids,
+                                               "limit": lines})
+    text = "".join(row["payload"]["text"] for row in reversed(rows))
+    return text.splitlines()[-lines:]

@@ -1,0 +1,116 @@
+"""`onebox logs RUN [STEP] [-f]`: what a run's steps printed, live.
+
+Prints the ``step_output`` events of the run (of STEP only when given): stdout to stdout,
+stderr to stderr, a ``==> step <==`` line where the step changes (all steps). ``-f``
+follows the run while it is running, through the same gap-free event stream as SSE, and
+returns when it ends. Live logs are capped per step (``runtime.live_log_max_bytes``); the
+complete output of a finished step is in `onebox show`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from onebox.api.events import EventHub, Recheck, run_event_stream
+from onebox.cli import common
+from onebox.errors import NotFound
+from onebox.runtime import live_logs
+from onebox.runtime import runs as runs_api
+from onebox.store.db import Database
+from onebox.store.runs import TERMINAL_RUN_STATES
+
+LOG_TYPES = frozenset({"step_output", "step_output_truncated"})
+FOLLOW_POLL_S = 0.1  # the event hub's poll while following
+RECHECK_S = 0.5  # how often a follower asks whether the run is still going
+
+
+def register(main: click.Group) -> None:
+    main.add_command(logs_cmd)
+
+
+@click.command("logs")
+@click.argument("run_id")
+@click.argument("step", required=False)
+@click.option("-f", "--follow", is_flag=True, help="keep printing while the run runs")
+def logs_cmd(run_id: str, step: str | None, follow: bool) -> None:
+    """Print what RUN's steps printed (of STEP only), as they print it with -f."""
+    settings = common.settings()
+
+    async def work(db: Database) -> None:
+        rid = await runs_api.resolve_id(db, run_id)
+        await runs_api.get_run(db, rid)  # NotFound for an unknown run
+        if step is not None:
+            await _check_step(db, rid, step)
+        printer = Printer(show_steps=step is None)
+        last = await _print_stored(db, rid, step, printer, after=0)
+        if follow:
+            last = await _follow(db, rid, step, printer, last)
+            await _print_stored(db, rid, step, printer, after=last)
+
+    common.with_db(settings, work)
+
+
+@dataclass
+class Printer:
+    """Writes log events: text to its stream, a header when the step changes."""
+
+    show_steps: bool
+    step: str | None = None
+    last_seq: int = 0
+
+    def write(self, event: dict[str, Any]) -> None:
+        self.last_seq = max(self.last_seq, int(event["seq"]))
+        payload = event["payload"]
+        if self.show_steps and payload["step_id"] != self.step:
+            self.step = payload["step_id"]
+            click.echo(f"==> {self.step} <==")
+        if event["type"] == "step_output_truncated":
+            click.echo(f"[onebox] {payload['message']}", err=True)
+        else:
+            click.echo(payload["text"], nl=False, err=payload["stream"] == "stderr")
+
+
+async def _check_step(db: Database, run_id: uuid.UUID, step: str) -> None:
+    known = sorted({s["step_id"] for s in await runs_api.run_steps(db, run_id)})
+    if step not in known:
+        raise NotFound(f"run {run_id} has no step '{step}'; its steps: {', '.join(known)}")
+
+
+async def _print_stored(db: Database, run_id: uuid.UUID, step: str | None, printer: Printer,
+                        *, after: int) -> int:
+    """Print the stored log events after ``after``; returns the last seq read."""
+    while True:
+        rows = await live_logs.log_events(db, run_id, after=after, step_id=step)
+        for row in rows:
+            printer.write(row)
+        after = max(after, printer.last_seq)
+        if len(rows) < live_logs.PAGE:
+            return after
+
+
+async def _follow(db: Database, run_id: uuid.UUID, step: str | None, printer: Printer,
+                  after: int) -> int:
+    """Print new log events until the run has ended; returns the last seq printed."""
+    async def running() -> bool:
+        return (await runs_api.get_run(db, run_id))["status"] not in TERMINAL_RUN_STATES
+
+    if not await running():
+        return after
+    hub = EventHub(db, poll_s=FOLLOW_POLL_S)
+    try:
+        stream = run_event_stream(hub, run_id, after, RECHECK_S, Recheck(running, RECHECK_S))
+        async for event in stream:
+            if event is None:
+                if not await running():
+                    break
+                continue
+            if event["type"] in LOG_TYPES and step in (None, event["payload"]["step_id"]):
+                printer.write(event)
+            after = max(after, int(event["seq"]))
+    finally:
+        await hub.close()
+    return after
