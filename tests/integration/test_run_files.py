@@ -12,14 +12,13 @@ import sys
 import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.errors import ValidationError
-from onebox.runtime import run_files
+from onebox.runtime import run_files, run_outputs
 from onebox.runtime.service import Runtime
 from onebox.store.db import Database
 
@@ -28,7 +27,7 @@ READS = {"name": "reads-inputs", "steps": [
 ]}
 WRITES = {"name": "writes-report", "steps": [
     {"id": "one", "tool": "bash", "code": "echo draft > draft.txt"},
-    {"id": "two", "tool": "bash",
+    {"id": "two", "tool": "bash", "depends_on": ["one"],
      "code": "mkdir -p out && printf 'total,3\\n' > out/report.csv && echo '# R' > report.md"},
 ]}
 
@@ -120,5 +119,38 @@ async def test_cli_refuses_a_missing_file_before_anything_runs(
         assert (await cur.fetchone())["n"] == 0  # type: ignore[index]
 
 
-def _unused(*_: Any) -> None:
-    _ = (io, zipfile, WRITES)
+async def test_outputs_are_kept_after_the_workspace_is_released(rt: Runtime) -> None:
+    submitted = await rt.submit(parse_plan(WRITES))
+    final = await rt.drive(submitted.run_id)
+    assert final["status"] == "SUCCEEDED"
+    assert not rt.backend.workspace(f"run-{submitted.run_id}").exists()
+    kept = await run_outputs.manifest(rt.db, submitted.run_id)
+    assert [(f["path"], f["step_id"]) for f in kept] == [("out/report.csv", "two"),
+                                                         ("report.md", "two")]
+    assert kept[0]["sha256"] == hashlib.sha256(b"total,3\n").hexdigest()
+    assert kept[0]["size_bytes"] == 8 and kept[0]["execution_id"]
+    data = await run_outputs.artifact(rt.db, rt.objects, submitted.run_id, "report.md")
+    assert data == b"# R\n"
+    blob = await run_outputs.artifacts_zip(rt.db, rt.objects, submitted.run_id)
+    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+        listed = json.loads(archive.read("manifest.json"))["files"]
+        assert [f["path"] for f in listed] == ["out/report.csv", "report.md"]
+        assert archive.read("files/out/report.csv") == b"total,3\n"
+
+
+async def test_files_cli_lists_gets_and_zips_the_outputs(
+        rt: Runtime, settings: Settings, tmp_path: Path) -> None:
+    submitted = await rt.submit(parse_plan(WRITES))
+    await rt.drive(submitted.run_id)
+    run = str(submitted.run_id)
+    code, out, err = await onebox(settings, "files", run, "--json")
+    assert code == 0, err
+    assert [f["path"] for f in json.loads(out)["files"]] == ["out/report.csv", "report.md"]
+    code, out, err = await onebox(settings, "files", run, "--get", "out/report.csv")
+    assert code == 0 and out == "total,3\n", err
+    code, out, err = await onebox(settings, "files", run, "--zip", str(tmp_path / "o.zip"))
+    assert code == 0, err
+    with zipfile.ZipFile(tmp_path / "o.zip") as archive:
+        assert "manifest.json" in archive.namelist()
+    code, _out, err = await onebox(settings, "files", run, "--get", "../etc/passwd")
+    assert code != 0 and "path" in err

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "onebox.cli.worker",
     "onebox.cli.schedule",
     "onebox.cli.snapshot",
+    "onebox.cli.files",
     "onebox.cli.gc",
     "onebox.cli.serve",
 )

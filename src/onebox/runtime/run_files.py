@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from onebox.config import RuntimeSettings
-from onebox.errors import SandboxError, ValidationError
+from onebox.errors import NotFound, SandboxError, ValidationError
 from onebox.objects.base import ObjectStore, blob_key
 from onebox.sandbox import hostfs
 from onebox.sandbox.base import ExecRequest, SandboxBackend
@@ -133,10 +133,10 @@ async def stage_local(objects: ObjectStore, paths: Sequence[Path],
 async def record_inputs(conn: store.Conn, run_id: uuid.UUID, inputs: Sequence[RunFile]) -> None:
     """The run's input rows; call in the transaction that inserts the run."""
     for f in inputs:
-        await _insert(conn, run_id, "input", f, None, None)
+        await insert_file(conn, run_id, "input", f, None, None)
 
 
-async def _insert(conn: store.Conn, run_id: uuid.UUID, kind: str, f: RunFile,
+async def insert_file(conn: store.Conn, run_id: uuid.UUID, kind: str, f: RunFile,
                   step_id: str | None, execution_id: uuid.UUID | None) -> None:
     await conn.execute(Q["insert_run_file"], {
         "run_id": run_id, "kind": kind, "path": f.path, "sha256": f.sha256,
@@ -168,3 +168,40 @@ async def place_inputs(db: Database, objects: ObjectStore, backend: SandboxBacke
         st = await asyncio.to_thread(os.stat, workspace)
         await asyncio.to_thread(write_files, workspace, files, (st.st_uid, st.st_gid))
     return len(files)
+
+
+async def save_upload(db: Database, objects: ObjectStore, tenant_id: str, name: str,
+                      data: bytes, limits: RuntimeSettings) -> dict[str, Any]:
+    """POST /v1/uploads: one file kept for the tenant until a run names it by id."""
+    path = check_name(name, field="files")
+    check_caps([len(data)], limits)
+    staged = (await stage(objects, [(path, data)]))[0]
+    upload_id = uuid.uuid4()
+    async with db.connection() as conn:
+        await conn.execute(Q["insert_upload"], {
+            "id": upload_id, "tenant_id": tenant_id, "path": path, "sha256": staged.sha256,
+            "size_bytes": staged.size_bytes})
+    return {"id": upload_id, "path": path, "sha256": staged.sha256,
+            "size_bytes": staged.size_bytes}
+
+
+async def uploaded(db: Database, tenant_id: str, ids: Sequence[uuid.UUID],
+                   limits: RuntimeSettings) -> list[RunFile]:
+    """The tenant's uploads named by a run request, as its inputs (NotFound for an id that
+    is not the tenant's: another tenant's uploads are never reachable)."""
+    if not ids:
+        return []
+    async with db.connection() as conn:
+        cur = await conn.execute(Q["tenant_uploads"], {"tenant_id": tenant_id,
+                                                       "ids": list(ids)})
+        rows = {r["id"]: r for r in await cur.fetchall()}
+    missing = [str(i) for i in ids if i not in rows]
+    if missing:
+        raise NotFound(f"upload {missing[0]} not found; upload the file with POST /v1/uploads "
+                       "and name the id it returns", field="files")
+    files = [RunFile(rows[i]["path"], rows[i]["sha256"], rows[i]["size_bytes"]) for i in ids]
+    if len({f.path for f in files}) != len(files):
+        raise ValidationError("two uploads have the same path; a run's files need distinct "
+                              "names", field="files")
+    check_caps([f.size_bytes for f in files], limits)
+    return files

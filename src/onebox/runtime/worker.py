@@ -98,7 +98,8 @@ class Worker:
                     await self._fill()
                     idle = not self._running
                     if self.run_id is not None and idle and await self._run_done():
-                        await release_finished_sessions(self.db, self.backend, run_id=self.run_id)
+                        await release_finished_sessions(self.db, self.backend, run_id=self.run_id,
+                                                        keep=self.workspaces)
                         break
                 except psycopg.OperationalError as exc:
                     log.warning("database unavailable (%s); worker %s retries", exc, self.owner)
@@ -164,7 +165,8 @@ class Worker:
                 outcome = await self._outcome_of(row)
                 terminal = await self._archive(row, outcome)
             if terminal is not None or outcome.error == "the run was cancelled":
-                await release_finished_sessions(self.db, self.backend, run_id=row["run_id"])
+                await release_finished_sessions(self.db, self.backend, run_id=row["run_id"],
+                                                keep=self.workspaces)
         except LeaseLost as exc:
             log.warning("%s", exc)
         except (OneboxError, psycopg.Error) as exc:
@@ -256,7 +258,7 @@ class Worker:
             try:
                 await self._renew()
                 await sweep_expired(self.db, self.settings)
-                await release_finished_sessions(self.db, self.backend)
+                await release_finished_sessions(self.db, self.backend, keep=self.workspaces)
                 if time.monotonic() - last_chores >= CHORES_EVERY_S:
                     last_chores = time.monotonic()
                     await self._chores()

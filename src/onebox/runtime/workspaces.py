@@ -18,7 +18,7 @@ from typing import Any
 from onebox.config import Settings
 from onebox.errors import OneboxError
 from onebox.objects.base import ObjectStore
-from onebox.runtime import run_files
+from onebox.runtime import run_files, run_outputs
 from onebox.sandbox import hostfs
 from onebox.sandbox.base import SandboxBackend
 from onebox.snapshots.archive import snapshot_before_step, snapshot_step
@@ -54,6 +54,19 @@ class StepWorkspace:
         await self._event(row, "workspace_restored", {"snapshot_id": str(latest["id"]),
                                                       "sha256": str(latest["sha256"]).strip()})
         log.info("restored workspace of %s from snapshot %s", session_id, latest["id"])
+
+    async def keep_outputs(self, session: store.Row) -> None:
+        """Copy the finished run's outputs to the object store before its workspace goes;
+        a failure is an ``outputs_failed`` event, never a stuck release."""
+        try:
+            await run_outputs.keep_outputs(self.db, self.objects, self.backend, session,
+                                           self.settings.runtime)
+        except (OneboxError, OSError) as exc:
+            log.warning("keeping the outputs of run %s failed: %s", session["run_id"], exc)
+            async with self.db.transaction() as conn:
+                await store.append_event(conn, session["run_id"], "outputs_failed",
+                                         {"error": str(exc)}, trace_id=session["trace_id"],
+                                         session_id=session["id"])
 
     async def before(self, row: store.Row) -> None:
         await self._snapshot(row, pre=True, failed=False)

@@ -22,7 +22,10 @@ VALUES (%(id)s, %(tenant_id)s, %(path)s, %(sha256)s, %(size_bytes)s);
 SELECT id, path, sha256, size_bytes FROM onebox.uploads
 WHERE tenant_id = %(tenant_id)s AND id = ANY(%(ids)s);
 
--- name: last_successful_step
+-- name: last_writing_step
 SELECT id, step_id, details FROM onebox.task_execution
 WHERE run_id = %(run_id)s AND status = 'SUCCESS'
+  AND EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(details->'files_written',
+                                                         '[]'::jsonb)) f
+              WHERE f->>'change' <> 'deleted' AND f->>'path' NOT LIKE '.onebox/%%')
 ORDER BY finished_at DESC NULLS LAST, step_number DESC LIMIT 1;
