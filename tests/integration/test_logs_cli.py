@@ -4,13 +4,16 @@ one step or all, and followed live until the run ends."""
 from __future__ import annotations
 
 import asyncio
+import io
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from onebox.agent.plan import parse_plan
+from onebox.cli.foreground import Progress
 from onebox.cli.main import main
 from onebox.config import Settings
 from onebox.runtime.submit import submit_plan
@@ -81,3 +84,16 @@ async def test_logs_of_an_unknown_step_names_the_steps(
     await asyncio.wait_for(serving, 60)
     code, out, err = await onebox(settings, "logs", str(run_id), "nope")
     assert code == 1 and "has no step 'nope'" in err and "first, second" in err
+
+
+async def test_foreground_progress_shows_the_running_steps_last_lines(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    run_id, serving = await _start(db, backend, settings)
+    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    with Progress(db, run_id, console, live=True) as watch:
+        while not serving.done() and "one 2" not in console.file.getvalue():  # type: ignore[attr-defined]
+            await watch.update(run_id)
+            watch.live.refresh()  # type: ignore[union-attr]
+            await asyncio.sleep(0.05)
+    await asyncio.wait_for(serving, 60)
+    assert "one 2" in console.file.getvalue()  # type: ignore[attr-defined]

@@ -23,19 +23,23 @@ import uuid
 from collections.abc import Callable
 from types import TracebackType
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
+from rich.text import Text
 
 from onebox.cli.render import approval_hint, steps_table, waiting_approvals
 from onebox.errors import Conflict, OneboxError
+from onebox.runtime import live_logs
 from onebox.runtime import runs as runs_api
 from onebox.store.db import Database
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what shells report for a process ended by Ctrl-C
+TAIL_LINES = 5  # the running steps' last lines of output shown under the table
 
 
 class Progress:
-    """The steps table, redrawn in place (``live``), and a line for each new approval wait."""
+    """The steps table, redrawn in place (``live``) with the running steps' last lines
+    (live logs), and a line for each new approval wait."""
 
     def __init__(self, db: Database, run_id: uuid.UUID, console: Console, *, live: bool) -> None:
         self.db, self.run_id, self.console = db, run_id, console
@@ -66,7 +70,11 @@ class Progress:
                                    markup=False, soft_wrap=True)
         if self.live is not None:
             title = "waiting for approval" if waiting else "running..."
-            self.live.update(steps_table(steps, title=title))
+            running = [step["id"] for step in steps if step["status"] == "RUNNING"]
+            lines = await live_logs.last_lines(self.db, run_id, running, TAIL_LINES)
+            table = steps_table(steps, title=title)
+            tail = Text("\n".join(lines), style="dim", no_wrap=True, overflow="ellipsis")
+            self.live.update(Group(table, tail) if lines else table)
 
 
 class CtrlC:
