@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ from onebox.errors import NotFound
 from onebox.runtime import run_views
 from onebox.runtime import runs as runtime_runs
 from onebox.runtime.agent_runs import require_model, submit_task
+from onebox.runtime.run_files import RunFile
 from onebox.runtime.submit import Submitted, session_id_for, submit_plan
 from onebox.store.db import Database
 
@@ -32,7 +34,7 @@ async def require_run(db: Database, run_id: uuid.UUID, tenant_id: str) -> None:
 async def create_run(
     db: Database, settings: Settings, tenant_id: str, *, plan: dict[str, Any] | None,
     task: str | None, name: str | None, idempotency_key: str | None,
-    profile: str | None = None,
+    profile: str | None = None, inputs: Sequence[RunFile] = (),
 ) -> Submitted:
     """Submit for the tenant; its idempotency keys are the ones its CLI uses too (one
     namespace per tenant; two tenants may use the same key)."""
@@ -41,12 +43,13 @@ async def create_run(
             check_llm(settings)
         run_id, existing = await submit_task(
             db, str(task), name=name, idempotency_key=idempotency_key, tenant_id=tenant_id,
-            settings=settings, profile=profile)
+            settings=settings, profile=profile, inputs=inputs)
         run = await runtime_runs.get_run(db, run_id)
         return Submitted(run_id, str(run["trace_id"]).strip(), existing)
     parsed = await asyncio.to_thread(parse_plan, plan)  # a big plan never stalls the API
     return await submit_plan(db, settings, parsed, name=name,
-                             idempotency_key=idempotency_key, tenant_id=tenant_id)
+                             idempotency_key=idempotency_key, tenant_id=tenant_id,
+                             inputs=inputs)
 
 
 def check_llm(settings: Settings) -> None:

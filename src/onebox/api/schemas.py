@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -48,6 +49,9 @@ class CreateRun(Body):
     name: Name | None = None  # type: ignore[valid-type]
     idempotency_key: Name | None = None  # type: ignore[valid-type]
     profile: Name | None = None  # type: ignore[valid-type]
+    files: list[uuid.UUID] = Field(default_factory=list, max_length=10_000,
+                                   description="ids from POST /v1/uploads: files placed in the "
+                                   "run's workspace before its first step")
 
     @model_validator(mode="after")
     def _one_source(self) -> CreateRun:

@@ -22,7 +22,8 @@ from onebox.api.events import Recheck, run_event_stream
 from onebox.api.schemas import CreateRun, Decision
 from onebox.api.state import ApiState
 from onebox.errors import ValidationError
-from onebox.runtime import api_keys, event_log, tenant_sessions
+from onebox.runtime import api_keys, event_log, run_outputs, tenant_sessions
+from onebox.runtime import run_files as inputs_of
 from onebox.runtime import runs as runtime_runs
 from onebox.runtime.api_keys import Principal
 from onebox.runtime.runs import PAGE_STEPS
@@ -38,10 +39,12 @@ async def create_run(
     body: CreateRun, state: State, caller: Caller, response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> dict[str, Any]:
+    inputs = await inputs_of.uploaded(state.db, caller.tenant_id, body.files,
+                                      state.settings.runtime)
     submitted = await service.create_run(
         state.db, state.settings, caller.tenant_id, plan=body.plan, task=body.task,
         name=body.name, idempotency_key=body.idempotency_key or idempotency_key,
-        profile=body.profile)
+        profile=body.profile, inputs=inputs)
     if submitted.existing:
         response.status_code = 200
     return {"run_id": submitted.run_id, "trace_id": submitted.trace_id,
@@ -185,6 +188,28 @@ async def run_files(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str
 async def run_file(run_id: uuid.UUID, path: str, state: State, caller: Caller) -> Response:
     await service.require_run(state.db, run_id, caller.tenant_id)
     data = await sessions.download(state.backend, session_id_for(run_id), path)
+    return Response(data, media_type="application/octet-stream")
+
+
+@router.get("/{run_id}/artifacts", summary="The files a run kept (manifest), or ?zip=1 for "
+            "a zip of them with manifest.json",
+            responses={200: {"content": {"application/zip": {}}}})
+async def artifacts(run_id: uuid.UUID, state: State, caller: Caller,
+                    zip: Annotated[bool, Query()] = False) -> Any:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    if zip:
+        data = await run_outputs.artifacts_zip(state.db, state.objects(), run_id)
+        return Response(data, media_type="application/zip", headers={
+            "Content-Disposition": f'attachment; filename="run-{run_id}.zip"'})
+    return {"run_id": run_id, "files": await run_outputs.manifest(state.db, run_id)}
+
+
+@router.get("/{run_id}/artifacts/{path:path}", summary="One file the run kept",
+            response_class=Response,
+            responses={200: {"content": {"application/octet-stream": {}}}})
+async def artifact(run_id: uuid.UUID, path: str, state: State, caller: Caller) -> Response:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    data = await run_outputs.artifact(state.db, state.objects(), run_id, path)
     return Response(data, media_type="application/octet-stream")
 
 
