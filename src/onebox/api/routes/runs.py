@@ -51,7 +51,8 @@ async def create_run(
             "existing": submitted.existing}
 
 
-@router.get("", summary="List runs, newest first, filtered by status, time and text")
+@router.get("", summary="List runs, newest first, filtered by status, time and text; "
+            "each with answer_preview (the first 200 characters of its answer)")
 async def list_runs(
     state: State, caller: Caller,
     status: Annotated[list[Status] | None, Query(max_length=7)] = None,
@@ -72,7 +73,8 @@ PageAfter = Annotated[str | None, Query(max_length=20, pattern=r"^[0-9]{1,9}\.[0
                                         description="the `next` cursor of the previous page")]
 
 
-@router.get("/{run_id}", summary="One run: summary, plan versions, a page of step attempts")
+@router.get("/{run_id}", summary="One run (run.answer: its final answer, or null), its "
+            "summary, plan versions and a page of step attempts")
 async def get_run(run_id: uuid.UUID, state: State, caller: Caller,
                   limit: PageLimit = PAGE_STEPS, after: PageAfter = None) -> dict[str, Any]:
     await service.require_run(state.db, run_id, caller.tenant_id)
