@@ -16,7 +16,7 @@ from onebox.runtime import event_log
 from onebox.runtime import runs as runs_api
 from onebox.runtime.submit import submit_plan
 from onebox.runtime.worker import Worker
-from onebox.sandbox.base import SandboxBackend
+from onebox.sandbox.base import ExecRequest, SandboxBackend
 from onebox.store.db import Database
 
 TICKER = "for i in $(seq 1 20); do echo \"line $i é\"; echo \"err $i\" >&2; sleep 0.1; done"
@@ -96,3 +96,24 @@ async def test_streamed_output_is_capped_with_one_truncation_event(
     assert len(truncated) == 1 and truncated[0]["streamed_bytes"] == streamed
     last_output = max(e["seq"] for e in events if e["type"] == "step_output")
     assert next(e["seq"] for e in events if e["type"] == "step_output_truncated") > last_output
+
+
+@pytest.mark.parametrize("kind", ["linux", "process"])
+async def test_each_backend_hands_every_chunk_to_the_output_callback(
+        settings: Settings, kind: str) -> None:
+    from onebox.sandbox.registry import get_backend
+
+    settings.sandbox.backend = kind  # type: ignore[assignment]
+    backend = get_backend(settings)
+    chunks: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+    request = ExecRequest(session_id=f"live-{kind}", language="bash", code=TICKER,
+                          on_output=lambda stream, chunk: chunks[stream].append(chunk))
+    try:
+        result = await backend.execute(request)
+    finally:
+        await backend.cleanup(request.session_id)
+        await backend.close()
+    assert result.ok, result.stderr
+    assert b"".join(chunks["stdout"]) == result.stdout_raw
+    assert b"".join(chunks["stderr"]) == result.stderr_raw
+    assert len(chunks["stdout"]) > 1, "the output came in one piece, not as it was printed"
