@@ -89,8 +89,7 @@ class LiveLog:
         if self._task is not None:
             self._ready.set()
             self._full.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait({self._task})  # a cancel of the caller still propagates
 
     async def _flusher(self) -> None:
         while True:
