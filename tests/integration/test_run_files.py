@@ -18,8 +18,11 @@ import pytest
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.errors import ValidationError
+from onebox.objects import blob_key
 from onebox.runtime import run_files, run_outputs
+from onebox.runtime.retention import RetentionRule, collect
 from onebox.runtime.service import Runtime
+from onebox.snapshots.archive import collect_garbage
 from onebox.store.db import Database
 
 READS = {"name": "reads-inputs", "steps": [
@@ -86,7 +89,7 @@ async def test_run_with_files_the_step_reads_them_and_they_are_recorded(
 async def test_an_agent_scheduled_plan_gets_its_files_too(rt: Runtime, given: Path) -> None:
     plan = parse_plan({"name": "when", "steps": [
         {"id": "read", "tool": "bash", "code": "cat data.csv", "when": "1 == 1"}]})
-    inputs = await run_files.stage_local(rt.objects, [given / "data.csv"], rt.settings.runtime)
+    inputs = await run_files.stage_local(rt.db, rt.objects, [given / "data.csv"], rt.settings.runtime)
     submitted = await rt.submit(plan, inputs=inputs)
     final = await rt.drive(submitted.run_id)
     assert final["status"] == "SUCCEEDED"
@@ -154,3 +157,41 @@ async def test_files_cli_lists_gets_and_zips_the_outputs(
         assert "manifest.json" in archive.namelist()
     code, _out, err = await onebox(settings, "files", run, "--get", "../etc/passwd")
     assert code != 0 and "path" in err
+
+
+async def _backdate(db: Database, run_id: object, days: float) -> None:
+    async with db.transaction() as conn:
+        await conn.execute(
+            "UPDATE onebox.runs SET created_at = created_at - make_interval(days => %(d)s), "
+            "finished_at = finished_at - make_interval(days => %(d)s) WHERE id = %(id)s",
+            {"d": days, "id": run_id})
+
+
+async def test_retention_removes_a_runs_files_and_keeps_blobs_another_run_names(
+        rt: Runtime) -> None:
+    rt.settings.snapshot_policy = "never"  # no snapshot shares the blobs: run_files alone
+    plan = {"name": "w", "steps": [{"id": "w", "tool": "bash",
+                                    "code": "echo shared > s.txt; echo $RANDOM$$ > own.txt"}]}
+    old = await rt.submit(parse_plan(plan))
+    await rt.drive(old.run_id)
+    new = await rt.submit(parse_plan(plan))
+    await rt.drive(new.run_id)
+    kept = {f["path"]: f["sha256"] for f in await run_outputs.manifest(rt.db, old.run_id)}
+    await _backdate(rt.db, old.run_id, 60)
+    await collect(rt.db, rt.objects, RetentionRule(max_age_s=30 * 86400.0))
+    assert await run_outputs.manifest(rt.db, old.run_id) == []
+    assert await rt.objects.exists(blob_key(kept["s.txt"]))  # the new run names it too
+    assert not await rt.objects.exists(blob_key(kept["own.txt"]))
+    assert await run_outputs.artifact(rt.db, rt.objects, new.run_id, "s.txt") == b"shared\n"
+
+
+async def test_snapshot_gc_keeps_the_blobs_of_runs_files(rt: Runtime, given: Path) -> None:
+    rt.settings.snapshot_policy = "never"  # no snapshot shares the blobs: run_files alone
+    inputs = await run_files.stage_local(rt.db, rt.objects, [given / "data.csv"],
+                                         rt.settings.runtime)
+    submitted = await rt.submit(parse_plan(WRITES), inputs=inputs)
+    await rt.drive(submitted.run_id)
+    await collect_garbage(rt.db, rt.objects)
+    for f in await run_outputs.manifest(rt.db, submitted.run_id):
+        assert await rt.objects.exists(blob_key(f["sha256"])), f["path"]
+    assert await rt.objects.exists(blob_key(inputs[0].sha256))

@@ -88,7 +88,7 @@ async def _run_plan(settings: Settings, plan: Any, *, detach: bool, name: str | 
                     idempotency_key: str | None, as_json: bool,
                     files: tuple[Path, ...] = ()) -> str:
     async with await Runtime.open(settings) as rt:
-        inputs = await run_files.stage_local(rt.objects, files, settings.runtime)
+        inputs = await run_files.stage_local(rt.db, rt.objects, files, settings.runtime)
         submitted = await rt.submit(plan, name=name, idempotency_key=idempotency_key,
                                     inputs=inputs)
         if detach:
@@ -104,7 +104,7 @@ async def _run_task(settings: Settings, task: str, *, detach: bool, name: str | 
                     idempotency_key: str | None, profile: str | None, as_json: bool,
                     files: tuple[Path, ...] = ()) -> str:
     async with await Runtime.open(settings) as rt:
-        inputs = await run_files.stage_local(rt.objects, files, settings.runtime)
+        inputs = await run_files.stage_local(rt.db, rt.objects, files, settings.runtime)
         run_id, existing = await submit_task(rt.db, task, name=name, profile=profile,
                                              idempotency_key=idempotency_key, settings=settings,
                                              inputs=inputs)

@@ -160,7 +160,7 @@ async def _measure(
     """Counts per table for these runs, their snapshots, and the keys only those use."""
     counts = await (await conn.execute(Q["counts"], {"ids": ids})).fetchone()
     snapshot_ids = await _ids(conn, "doomed_snapshots", {"ids": ids})
-    cur = await conn.execute(Q["object_keys"], {"snapshot_ids": snapshot_ids})
+    cur = await conn.execute(Q["object_keys"], {"snapshot_ids": snapshot_ids, "ids": ids})
     keys = [str(r["key"]) for r in await cur.fetchall()]
     report = RetentionReport(
         runs=len(ids), events=int(counts["events"]), attempts=int(counts["attempts"]),

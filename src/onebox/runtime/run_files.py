@@ -35,6 +35,7 @@ from onebox.sandbox.workspace import write_files
 from onebox.store import runs as store
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
+from onebox.store.snapshots import GC_LOCK_KEY
 
 log = logging.getLogger(__name__)
 Q = load_queries("run_files")
@@ -110,23 +111,28 @@ def _dir_files(top: Path) -> list[tuple[str, Path]]:
     return out
 
 
-async def stage(objects: ObjectStore, named: Sequence[tuple[str, bytes]]) -> list[RunFile]:
-    """Store each file's bytes as a blob; the RunFile rows a submission records."""
-    staged = []
-    for name, data in named:
+async def stage(db: Database, objects: ObjectStore, tenant_id: str, name: str,
+                data: bytes) -> tuple[uuid.UUID, RunFile]:
+    """Store the bytes as a blob and an upload row naming it, under the object GC's shared
+    lock (the GC never sees the blob without its row); the upload id and its RunFile."""
+    staged, upload_id = RunFile(name, hashlib.sha256(data).hexdigest(), len(data)), uuid.uuid4()
+    async with db.transaction() as conn:
+        await conn.execute(Q["lock_gc_shared"], {"key": GC_LOCK_KEY})
         await objects.put_blob(data)
-        staged.append(RunFile(name, hashlib.sha256(data).hexdigest(), len(data)))
-    return staged
+        await conn.execute(Q["insert_upload"], {
+            "id": upload_id, "tenant_id": tenant_id, "path": name, "sha256": staged.sha256,
+            "size_bytes": staged.size_bytes})
+    return upload_id, staged
 
 
-async def stage_local(objects: ObjectStore, paths: Sequence[Path],
-                      limits: RuntimeSettings) -> list[RunFile]:
+async def stage_local(db: Database, objects: ObjectStore, paths: Sequence[Path],
+                      limits: RuntimeSettings, tenant_id: str = "default") -> list[RunFile]:
     """`onebox run --file`: check, read and stage local files and directories."""
     found = await asyncio.to_thread(local_files, paths, limits)
     staged = []
     for name, path in found:
         data = await asyncio.to_thread(path.read_bytes)
-        staged.extend(await stage(objects, [(name, data)]))
+        staged.append((await stage(db, objects, tenant_id, name, data))[1])
     return staged
 
 
@@ -175,12 +181,7 @@ async def save_upload(db: Database, objects: ObjectStore, tenant_id: str, name: 
     """POST /v1/uploads: one file kept for the tenant until a run names it by id."""
     path = check_name(name, field="files")
     check_caps([len(data)], limits)
-    staged = (await stage(objects, [(path, data)]))[0]
-    upload_id = uuid.uuid4()
-    async with db.connection() as conn:
-        await conn.execute(Q["insert_upload"], {
-            "id": upload_id, "tenant_id": tenant_id, "path": path, "sha256": staged.sha256,
-            "size_bytes": staged.size_bytes})
+    upload_id, staged = await stage(db, objects, tenant_id, path, data)
     return {"id": upload_id, "path": path, "sha256": staged.sha256,
             "size_bytes": staged.size_bytes}
 

@@ -32,6 +32,7 @@ from onebox.sandbox import hostfs
 from onebox.sandbox.base import SandboxBackend
 from onebox.store import runs as store
 from onebox.store.db import Database
+from onebox.store.snapshots import GC_LOCK_KEY
 
 log = logging.getLogger(__name__)
 IO_DIR = ".onebox/"
@@ -58,6 +59,7 @@ async def keep_outputs(db: Database, objects: ObjectStore, backend: SandboxBacke
     paths = output_paths(step["details"])
     gathered = await asyncio.to_thread(gather, backend.workspace(session["id"]), paths, limits)
     async with db.transaction() as conn:
+        await conn.execute(Q["lock_gc_shared"], {"key": GC_LOCK_KEY})
         for name, data in gathered.files:
             staged = RunFile(name, *(await _blob(objects, data)))
             await insert_file(conn, run_id, "output", staged, step["step_id"], step["id"])

@@ -62,12 +62,16 @@ SELECT
     (SELECT count(*) FROM onebox.sessions WHERE run_id = ANY(%(ids)s::uuid[])) AS sessions;
 
 -- name: object_keys
--- The objects these snapshots reference that no other snapshot does.
+-- The objects these snapshots reference that no other snapshot does, and the blobs of
+-- these runs' files (still_referenced keeps those another run or upload names).
 SELECT DISTINCT o.key FROM onebox.snapshot_objects o
 WHERE o.snapshot_id = ANY(%(snapshot_ids)s::uuid[])
   AND NOT EXISTS (SELECT 1 FROM onebox.snapshot_objects other
                   WHERE other.key = o.key
-                    AND NOT other.snapshot_id = ANY(%(snapshot_ids)s::uuid[]));
+                    AND NOT other.snapshot_id = ANY(%(snapshot_ids)s::uuid[]))
+UNION
+SELECT 'blobs/' || left(f.sha256, 2) || '/' || f.sha256 FROM onebox.run_files f
+WHERE f.run_id = ANY(%(ids)s::uuid[]);
 
 -- name: delete_snapshots
 DELETE FROM onebox.snapshots WHERE id = ANY(%(snapshot_ids)s::uuid[]);
@@ -83,5 +87,12 @@ DELETE FROM onebox.agent_events WHERE run_id = ANY(%(ids)s::uuid[]);
 DELETE FROM onebox.runs WHERE id = ANY(%(ids)s::uuid[]);
 
 -- name: still_referenced
--- Of these keys, the ones a snapshot references now (run under the snapshot GC lock).
-SELECT DISTINCT key FROM onebox.snapshot_objects WHERE key = ANY(%(keys)s::text[]);
+-- Of these keys, the ones a snapshot, a run's file or an upload references now (run under
+-- the snapshot GC lock).
+WITH wanted AS (SELECT k AS key, split_part(k, '/', 3) AS sha256
+                FROM unnest(%(keys)s::text[]) k)
+SELECT key FROM onebox.snapshot_objects WHERE key = ANY(%(keys)s::text[])
+UNION SELECT w.key FROM wanted w
+      WHERE w.key LIKE 'blobs/%%'
+        AND (EXISTS (SELECT 1 FROM onebox.run_files f WHERE f.sha256 = w.sha256)
+             OR EXISTS (SELECT 1 FROM onebox.uploads u WHERE u.sha256 = w.sha256));

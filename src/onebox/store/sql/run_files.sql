@@ -29,3 +29,8 @@ WHERE run_id = %(run_id)s AND status = 'SUCCESS'
                                                          '[]'::jsonb)) f
               WHERE f->>'change' <> 'deleted' AND f->>'path' NOT LIKE '.onebox/%%')
 ORDER BY finished_at DESC NULLS LAST, step_number DESC LIMIT 1;
+
+-- name: lock_gc_shared
+-- Held while a blob is stored and the row naming it is written: the snapshot and
+-- retention GC (exclusive) never sees the blob without its row.
+SELECT pg_advisory_xact_lock_shared(%(key)s);

@@ -120,7 +120,10 @@ ORDER BY created_at DESC
 LIMIT 1;
 
 -- name: referenced_keys
-SELECT DISTINCT key FROM onebox.snapshot_objects;
+-- Snapshot objects, and the blobs of runs' input/output files and of uploads.
+SELECT key FROM onebox.snapshot_objects
+UNION SELECT 'blobs/' || left(sha256, 2) || '/' || sha256 FROM onebox.run_files
+UNION SELECT 'blobs/' || left(sha256, 2) || '/' || sha256 FROM onebox.uploads;
 
 -- name: expire
 DELETE FROM onebox.snapshots s
