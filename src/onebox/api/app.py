@@ -26,7 +26,7 @@ from onebox.api.bounds import JsonDepthLimit
 from onebox.api.errors import BodyLimit, SecurityHeaders, install_error_handlers
 from onebox.api.events import EventHub
 from onebox.api.hosts import LoopbackHostOnly, check_no_auth_binding
-from onebox.api.routes import knowledge, profiles, runs, sessions, system, uploads
+from onebox.api.routes import console, knowledge, profiles, runs, sessions, system, uploads
 from onebox.api.state import ApiState
 from onebox.config import Settings
 from onebox.llm.embedding import EmbeddingModel
@@ -78,7 +78,7 @@ def create_app(
     if runtime is not None:
         app.state.onebox = _state(settings, runtime, embedding, owns=False)
     install_error_handlers(app)
-    for module in (runs, sessions, knowledge, profiles, system, uploads):
+    for module in (runs, sessions, knowledge, profiles, system, console, uploads):
         app.include_router(module.router)
     app.mount("/ui", StaticFiles(directory=web_dir(), html=True), name="ui")
 

@@ -15,7 +15,7 @@ from typing import Any
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.errors import NotFound
-from onebox.runtime import run_views
+from onebox.runtime import console_views, run_views
 from onebox.runtime import runs as runtime_runs
 from onebox.runtime.agent_runs import require_model, submit_task
 from onebox.runtime.run_files import RunFile
@@ -61,8 +61,19 @@ async def search_runs(
     db: Database, tenant_id: str, *, statuses: list[str] | None, since: datetime | None,
     until: datetime | None, text: str | None, before: datetime | None, limit: int,
 ) -> list[dict[str, Any]]:
-    return await run_views.search_runs(db, tenant_id, statuses=statuses, since=since,
+    runs = await run_views.search_runs(db, tenant_id, statuses=statuses, since=since,
                                        until=until, text=text, before=before, limit=limit)
+    usage = await console_views.runs_usage(db, [r["id"] for r in runs])
+    none = {"tokens": 0, "cost_usd": None, "model_calls": 0}
+    return [dict(r, duration_ms=_duration_ms(r), **usage.get(r["id"], none)) for r in runs]
+
+
+def _duration_ms(run: dict[str, Any]) -> float | None:
+    """Start to finish (to now while it runs); None before it starts."""
+    if run.get("started_at") is None:
+        return None
+    end = run.get("finished_at") or datetime.now(run["started_at"].tzinfo)
+    return (end - run["started_at"]).total_seconds() * 1000
 
 
 async def run_detail(
@@ -171,6 +182,14 @@ def _call(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row.get(k) for k in keep}
 
 
+def attempt_label(row: dict[str, Any]) -> str:
+    """The attempt as "2 of 3", or just "2" when the row's limit is below it (a held agent
+    action is queued with a limit of 1; a retry raises the limit only by what it adds)."""
+    limit = row.get("max_attempts")
+    return f"{row['attempt']} of {limit}" if limit and limit >= row["attempt"] else \
+        str(row["attempt"])
+
+
 def step_warnings(
     row: dict[str, Any], details: dict[str, Any], notes: list[dict[str, Any]]
 ) -> list[dict[str, str]]:
@@ -179,8 +198,8 @@ def step_warnings(
         out.append({"kind": "session_reset", "message": "the sandbox session was reset before "
                     "this step: files written by earlier steps were gone"})
     if row["attempt"] > 1:
-        out.append({"kind": "retry", "message": f"attempt {row['attempt']} of "
-                    f"{row.get('max_attempts') or '?'}: earlier attempts failed"})
+        out.append({"kind": "retry", "message": f"attempt {attempt_label(row)}: "
+                    "earlier attempts failed"})
     if details.get("truncated"):
         out.append({"kind": "truncated", "message": "output was cut at the size limit"})
     for note in notes:

@@ -35,6 +35,11 @@ function svg(tag, attrs, ...children) {
 
 const badge = (status) => el("span", { class: `badge s-${status}`, "data-status": status }, status);
 const fmtTime = (t) => (t ? new Date(t).toLocaleString() : "–");
+const fmtCost = (usd) => (usd === null || usd === undefined ? "–" : `$${usd < 1 ? usd.toFixed(4) : usd.toFixed(2)}`);
+const fmtTokens = (n) => (n ? n.toLocaleString() : "–");
+const TERMINAL = ["SUCCEEDED", "FAILED", "CANCELLED", "DEAD"];
+// "2 of 3", or just "2" when the row's limit is below it (a held agent action has a limit of 1)
+const attemptLabel = (s) => (s.max_attempts && s.max_attempts >= s.attempt ? `${s.attempt} of ${s.max_attempts}` : `${s.attempt}`);
 const fmtMs = (ms) => (ms === null || ms === undefined ? "–" : ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(2)} s`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -103,6 +108,7 @@ function route() {
   for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("active", a.dataset.nav === section);
   document.getElementById("logout").hidden = !apiKey();
   document.getElementById("who").textContent = apiKey() ? `key ${apiKey().slice(0, 12)}…` : "";
+  if (section === "new") return newRunPage(signal);
   if (section === "runs" && id) return runPage(decodeURIComponent(id), signal);
   if (section === "knowledge") return knowledgePage(signal);
   if (section === "memory") return memoryPage(signal);
@@ -112,7 +118,8 @@ window.addEventListener("hashchange", route);
 
 // ---------------------------------------------------------------- runs list
 
-const listState = { statuses: new Set(), q: "" };
+const PAGE_RUNS = 100;
+const listState = { statuses: new Set(), q: "", pages: [] }; // pages: the `before` cursor of each older page
 
 function runsPage(signal) {
   const table = el("tbody", { id: "runs-body" });
@@ -124,22 +131,32 @@ function runsPage(signal) {
       refresh();
     } }, s));
   const search = el("input", { type: "search", id: "run-search", placeholder: "search name, id, plan…", value: listState.q,
-    oninput: (e) => { listState.q = e.target.value; refresh(); } });
+    oninput: (e) => { listState.q = e.target.value; listState.pages = []; refresh(); } });
   const status = el("span", { class: "muted", id: "runs-updated" });
+  const newer = el("button", { id: "runs-newer", hidden: true, onclick: () => { listState.pages.pop(); refresh(); } }, "← newer");
+  const older = el("button", { id: "runs-older", hidden: true, onclick: () => { listState.pages.push(older.dataset.before); refresh(); } }, "older →");
+  const pageNo = el("span", { class: "muted", id: "runs-page" });
   view.replaceChildren(
-    el("h1", {}, "Runs"),
+    el("div", { class: "row-flex" }, el("h1", {}, "Runs"), el("a", { href: "#/new", class: "button primary", id: "new-run" }, "New run")),
     el("div", { class: "filters" }, ...chips, search, status),
-    el("table", {}, el("thead", {}, el("tr", {}, ...["status", "name", "run", "steps", "created", "duration"].map((h) => el("th", {}, h)))), table));
+    el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {}, ...["status", "name", "run", "steps", "created", "duration", "tokens", "cost", "error"].map((h) => el("th", {}, h)))), table)),
+    el("div", { class: "row-flex pager" }, newer, pageNo, older));
 
   async function refresh() {
     const params = new URLSearchParams();
     for (const s of listState.statuses) params.append("status", s);
     if (listState.q) params.set("q", listState.q);
-    params.set("limit", "100");
+    const before = listState.pages[listState.pages.length - 1];
+    if (before) params.set("before", before);
+    params.set("limit", String(PAGE_RUNS));
     try {
       const data = await api(`/v1/runs?${params}`, { signal });
       table.replaceChildren(...data.runs.map(runRow));
-      if (!data.runs.length) table.append(el("tr", {}, el("td", { colspan: 6, class: "muted" }, "no runs match")));
+      if (!data.runs.length) table.append(el("tr", {}, el("td", { colspan: 9, class: "muted" }, "no runs match")));
+      newer.hidden = !listState.pages.length;
+      older.hidden = data.runs.length < PAGE_RUNS;
+      if (data.runs.length) older.dataset.before = data.runs[data.runs.length - 1].created_at;
+      pageNo.textContent = listState.pages.length || !older.hidden ? `page ${listState.pages.length + 1}` : "";
       status.textContent = `live · ${new Date().toLocaleTimeString()}`;
     } catch (err) {
       if (err.name !== "AbortError" && err.status !== 401) status.textContent = `error: ${err.message}`;
@@ -150,23 +167,60 @@ function runsPage(signal) {
 }
 
 function runRow(run) {
-  const duration = run.started_at ? (new Date(run.finished_at || Date.now()) - new Date(run.started_at)) : null;
+  const duration = run.duration_ms ?? (run.started_at ? (new Date(run.finished_at || Date.now()) - new Date(run.started_at)) : null);
+  const error = run.error ? (run.error.length > 80 ? `${run.error.slice(0, 80)}…` : run.error) : "";
   return el("tr", { class: "clickable", "data-run": run.id, onclick: () => { location.hash = `#/runs/${run.id}`; } },
     el("td", {}, badge(run.status)), el("td", {}, run.name || el("span", { class: "muted" }, "(unnamed)")),
     el("td", { class: "mono" }, run.id.slice(0, 8)), el("td", {}, `${run.steps_succeeded}/${run.steps_started}`),
-    el("td", {}, fmtTime(run.created_at)), el("td", {}, fmtMs(duration)));
+    el("td", {}, fmtTime(run.created_at)), el("td", {}, fmtMs(duration)),
+    el("td", { class: "num" }, fmtTokens(run.tokens)), el("td", { class: "num" }, fmtCost(run.cost_usd)),
+    el("td", { class: "run-error", title: run.error || "" }, error));
+}
+
+// ---------------------------------------------------------------- new run
+
+const PLAN_EXAMPLE = "name: hello\nsteps:\n  - id: hello\n    tool: bash\n    code: echo hello\n";
+
+function newRunPage(signal) {
+  let kind = "task";
+  const text = el("textarea", { id: "new-text", rows: 10, placeholder: "what should the agent do?" });
+  const name = el("input", { type: "text", id: "new-name", placeholder: "name (optional)" });
+  const out = el("div", { id: "new-result" });
+  const pick = (k) => {
+    kind = k;
+    for (const b of tabs.querySelectorAll("button")) b.classList.toggle("on", b.dataset.kind === k);
+    text.placeholder = k === "task" ? "what should the agent do?" : PLAN_EXAMPLE;
+  };
+  const tabs = el("div", { class: "tabs" },
+    el("button", { type: "button", class: "chip on", "data-kind": "task", onclick: () => pick("task") }, "Task"),
+    el("button", { type: "button", class: "chip", "data-kind": "plan", onclick: () => pick("plan") }, "Plan (YAML)"));
+  const submit = async (e) => {
+    e.preventDefault();
+    out.replaceChildren();
+    try {
+      const body = kind === "task" ? { task: text.value }
+        : { plan: (await api("/v1/plans/parse", { method: "POST", body: { text: text.value }, signal })).plan };
+      if (name.value.trim()) body.name = name.value.trim();
+      const made = await api("/v1/runs", { method: "POST", body, signal });
+      location.hash = `#/runs/${made.run_id}`;
+    } catch (err) { if (err.name !== "AbortError") out.replaceChildren(errorBox(err)); }
+  };
+  view.replaceChildren(el("a", { href: "#/runs" }, "← runs"), el("h1", {}, "New run"),
+    el("form", { class: "card stack", id: "new-run-form", onsubmit: submit }, tabs, text, name,
+      el("div", { class: "row-flex" }, el("button", { class: "primary", type: "submit", id: "new-submit" }, "Start run")), out));
 }
 
 // ---------------------------------------------------------------- run page
 
 function runPage(runId, signal) {
-  const state = { detail: null, version: null, selected: null, live: "connecting…" };
+  const state = { detail: null, version: null, selected: null, live: "connecting…", calls: [] };
   view.replaceChildren(el("p", { class: "muted" }, "loading run…"));
   let pending = null;
 
   async function load() {
     try {
       state.detail = await api(`/v1/runs/${runId}`, { signal });
+      state.calls = (await api(`/v1/runs/${runId}/model-calls`, { signal })).model_calls;
       render(state);
     } catch (err) {
       if (err.name !== "AbortError" && err.status !== 401) view.replaceChildren(errorBox(err));
@@ -187,11 +241,15 @@ function runPage(runId, signal) {
     if (s.version === null || !versions.includes(s.version)) s.version = versions[versions.length - 1];
     const plan = d.plans.find((p) => p.version === s.version) || d.plans[0];
     const latest = latestAttempts(d.steps, plan);
+    const failed = failedAttempt(d);
+    if (!s.selected && failed) s.selected = failed.step_id;
     if (!s.selected && plan && plan.steps.length) s.selected = plan.steps[0].id;
     const select = (stepId) => { s.selected = stepId; render(s); };
     view.replaceChildren(
       el("div", { class: "row-flex" }, el("a", { href: "#/runs" }, "← runs"), el("span", { id: "live", class: "muted" }, s.live)),
-      el("h1", {}, d.run.name || "run", " ", badge(d.run.status)),
+      el("div", { class: "row-flex run-head" }, el("h1", {}, d.run.name || "run", " ", badge(d.run.status)), runActions(d.run, load)),
+      answerBox(d.run) || "",
+      causeBox(d.run, failed) || "",
       el("div", { class: "card kv" },
         el("span", { class: "muted" }, "run id"), el("span", { class: "mono", id: "run-id" }, d.run.id),
         el("span", { class: "muted" }, "trace id"), el("span", { class: "mono" }, d.run.trace_id),
@@ -200,7 +258,7 @@ function runPage(runId, signal) {
         d.run.request && d.run.request.task ? [el("span", { class: "muted" }, "task"), el("span", { id: "run-task" }, d.run.request.task)] : null,
         d.run.error ? el("span", { class: "muted" }, "error") : null, d.run.error ? el("span", {}, d.run.error) : null),
       ...d.warnings.map(warningBox),
-      ...d.steps.filter((st) => st.waiting_approval).map((st) => approvalBox(runId, st, load)),
+      ...d.steps.filter((st) => st.waiting_approval).map((st) => approvalBox(runId, st, stepSpec(d, st), load)),
       el("div", { class: "grid" },
         el("div", {},
           el("div", { class: "card dag" }, el("h2", {}, "Plan"),
@@ -212,8 +270,79 @@ function runPage(runId, signal) {
         el("div", {}, stepPanel(d.steps.filter((st) => st.step_id === s.selected)))),
       d.model_calls.length ? el("div", { class: "card", id: "agent-decisions" }, el("h2", {}, "Agent decisions"),
         ...d.model_calls.map((c) => el("details", {}, el("summary", {}, `${c.purpose || "call"} · ${c.model} · ${fmtMs(c.latency_ms)}${c.error ? ` · error: ${c.error}` : ""}`),
-          el("pre", { class: "decision" }, JSON.stringify(c.response, null, 2))))) : "");
+          el("pre", { class: "decision" }, JSON.stringify(c.response, null, 2))))) : "",
+      s.calls.length ? modelCallsView(runId, s.calls, signal) : "");
   }
+}
+
+function runActions(run, reload) {
+  const out = el("span", { class: "row-flex actions" });
+  const act = (verb, label, cls) => el("button", { class: cls, id: `${verb}-run`, onclick: async (e) => {
+    e.target.disabled = true;
+    try { await api(`/v1/runs/${run.id}/${verb}`, { method: "POST" }); reload(); }
+    catch (err) { out.append(errorBox(err)); e.target.disabled = false; }
+  } }, label);
+  if (!TERMINAL.includes(run.status)) out.append(act("cancel", "Cancel run", "reject"));
+  if (run.status === "DEAD" || run.status === "FAILED") out.append(act("retry", "Retry", "primary"));
+  return out;
+}
+
+// The answer (when the API carries one): an agent's final answer or a plan's declared result.
+function answerBox(run) {
+  if (run.answer === null || run.answer === undefined) return null;
+  const text = typeof run.answer === "string" ? run.answer : JSON.stringify(run.answer, null, 2);
+  return el("div", { class: "card answer", id: "run-answer" }, el("h2", {}, "Answer"), el("pre", { class: "answer-text" }, text));
+}
+
+// The latest failed attempt of a failed run: the step the page opens on.
+function failedAttempt(d) {
+  if (!["FAILED", "DEAD"].includes(d.run.status)) return null;
+  const bad = d.steps.filter((st) => st.status === "FAILED" || st.status === "TIMEOUT");
+  return bad.length ? bad[bad.length - 1] : null;
+}
+
+function causeBox(run, failed) {
+  if (!["FAILED", "DEAD"].includes(run.status)) return null;
+  const lines = failed && failed.stderr ? failed.stderr.trimEnd().split("\n").slice(-8).join("\n") : "";
+  return el("div", { class: "error-box cause", id: "run-cause" },
+    el("div", {}, el("b", {}, failed ? `step ${failed.step_id} failed (attempt ${attemptLabel(failed)})` : "the run failed"),
+      failed && failed.error ? `: ${failed.error}` : run.error ? `: ${run.error}` : ""),
+    lines ? el("pre", { class: "err cause-stderr" }, lines) : null);
+}
+
+function stepSpec(d, attempt) {
+  for (const p of d.plans.slice().reverse()) {
+    const spec = ((p.spec && p.spec.steps) || []).find((st) => st.id === attempt.step_id);
+    if (spec) return spec;
+  }
+  return null;
+}
+
+function modelCallsView(runId, calls, signal) {
+  const total = (k) => calls.reduce((n, c) => n + (c[k] || 0), 0);
+  const priced = calls.filter((c) => c.cost_usd !== null);
+  return el("div", { class: "card", id: "model-calls" },
+    el("h2", {}, `Model calls · ${fmtTokens(total("prompt_tokens") + total("completion_tokens"))} tokens · ${priced.length ? fmtCost(total("cost_usd")) : "cost unknown"}`),
+    el("div", { class: "table-wrap" }, el("table", {},
+      el("thead", {}, el("tr", {}, ...["purpose", "model", "tokens in/out", "cost", "latency", ""].map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...calls.map((c) => callRow(runId, c, signal))))));
+}
+
+function callRow(runId, c, signal) {
+  const cell = el("td", {});
+  const show = el("button", { class: "show-call", "data-call": c.id, onclick: async () => {
+    show.disabled = true;
+    try {
+      const full = await api(`/v1/runs/${runId}/model-calls/${c.id}`, { signal });
+      cell.replaceChildren(el("h2", {}, "Prompt"), el("pre", { class: "call-prompt" }, (full.messages || []).map((m) => `[${m.role}]\n${typeof m.content === "string" ? m.content : JSON.stringify(m.content, null, 2)}`).join("\n\n")),
+        el("h2", {}, "Reply"), el("pre", { class: "call-reply" }, full.error ? `error: ${full.error}` : JSON.stringify(full.response, null, 2)));
+    } catch (err) { cell.replaceChildren(errorBox(err)); }
+  } }, "prompt & reply");
+  cell.append(show);
+  return el("tr", { "data-call-row": c.id },
+    el("td", {}, c.purpose || "call", c.error ? el("span", { class: "muted" }, ` · error`) : null), el("td", { class: "mono" }, c.model),
+    el("td", { class: "num" }, `${c.prompt_tokens}/${c.completion_tokens}`), el("td", { class: "num" }, fmtCost(c.cost_usd)),
+    el("td", { class: "num" }, fmtMs(c.latency_ms)), cell);
 }
 
 function latestAttempts(steps, plan) {
@@ -287,7 +416,7 @@ function timelineView(steps, selected, select) {
 
 function warningBox(w) { return el("div", { class: "warning", "data-warning": w.kind }, el("b", {}, w.kind.replace("_", " ")), w.message); }
 
-function approvalBox(runId, step, reload) {
+function approvalBox(runId, step, spec, reload) {
   const comment = el("input", { type: "text", placeholder: "comment (optional)", size: 40 });
   const decide = async (verb) => {
     try {
@@ -297,10 +426,17 @@ function approvalBox(runId, step, reload) {
   };
   const box = el("div", { class: "card approval", "data-approval": step.step_id },
     el("h2", {}, `Step ${step.step_id} is waiting for your approval`),
+    approvalPrompt(spec),
     el("div", { class: "row-flex" }, comment,
       el("button", { class: "approve", id: `approve-${step.step_id}`, onclick: () => decide("approve") }, "Approve"),
       el("button", { class: "reject", id: `reject-${step.step_id}`, onclick: () => decide("reject") }, "Reject")));
   return box;
+}
+
+function approvalPrompt(spec) {
+  const input = (spec && spec.input) || {};
+  const prompt = input.prompt || input.question || (spec && spec.description);
+  return prompt ? el("p", { class: "approval-prompt" }, prompt) : el("p", { class: "muted" }, "the step gives no prompt");
 }
 
 function stepPanel(attempts) {
@@ -309,7 +445,7 @@ function stepPanel(attempts) {
     const r = s.resources;
     const limits = r.limits ? Object.entries(r.limits).map(([k, v]) => `${k}=${v}`).join(" ") : "–";
     return el("div", { class: "card", "data-attempt": `${s.step_id}#${s.attempt}` },
-      el("h2", {}, `${s.step_id} · attempt ${s.attempt} `, badge(s.waiting_approval ? "WAITING" : s.status)),
+      el("h2", {}, `${s.step_id} · attempt ${attemptLabel(s)} `, badge(s.waiting_approval ? "WAITING" : s.status)),
       ...s.warnings.map(warningBox),
       el("div", { class: "kv" },
         el("span", { class: "muted" }, "tool"), el("span", {}, s.tool || "–"),
@@ -393,7 +529,7 @@ function knowledgePage(signal) {
     } catch (err) { results.replaceChildren(errorBox(err)); }
   } }, query, collection, el("button", { class: "primary", type: "submit" }, "Search"));
   view.replaceChildren(el("h1", {}, "Knowledge"), form, results, el("h2", {}, "Documents"),
-    el("table", {}, el("thead", {}, el("tr", {}, ...["collection", "source", "type", "chunks", "updated"].map((h) => el("th", {}, h)))), docs));
+    el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {}, ...["collection", "source", "type", "chunks", "updated"].map((h) => el("th", {}, h)))), docs)));
   api("/v1/knowledge/documents?limit=500", { signal }).then((data) => {
     for (const c of data.collections) collection.append(el("option", { value: c.name }, `${c.name} (${c.documents})`));
     docs.replaceChildren(...data.documents.map((d) => el("tr", {}, el("td", {}, d.collection), el("td", { class: "mono" }, d.source),
@@ -411,6 +547,20 @@ function hitView(hit) {
 
 // ---------------------------------------------------------------- memory
 
+// Forgetting deletes for good: the first click asks, the second forgets.
+function forgetButton(memory, after) {
+  const cell = el("span", { class: "row-flex" });
+  const ask = el("button", { class: "forget", onclick: () => cell.replaceChildren(
+    el("span", {}, "forget for good?"),
+    el("button", { class: "reject confirm-forget", onclick: async () => {
+      try { await api(`/v1/memory/${memory.id}`, { method: "DELETE" }); after(); }
+      catch (err) { cell.append(errorBox(err)); }
+    } }, "Forget"),
+    el("button", { class: "keep", onclick: () => cell.replaceChildren(ask) }, "Keep")) }, "forget");
+  cell.append(ask);
+  return cell;
+}
+
 function memoryPage(signal) {
   const scopes = el("div", { class: "row-flex", id: "mem-scopes" });
   const rows = el("tbody", { id: "mem-rows" });
@@ -424,7 +574,7 @@ function memoryPage(signal) {
     rows.replaceChildren(...data.memories.map((m) => el("tr", { "data-memory": m.id },
       el("td", {}, m.content), el("td", {}, m.user_id || "–"), el("td", {}, m.kind),
       el("td", {}, m.invalid_at ? "superseded" : "current"), el("td", {}, m.access_count), el("td", {}, fmtTime(m.created_at)),
-      el("td", {}, el("button", { onclick: async () => { await api(`/v1/memory/${m.id}`, { method: "DELETE" }); show(scope); } }, "forget")))));
+      el("td", {}, forgetButton(m, () => show(scope))))));
   }
   const recallForm = el("form", { class: "row-flex", onsubmit: async (e) => {
     e.preventDefault();
@@ -432,9 +582,22 @@ function memoryPage(signal) {
     const data = await api("/v1/memory/recall", { method: "POST", body: { scope: current, query: recallInput.value, k: 5 } });
     recallOut.replaceChildren(...data.memories.map((m) => el("div", { class: "hit" }, m.content, el("span", { class: "muted" }, ` · ${m.scores.fused.toFixed(3)}`))));
   } }, recallInput, el("button", { type: "submit" }, "Recall"));
+  const addScope = el("input", { type: "text", id: "mem-add-scope", placeholder: "scope", size: 12 });
+  const addText = el("input", { type: "text", id: "mem-add-content", placeholder: "something to remember", size: 40 });
+  const addOut = el("span", {});
+  const addForm = el("form", { class: "row-flex", id: "mem-add", onsubmit: async (e) => {
+    e.preventDefault();
+    addOut.replaceChildren();
+    try {
+      await api("/v1/memory", { method: "POST", body: { scope: addScope.value.trim() || current, content: addText.value } });
+      addText.value = "";
+      memoryPage(signal);
+    } catch (err) { addOut.replaceChildren(errorBox(err)); }
+  } }, addScope, addText, el("button", { type: "submit" }, "Remember"), addOut);
   view.replaceChildren(el("h1", {}, "Memory"), el("div", { class: "card" }, el("h2", {}, "Scopes"), scopes),
+    el("div", { class: "card" }, el("h2", {}, "Add a memory"), addForm),
     el("div", { class: "card" }, recallForm, recallOut),
-    el("table", {}, el("thead", {}, el("tr", {}, ...["memory", "user", "kind", "state", "recalled", "created", ""].map((h) => el("th", {}, h)))), rows));
+    el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {}, ...["memory", "user", "kind", "state", "recalled", "created", ""].map((h) => el("th", {}, h)))), rows)));
   api("/v1/memory?limit=1", { signal }).then((data) => {
     scopes.replaceChildren(...(data.scopes.length ? data.scopes.map((s) => el("button", { class: "chip", "data-scope": s.scope, onclick: () => show(s.scope) }, `${s.scope} (${s.memories})`))
       : [el("span", { class: "muted" }, "no memories yet")]));

@@ -1,0 +1,56 @@
+"""What the console needs beyond the run API: a run's model calls (prompt and reply on
+demand) and a plan typed as YAML turned into the plan document `POST /v1/runs` takes."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import yaml
+from fastapi import APIRouter
+from fastapi import Path as PathParam
+
+from onebox.agent.plan import parse_plan
+from onebox.api import runs as service
+from onebox.api.auth import Caller, State
+from onebox.api.schemas import Body, text
+from onebox.bounds import load_yaml
+from onebox.errors import PlanError
+from onebox.runtime import console_views
+
+router = APIRouter(tags=["console"])
+CallId = Annotated[int, PathParam(ge=1, le=2**62)]
+
+
+class PlanText(Body):
+    """A plan as written in a plan file: YAML (or JSON, which YAML reads too)."""
+
+    text: text(1_000_000, 1)  # type: ignore[valid-type]
+
+
+@router.get("/v1/runs/{run_id}/model-calls",
+            summary="The run's model calls: purpose, model, tokens, cost, latency")
+async def list_model_calls(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    return {"model_calls": await console_views.model_calls(state.db, run_id)}
+
+
+@router.get("/v1/runs/{run_id}/model-calls/{call_id}",
+            summary="One model call with its prompt (messages) and reply")
+async def get_model_call(run_id: uuid.UUID, call_id: CallId, state: State,
+                         caller: Caller) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    return await console_views.model_call(state.db, run_id, call_id)
+
+
+@router.post("/v1/plans/parse", summary="Read a YAML plan and check it; returns the plan document")
+async def parse_plan_text(body: PlanText, state: State, caller: Caller) -> dict[str, Any]:
+    try:
+        document = load_yaml(body.text, what="the plan")
+    except yaml.YAMLError as exc:
+        raise PlanError(f"the plan is not valid YAML: {exc}", field="text") from exc
+    if not isinstance(document, dict):
+        raise PlanError("a plan is a mapping with `steps:` (and optionally `name:`)",
+                        field="text")
+    parse_plan(document)
+    return {"plan": document}
