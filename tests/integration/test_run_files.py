@@ -17,7 +17,7 @@ import pytest
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
-from onebox.errors import ValidationError
+from onebox.errors import PlanError, ValidationError
 from onebox.objects import blob_key
 from onebox.runtime import run_files, run_outputs
 from onebox.runtime.retention import RetentionRule, collect
@@ -195,3 +195,26 @@ async def test_snapshot_gc_keeps_the_blobs_of_runs_files(rt: Runtime, given: Pat
     for f in await run_outputs.manifest(rt.db, submitted.run_id):
         assert await rt.objects.exists(blob_key(f["sha256"])), f["path"]
     assert await rt.objects.exists(blob_key(inputs[0].sha256))
+
+
+DECLARED = {"name": "declared", "outputs": ["out/*.csv", "report.md"], "steps": [
+    {"id": "one", "tool": "bash",
+     "code": "mkdir -p out && echo a > out/a.csv && echo b > out/b.txt && echo r > report.md"},
+    {"id": "two", "tool": "bash", "depends_on": ["one"], "code": "echo s > scratch.csv"},
+]}
+
+
+async def test_a_plans_declared_outputs_are_kept_with_the_step_that_wrote_them(
+        rt: Runtime) -> None:
+    submitted = await rt.submit(parse_plan(DECLARED))
+    assert (await rt.drive(submitted.run_id))["status"] == "SUCCEEDED"
+    kept = await run_outputs.manifest(rt.db, submitted.run_id)
+    assert [(f["path"], f["step_id"]) for f in kept] == [("out/a.csv", "one"),
+                                                         ("report.md", "one")]
+
+
+@pytest.mark.parametrize("bad", ["../up.csv", "/etc/passwd", ".onebox/x", ""])
+def test_declared_outputs_outside_the_workspace_are_refused(bad: str) -> None:
+    with pytest.raises(PlanError) as refused:
+        parse_plan({**DECLARED, "outputs": [bad]})
+    assert refused.value.field == "outputs[0]"

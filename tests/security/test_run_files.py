@@ -125,3 +125,18 @@ async def test_another_tenant_cannot_read_artifacts_or_name_uploads(
         assert got.status_code == 404 and b"acme only" not in got.content, url
     stolen = await globex.post("/v1/runs", json={"plan": plan, "files": [upload["id"]]})
     assert stolen.status_code == 404 and stolen.json()["field"] == "files"
+
+
+async def test_a_declared_glob_never_matches_through_a_planted_symlink(
+        rt: Runtime, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.csv"
+    secret.write_text(SECRET)
+    os.chmod(tmp_path, 0o755)
+    plan = parse_plan({"name": "glob", "outputs": ["*", "*/*", "out/**"], "steps": [
+        {"id": "plant", "tool": "bash", "code": (
+            f"mkdir out; ln -s {secret} out/leak.csv; ln -s {tmp_path} out/up; "
+            "ln -s /etc etc; echo real > out/real.csv")}]})
+    submitted = await rt.submit(plan)
+    assert (await rt.drive(submitted.run_id))["status"] == "SUCCEEDED"
+    kept = await run_outputs.manifest(rt.db, submitted.run_id)
+    assert [f["path"] for f in kept] == ["out/real.csv"]

@@ -60,6 +60,7 @@ REQUIRED_INPUT: dict[str, tuple[str, ...]] = {
 }
 LOOP_NAMES = frozenset({"item", "index", "iteration"})
 MAX_TOP_K = 50  # hits a knowledge_search or memory_recall step may ask for
+MAX_OUTPUTS = 100  # paths or globs a plan may declare as its deliverables
 
 
 class StepLimits(BaseModel):
@@ -106,6 +107,7 @@ class Plan(BaseModel):
     name: str | None = None
     description: str | None = None
     max_parallel: int | None = Field(None, ge=1, le=64)
+    outputs: tuple[str, ...] = Field((), max_length=MAX_OUTPUTS)
     steps: tuple[Step, ...] = Field(min_length=1)
 
     @cached_property
@@ -148,7 +150,20 @@ def parse_plan(data: Any) -> Plan:
     _check_graph(plan)
     for s in plan.steps:
         _check_step(s)
+    _check_outputs(plan.outputs)
     return plan
+
+
+def _check_outputs(outputs: tuple[str, ...]) -> None:
+    """Declared deliverables: workspace paths or globs (``*``, ``?``, ``[..]``), relative,
+    without ``..``, not under ``.onebox/``."""
+    for i, pattern in enumerate(outputs):
+        names = pattern.split("/")
+        if (not pattern or pattern.startswith("/") or ".." in names or len(pattern) > 512
+                or names[0] == ".onebox" or any(ord(ch) < 32 for ch in pattern)):
+            raise PlanError(f"outputs[{i}] {pattern!r} must be a relative path or glob inside "
+                            "the workspace (no '..', not under .onebox/)",
+                            field=f"outputs[{i}]")
 
 
 def top_k(value: Any, step_id: str) -> int:

@@ -1,7 +1,9 @@
 """A run's deliverables: kept in the object store when its workspace is released.
 
-The outputs are the files the run's last successful step that wrote files left behind
-(its ``files_written``, deleted ones and ``.onebox/`` excluded). When the run's session
+The outputs are the workspace files matching the plan's declared ``outputs:`` (paths or
+globs, ``*`` crossing ``/``; a walk that never descends through a symlink), else the
+files the run's last successful step that wrote files left behind (its
+``files_written``, deleted ones and ``.onebox/`` excluded). When the run's session
 is released (:func:`onebox.runtime.sessions.release_finished_sessions`), each is read
 from the workspace through :mod:`onebox.sandbox.hostfs` (regular files only, never
 through a symlink on any component: sandboxed code may have planted one), stored as a
@@ -21,6 +23,7 @@ import os
 import uuid
 import zipfile
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ from onebox.store.snapshots import GC_LOCK_KEY
 
 log = logging.getLogger(__name__)
 IO_DIR = ".onebox/"
+MATCH_BOUNDS = hostfs.Bounds(max_entries=50_000, max_depth=64, deadline_s=10.0)
 
 
 @dataclass
@@ -51,23 +55,64 @@ async def keep_outputs(db: Database, objects: ObjectStore, backend: SandboxBacke
     """Copy the run's outputs out of its workspace before the workspace is released;
     returns how many were kept. Idempotent (a second pass keeps nothing new)."""
     run_id: uuid.UUID = session["run_id"]
-    async with db.connection() as conn:
-        cur = await conn.execute(Q["last_writing_step"], {"run_id": run_id})
-        step = await cur.fetchone()
-    if step is None:
+    workspace = backend.workspace(session["id"])
+    declared, chosen = await _chosen(db, run_id, workspace)
+    if not chosen and not declared:
         return 0
-    paths = output_paths(step["details"])
-    gathered = await asyncio.to_thread(gather, backend.workspace(session["id"]), paths, limits)
+    gathered = await asyncio.to_thread(gather, workspace, sorted(chosen), limits)
     async with db.transaction() as conn:
         await conn.execute(Q["lock_gc_shared"], {"key": GC_LOCK_KEY})
         for name, data in gathered.files:
             staged = RunFile(name, *(await _blob(objects, data)))
-            await insert_file(conn, run_id, "output", staged, step["step_id"], step["id"])
+            await insert_file(conn, run_id, "output", staged, *chosen[name])
         await store.append_event(conn, run_id, "outputs_kept", {
-            "files": len(gathered.files), "step_id": step["step_id"],
+            "files": len(gathered.files), "declared": declared,
             "skipped": gathered.skipped}, trace_id=session["trace_id"],
-            session_id=session["id"], execution_id=step["id"])
+            session_id=session["id"])
     return len(gathered.files)
+
+
+Writer = tuple[str | None, uuid.UUID | None]
+
+
+async def _chosen(db: Database, run_id: uuid.UUID,
+                  workspace: Path) -> tuple[list[str], dict[str, Writer]]:
+    """(the plan's declared outputs, path -> the step and execution that wrote it): the
+    workspace files matching the declaration, else what the last writing step wrote."""
+    async with db.connection() as conn:
+        row = await (await conn.execute(Q["declared_outputs"], {"run_id": run_id})).fetchone()
+        declared = [str(p) for p in (row or {}).get("outputs") or ()]
+        name = "writing_steps" if declared else "last_writing_step"
+        steps = await (await conn.execute(Q[name], {"run_id": run_id})).fetchall()
+    if declared:
+        paths = await asyncio.to_thread(matching, workspace, declared)
+        return declared, {p: _writer(steps, p) for p in paths}
+    if not steps:
+        return [], {}
+    last = steps[0]
+    return [], {p: (last["step_id"], last["id"]) for p in output_paths(last["files"])}
+
+
+def _writer(steps: list[store.Row], path: str) -> Writer:
+    for s in steps:
+        if any(f.get("path") == path for f in s["files"] or ()):
+            return s["step_id"], s["id"]
+    return None, None
+
+
+def matching(workspace: Path, patterns: list[str]) -> list[str]:
+    """Regular files beneath the workspace whose path matches a pattern (``*`` crosses
+    ``/``), never descending through a symlink; bounded like every workspace walk."""
+    found: list[str] = []
+    try:
+        with hostfs.root(workspace) as root_fd:
+            for item in hostfs.walk(root_fd, MATCH_BOUNDS, skip_top=frozenset({".onebox"}),
+                                    pruned=[]):
+                if item.kind == "file" and any(fnmatchcase(item.path, p) for p in patterns):
+                    found.append(item.path)
+    except (hostfs.BoundExceeded, OSError) as exc:
+        log.warning("matching declared outputs in %s stopped: %s", workspace, exc)
+    return sorted(found)
 
 
 async def _blob(objects: ObjectStore, data: bytes) -> tuple[str, int]:
@@ -75,9 +120,9 @@ async def _blob(objects: ObjectStore, data: bytes) -> tuple[str, int]:
     return key.rsplit("/", 1)[1], len(data)
 
 
-def output_paths(details: dict[str, Any]) -> list[str]:
+def output_paths(files: list[dict[str, Any]] | None) -> list[str]:
     """The workspace paths a step wrote that still exist, without onebox's own files."""
-    return sorted({f["path"] for f in details.get("files_written") or ()
+    return sorted({f["path"] for f in files or ()
                    if f.get("change") != "deleted" and not f["path"].startswith(IO_DIR)})
 
 

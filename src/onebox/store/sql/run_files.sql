@@ -23,7 +23,7 @@ SELECT id, path, sha256, size_bytes FROM onebox.uploads
 WHERE tenant_id = %(tenant_id)s AND id = ANY(%(ids)s);
 
 -- name: last_writing_step
-SELECT id, step_id, details FROM onebox.task_execution
+SELECT id, step_id, details->'files_written' AS files FROM onebox.task_execution
 WHERE run_id = %(run_id)s AND status = 'SUCCESS'
   AND EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(details->'files_written',
                                                          '[]'::jsonb)) f
@@ -34,3 +34,15 @@ ORDER BY finished_at DESC NULLS LAST, step_number DESC LIMIT 1;
 -- Held while a blob is stored and the row naming it is written: the snapshot and
 -- retention GC (exclusive) never sees the blob without its row.
 SELECT pg_advisory_xact_lock_shared(%(key)s);
+
+-- name: declared_outputs
+-- The deliverables the run's plan declares (its `outputs:`), if any.
+SELECT coalesce(p.spec->'outputs', r.request->'plan'->'outputs') AS outputs
+FROM onebox.runs r LEFT JOIN onebox.plans p ON p.id = r.current_plan_id
+WHERE r.id = %(run_id)s;
+
+-- name: writing_steps
+-- The run's successful attempts, newest first, with the files each wrote.
+SELECT id, step_id, details->'files_written' AS files FROM onebox.task_execution
+WHERE run_id = %(run_id)s AND status = 'SUCCESS'
+ORDER BY finished_at DESC NULLS LAST, step_number DESC LIMIT 1000;
