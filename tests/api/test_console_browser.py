@@ -45,7 +45,7 @@ async def open_console(browser: Any, api: Api, tenant: str = "acme") -> Any:
 
 
 PLAN = {"name": "console approval", "steps": [
-    {"id": "slow", "tool": "python", "code": "import time; time.sleep(3); print('slow done')"},
+    {"id": "slow", "tool": "python", "code": "import time; time.sleep(8); print('slow done')"},
     {"id": "gate", "kind": "approval", "input": {"prompt": "continue?"}, "depends_on": ["slow"]},
     {"id": "after", "tool": "bash", "code": "echo after approval", "depends_on": ["gate"]},
 ]}

@@ -28,6 +28,7 @@ DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)\n(?P<body>.*?)^```", re.S | re.M)
 MARKER = re.compile(r"<!--\s*doc-test:\s*(?P<verb>\w+)\s*(?P<arg>.*?)\s*-->")
 COMMAND_LANGS = {"", "bash", "sh", "shell", "console"}
+ENV_NAME_VALUE = re.compile(r"--[\w-]*-env\s+[A-Z_][A-Z0-9_]*")
 PLACEHOLDER = re.compile(r"\[|\s\|\s|\.\.\.|(?<![\w$-])[A-Z][A-Z_]*(\.yaml)?(?![\w.])")
 
 
@@ -52,7 +53,10 @@ class Command:
 
     @property
     def is_synopsis(self) -> bool:
-        return bool(PLACEHOLDER.search(self.text.split(" #")[0]))
+        # an environment variable's NAME given to an option (--api-key-env MOONSHOT_API_KEY)
+        # is a literal value, not a placeholder
+        text = ENV_NAME_VALUE.sub("", self.text.split(" #")[0])
+        return bool(PLACEHOLDER.search(text))
 
     def where(self) -> str:
         return f"{self.block.doc}:{self.block.line}: {self.text}"
@@ -85,7 +89,7 @@ def plan_of(block: Block) -> dict[str, object] | None:
 def commands_of(block: Block) -> list[Command]:
     if block.lang not in COMMAND_LANGS:
         return []
-    lines = block.body.splitlines()
+    lines = _joined(block.body.splitlines())
     prompted = any(line.startswith("$ ") for line in lines)
     env: dict[str, str] = {}
     found = []
@@ -98,6 +102,21 @@ def commands_of(block: Block) -> list[Command]:
         elif line.startswith(("onebox ", "make ")):
             found.append(Command(block, line, dict(env)))
     return found
+
+
+def _joined(lines: list[str]) -> list[str]:
+    """Shell lines with their backslash continuations joined, as the shell reads them."""
+    out: list[str] = []
+    pending = ""
+    for line in lines:
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1].rstrip() + " "
+            continue
+        out.append(pending + line.strip() if pending else line)
+        pending = ""
+    if pending:
+        out.append(pending.rstrip())
+    return out
 
 
 def _exports(line: str) -> dict[str, str]:

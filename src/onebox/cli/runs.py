@@ -21,6 +21,7 @@ from onebox.runtime import run_files
 from onebox.runtime import runs as runs_api
 from onebox.runtime.agent_runs import submit_task
 from onebox.runtime.explain import explain
+from onebox.runtime.profiles import needs_model, served_models
 from onebox.runtime.service import Runtime
 from onebox.runtime.submit import Submitted
 from onebox.store.db import Database
@@ -108,15 +109,29 @@ async def _run_task(settings: Settings, task: str, *, detach: bool, name: str | 
         run_id, existing = await submit_task(rt.db, task, name=name, profile=profile,
                                              idempotency_key=idempotency_key, settings=settings,
                                              inputs=inputs)
-        model = (await runs_api.get_run(rt.db, run_id))["profile"] or {}
-        trace = (await runs_api.get_run(rt.db, run_id))["trace_id"]
+        run = await runs_api.get_run(rt.db, run_id)
+        model, trace = run["profile"] or {}, run["trace_id"]
         if detach:
             _print_submitted(Submitted(run_id, trace, existing), as_json)
             return "PENDING"
         if not as_json:
             common.out.print(f"run [bold cyan]{run_id}[/] started: the agent plans "
                              f"'{task}' with {model.get('model') or settings.llm.model}")
+        await _warn_if_not_served(rt, settings, model)
         return await _finish(rt, run_id, as_json)
+
+
+async def _warn_if_not_served(rt: Runtime, settings: Settings, profile: dict[str, Any]) -> None:
+    """A run whose model this process cannot call waits for a worker that can: say so."""
+    key = needs_model(profile)
+    async with rt.db.connection() as conn:
+        served = await served_models(conn, settings)
+    if key is not None and key not in served:
+        env = profile.get("api_key_env")
+        common.err.print(f"this process cannot call {profile['model']} ("
+                         + (f"{env} is not set here" if env else "not its model")
+                         + "): the run waits for a worker that can (`onebox worker` started "
+                         "with it); Ctrl-C cancels", markup=False)
 
 
 async def _finish(rt: Runtime, run_id: uuid.UUID, as_json: bool) -> str:

@@ -116,8 +116,9 @@ class LiveLog:
                     await store.append_event(
                         conn, self.row["run_id"], kind, payload, trace_id=self.row["trace_id"],
                         session_id=self.row["session_id"], execution_id=self.row["id"])
-        except Exception as exc:  # noqa: BLE001 - a view: the archived output is complete
-            log.warning("live log of step %s not written: %s", self.row["step_id"], exc)
+        except Exception:  # noqa: BLE001 - a view: the archived output is complete
+            log.warning("live log of step %s (trace %s) not written", self.row["step_id"],
+                        self.row["trace_id"], exc_info=True)
 
     def _take(self, name: str, *, final: bool) -> list[tuple[str, dict[str, Any]]]:
         """The stream's pending bytes as events of at most EVENT_BYTES, cut between
