@@ -16,6 +16,7 @@ import pytest
 from pydantic import SecretStr
 
 from onebox.config import Settings, load_settings
+from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database, migrate
 from onebox.store.embedded import start_embedded
 
@@ -113,3 +114,15 @@ async def db(db_url: str, settings: Settings) -> AsyncIterator[Database]:
     database = await Database.open(settings)
     yield database
     await database.close()
+
+
+@pytest.fixture
+async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
+    """The real sandbox backend for this test's settings, with a quick queue: workers poll
+    every 0.1 s and renew leases every 0.2 s. Modules that need other timings define their own."""
+    from onebox.sandbox.registry import get_backend
+
+    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
+    sandbox = get_backend(settings)
+    yield sandbox
+    await sandbox.close()

@@ -4,9 +4,6 @@ keeps its real result: a cancel never rewrites a result it raced with."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-
-import pytest
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
@@ -21,15 +18,6 @@ PLAN = {"name": "cancel-me", "steps": [
     {"id": "quick", "tool": "bash", "code": "echo done quickly"},
 ]}
 
-
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
-    b = get_backend(settings)
-    yield b
-    await b.close()
 
 
 async def test_a_cancelled_step_keeps_the_output_it_printed(

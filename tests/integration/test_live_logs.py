@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,15 +20,6 @@ from onebox.store.db import Database
 
 TICKER = "for i in $(seq 1 20); do echo \"line $i é\"; echo \"err $i\" >&2; sleep 0.1; done"
 
-
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
-    b = get_backend(settings)
-    yield b
-    await b.close()
 
 
 async def _events(db: Database, run_id: uuid.UUID) -> list[dict[str, Any]]:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import uuid
-from collections.abc import AsyncIterator
 
-import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
@@ -28,15 +26,6 @@ PLAN = {"name": "logs", "steps": [
 ]}
 FIRST_OUT = "one 1\none 2\none 3\n"
 
-
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
-    b = get_backend(settings)
-    yield b
-    await b.close()
 
 
 async def onebox(settings: Settings, *args: str) -> tuple[int, str, str]:

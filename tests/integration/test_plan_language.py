@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -49,15 +48,6 @@ steps:
     input: {answer: "{{ len(sizes.result) }} files, {{ sum(sizes.result) }} bytes"}
 """
 
-
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
-    b = get_backend(settings)
-    yield b
-    await b.close()
 
 
 async def test_a_plan_file_with_loops_conditions_and_a_final_answer_runs(

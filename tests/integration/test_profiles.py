@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -27,15 +26,6 @@ INTENT = {"goal": "say hi", "entities": [], "capabilities": ["bash"], "formats":
           "risks": [], "fallbacks": []}
 PLAN = {"name": "hi", "steps": [{"id": "hi", "tool": "bash", "code": "echo hi"}]}
 
-
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
-    b = get_backend(settings)
-    yield b
-    await b.close()
 
 
 def with_model(settings: Settings, model: str) -> Settings:
@@ -159,4 +149,4 @@ async def test_a_profiles_instructions_and_memory_scope_reach_the_model_and_memo
     rows = await db.fetch("SELECT messages FROM onebox.llm_calls WHERE run_id = %s", (run_id,))
     assert all("Answer in French." in r["messages"][0]["content"] for r in rows)
     scopes = await db.fetch("SELECT DISTINCT scope FROM onebox.memories")
-    assert [s["scope"] for s in scopes] == ["notes"]
+    assert [s["scope"] for s in scopes] == ["default/notes"]  # the tenant rule: default/<scope>

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -40,15 +39,6 @@ SKIPPED_FINAL = {"name": "skipped-final", "steps": [
     {"id": "answer", "kind": "final", "depends_on": ["hello"], "when": "hello.exit_code == 7",
      "input": {"answer": "never"}}]}
 
-
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
-    b = get_backend(settings)
-    yield b
-    await b.close()
 
 
 async def drive(db: Database, backend: SandboxBackend, settings: Settings, run_id: uuid.UUID,

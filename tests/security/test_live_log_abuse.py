@@ -5,9 +5,6 @@ events stay few); the archived output keeps the exact bytes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-
-import pytest
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
@@ -23,15 +20,6 @@ HOSTILE = ("import sys\nout = sys.stdout.buffer\nout.write(b'a\\x00b\\xff\\xfe c
            "out.flush()\nfor _ in range(400):\n    out.write(b'\\x00' * 65536)\n")
 CAP_BYTES = 256 * 1024
 
-
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
-    b = get_backend(settings)
-    yield b
-    await b.close()
 
 
 async def test_nul_invalid_utf8_and_a_25_mb_flood_stay_safe_and_capped(
