@@ -64,7 +64,7 @@ async def test_quickstart_produces_rows_and_events_in_order(rt: Runtime) -> None
     events = await events_of(rt.db, final["id"])
     types = [e["type"] for e in events]
     assert types[:3] == ["run_submitted", "plan_created", "step_queued"]
-    assert types[-2:] == ["run_succeeded", "session_released"]
+    assert types[-3:] == ["run_succeeded", "outputs_kept", "session_released"]  # kept, then released
     assert all(e["trace_id"] == final["trace_id"] for e in events)
     seqs = [e["seq"] for e in events]
     assert seqs == sorted(seqs)
