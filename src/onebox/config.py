@@ -129,6 +129,11 @@ class RetentionSettings(BaseModel):
                               description="seconds between a worker's retention passes")
     batch_runs: int = Field(100, ge=1, le=10_000,
                             description="runs removed per transaction")
+    upload_ttl_h: float = Field(
+        24.0, gt=0, le=24 * 365, allow_inf_nan=False,
+        description="hours an upload (POST /v1/uploads, `onebox run --file`) is kept for a "
+        "run to name it; then the upload goes, and its bytes unless a run's files use them "
+        "(applied by every worker's retention pass, even with no run rule set)")
 
 
 class LLMPrice(BaseModel):

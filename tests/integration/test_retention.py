@@ -217,3 +217,27 @@ async def test_a_worker_applies_the_retention_setting(rt: Runtime) -> None:
         stop.set()
         await serving
     assert await run_ids(rt.db) == set()
+
+
+async def test_uploads_no_run_named_expire_and_their_bytes_go_unless_a_run_uses_them(
+        db: Database, settings: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An upload waits `retention.upload_ttl_h` for a run; then it goes (even with no run
+    rule set), with its bytes, unless a run's input rows hold the same bytes."""
+    from onebox.runtime import run_files
+    from onebox.runtime.retention import RetentionChore
+
+    objects = FsObjectStore(tmp_path / "objects")
+    _, lone = await run_files.stage(db, objects, "acme", "lone.csv", b"nobody names me\n")
+    _, used = await run_files.stage(db, objects, "acme", "used.csv", b"a run holds me\n")
+    run_id = await db.fetchone("INSERT INTO onebox.runs (id, trace_id, status, source, request,"
+                               " tenant_id) VALUES (gen_random_uuid(), 't', 'SUCCEEDED', 'task',"
+                               " '{}', 'acme') RETURNING id")
+    async with db.transaction() as conn:
+        await run_files.record_inputs(conn, run_id["id"], [used])
+    async with db.transaction() as conn:
+        await conn.execute("UPDATE onebox.uploads SET created_at = now() - interval '25 hours'")
+    assert settings.retention.max_age_days is None and settings.retention.max_runs is None
+    await RetentionChore(db, settings, objects).run_once()
+    assert await db.fetchone("SELECT count(*) AS n FROM onebox.uploads") == {"n": 0}
+    assert not await objects.exists(blob_key(lone.sha256)), "an unnamed upload's bytes stayed"
+    assert await objects.exists(blob_key(used.sha256)), "a run's input bytes were deleted"

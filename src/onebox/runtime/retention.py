@@ -185,6 +185,17 @@ async def _delete_objects(db: Database, objects: ObjectStore, keys: list[str]) -
     return len(dead)
 
 
+async def expire_uploads(db: Database, objects: ObjectStore, ttl_s: float) -> int:
+    """Remove uploads no run named within ``ttl_s``, and their bytes when nothing else (a
+    run's files, a snapshot, a newer upload of the same bytes) uses them. Returns how many."""
+    async with db.transaction() as conn:
+        cur = await conn.execute(Q["expire_uploads"], {"ttl_s": ttl_s})
+        keys = sorted({str(r["key"]) for r in await cur.fetchall()})
+    if keys:
+        await _delete_objects(db, objects, keys)
+    return len(keys)
+
+
 async def _ids(conn: Any, name: str, params: dict[str, Any]) -> list[uuid.UUID]:
     cur = await conn.execute(Q[name], params)
     return [row["id"] for row in await cur.fetchall()]
@@ -208,10 +219,11 @@ class RetentionChore:
 
     async def run_once(self) -> RetentionReport | None:
         rule = RetentionRule.from_settings(self.settings.retention)
-        if not rule.enabled:
-            return None
         objects = self.objects or get_object_store(self.settings)
         try:
+            await expire_uploads(self.db, objects, self.settings.retention.upload_ttl_h * 3600)
+            if not rule.enabled:
+                return None
             return await collect(self.db, objects, rule, wait=False,
                                  batch_runs=self.settings.retention.batch_runs)
         except (psycopg.Error, OneboxError, OSError):

@@ -86,6 +86,12 @@ DELETE FROM onebox.agent_events WHERE run_id = ANY(%(ids)s::uuid[]);
 -- name: delete_runs
 DELETE FROM onebox.runs WHERE id = ANY(%(ids)s::uuid[]);
 
+-- name: expire_uploads
+-- Uploads older than their time to live: a run that named one holds its bytes as its own
+-- input row (run_files), so only the upload row goes; its blob goes if nothing else uses it.
+DELETE FROM onebox.uploads WHERE created_at < now() - make_interval(secs => %(ttl_s)s)
+RETURNING 'blobs/' || left(sha256, 2) || '/' || sha256 AS key;
+
 -- name: still_referenced
 -- Of these keys, the ones a snapshot, a run's file or an upload references now (run under
 -- the snapshot GC lock).
