@@ -20,7 +20,7 @@ from onebox.config import Settings
 from onebox.errors import LeaseLost, LLMNotConfigured
 from onebox.runtime import agent_engine
 from onebox.runtime.agent_steps import Performed
-from onebox.runtime.archive import finish_run, step_params
+from onebox.runtime.archive import details_json, finish_run, pipeline_if_small, step_params
 from onebox.runtime.profiles import run_profile
 from onebox.runtime.run_files import RunFile
 from onebox.runtime.schedule import backoff_s
@@ -117,12 +117,18 @@ async def archive_agent_step(
     """Write the attempt's result and the agent's observation of it; queue what the agent
     does next. Returns the run's new terminal state, if any."""
     outcome = performed.outcome
-    async with db.transaction() as conn:
-        run = await store.fetch_one(conn, "lock_run_for_archive", {
+    details = await details_json(outcome.details)
+    async with (db.pool.connection() as conn,
+                pipeline_if_small(conn, outcome, details) as pipeline, conn.transaction()):
+        # the run lock and the fenced write go out together (one round trip), as for a step
+        run_cur = await conn.execute(store.Q["lock_run_for_archive"], {
             "run_id": claimed["run_id"], "succeeded": 0})
-        row = await store.fetch_one(conn, "finish_step", {
+        row_cur = await conn.execute(store.Q["finish_step"], {
             "id": claimed["id"], "fencing_token": claimed["fencing_token"],
-            **step_params(outcome), "details": Jsonb(outcome.details)})
+            **step_params(outcome), "details": Jsonb(outcome.details, dumps=lambda _: details)})
+        if pipeline is not None:
+            await pipeline.sync()
+        run, row = await run_cur.fetchone(), await row_cur.fetchone()
         assert run is not None
         if row is None:
             raise LeaseLost(f"agent step {claimed['step_id']} attempt {claimed['attempt']} of "

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 STDIO_TAIL_CHARS = 64_000
 MAX_ANSWER_CHARS = 64_000  # runs.answer (its CHECK in migration 0019 says the same)
-PIPELINE_MAX_BYTES = 256 << 10  # larger results skip the pipeline (see _pipeline_if_small)
+PIPELINE_MAX_BYTES = 256 << 10  # larger results skip the pipeline (see pipeline_if_small)
 BIG_LISTING = 500  # files_written entries past which details are serialised in a thread
 PLAN_CACHE_MAX = 64  # plan versions a worker keeps parsed (least recently used go first)
 _plans: OrderedDict[uuid.UUID, PlanIndex] = OrderedDict()
@@ -199,7 +199,7 @@ async def archive_step(
     A transaction the database rolls back (deadlock, serialization failure) is written
     again (``onebox.store.retry``): a result is never dropped for a lock conflict.
     """
-    details = await _details_json(outcome.details)
+    details = await details_json(outcome.details)
     return await retry_rollbacks(
         f"archive of step {claimed['step_id']} attempt {claimed['attempt']} of run "
         f"{claimed['run_id']}", lambda: _archive_once(db, settings, claimed, outcome, details))
@@ -209,7 +209,7 @@ async def _archive_once(
     db: Database, settings: Settings, claimed: store.Row, outcome: Outcome, details: str
 ) -> str | None:
     async with (db.pool.connection() as conn,
-                _pipeline_if_small(conn, outcome, details) as pipeline, conn.transaction()):
+                pipeline_if_small(conn, outcome, details) as pipeline, conn.transaction()):
         # BEGIN, the run lock and the fenced write go out together: one round trip.
         run_cur = await conn.execute(store.Q["lock_run_for_archive"], {
             "run_id": claimed["run_id"], "succeeded": int(outcome.status == "SUCCESS")})
@@ -235,7 +235,7 @@ async def _archive_once(
         return await advance(conn, settings, run, row)
 
 
-async def _details_json(details: dict[str, Any]) -> str:
+async def details_json(details: dict[str, Any]) -> str:
     """The step's details as JSON; a big one (files_written of thousands of files) is
     serialised in a thread, so archiving it does not stall the worker's event loop."""
     if len(details.get("files_written") or ()) > BIG_LISTING:
@@ -244,7 +244,7 @@ async def _details_json(details: dict[str, Any]) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _pipeline_if_small(
+async def pipeline_if_small(
     conn: store.Conn, outcome: Outcome, details_json: str
 ) -> AsyncIterator[AsyncPipeline | None]:
     """A pipeline for the usual small result; plain statements for a big one.
