@@ -185,6 +185,7 @@ function newRunPage(signal) {
   let kind = "task";
   const text = el("textarea", { id: "new-text", rows: 10, placeholder: "what should the agent do?" });
   const name = el("input", { type: "text", id: "new-name", placeholder: "name (optional)" });
+  const files = el("input", { type: "file", id: "new-files", multiple: true });
   const out = el("div", { id: "new-result" });
   const pick = (k) => {
     kind = k;
@@ -201,26 +202,37 @@ function newRunPage(signal) {
       const body = kind === "task" ? { task: text.value }
         : { plan: (await api("/v1/plans/parse", { method: "POST", body: { text: text.value }, signal })).plan };
       if (name.value.trim()) body.name = name.value.trim();
+      if (files.files.length) body.files = await uploadFiles(files.files, signal);
       const made = await api("/v1/runs", { method: "POST", body, signal });
       location.hash = `#/runs/${made.run_id}`;
     } catch (err) { if (err.name !== "AbortError") out.replaceChildren(errorBox(err)); }
   };
   view.replaceChildren(el("a", { href: "#/runs" }, "← runs"), el("h1", {}, "New run"),
     el("form", { class: "card stack", id: "new-run-form", onsubmit: submit }, tabs, text, name,
+      el("label", { class: "row-flex muted" }, "input files (placed in the run's workspace)", files),
       el("div", { class: "row-flex" }, el("button", { class: "primary", type: "submit", id: "new-submit" }, "Start run")), out));
+}
+
+// Each file goes up once (POST /v1/uploads); the run names their ids in `files`.
+async function uploadFiles(fileList, signal) {
+  const form = new FormData();
+  for (const f of fileList) form.append("files", f, f.name);
+  const data = await api("/v1/uploads", { method: "POST", body: form, signal });
+  return data.uploads.map((u) => u.id);
 }
 
 // ---------------------------------------------------------------- run page
 
 function runPage(runId, signal) {
-  const state = { detail: null, version: null, selected: null, live: "connecting…", calls: [] };
+  const state = { detail: null, version: null, selected: null, live: "connecting…", calls: [], inputs: [], artifacts: [], liveOut: new Map() };
   view.replaceChildren(el("p", { class: "muted" }, "loading run…"));
   let pending = null;
 
   async function load() {
     try {
       state.detail = await api(`/v1/runs/${runId}`, { signal });
-      state.calls = (await api(`/v1/runs/${runId}/model-calls`, { signal })).model_calls;
+      const [calls, inputs, artifacts] = await Promise.all(["model-calls", "inputs", "artifacts"].map((p) => api(`/v1/runs/${runId}/${p}`, { signal })));
+      Object.assign(state, { calls: calls.model_calls, inputs: inputs.inputs, artifacts: artifacts.files });
       render(state);
     } catch (err) {
       if (err.name !== "AbortError" && err.status !== 401) view.replaceChildren(errorBox(err));
@@ -232,7 +244,8 @@ function runPage(runId, signal) {
     state.live = `live · event ${event.id} ${event.type}`;
     const live = document.getElementById("live");
     if (live) live.textContent = state.live;
-    soon();
+    if (event.type === "step_output" || event.type === "step_output_truncated") appendLive(state.liveOut, event);
+    else soon();
   });
 
   function render(s) {
@@ -256,9 +269,10 @@ function runPage(runId, signal) {
         el("span", { class: "muted" }, "created"), el("span", {}, fmtTime(d.run.created_at)),
         el("span", { class: "muted" }, "finished"), el("span", {}, fmtTime(d.run.finished_at)),
         d.run.request && d.run.request.task ? [el("span", { class: "muted" }, "task"), el("span", { id: "run-task" }, d.run.request.task)] : null,
+        s.inputs.length ? [el("span", { class: "muted" }, "inputs"), el("span", { class: "mono", id: "run-inputs" }, s.inputs.map((f) => `${f.path} (${fmtBytes(f.size_bytes)})`).join(", "))] : null,
         d.run.error ? el("span", { class: "muted" }, "error") : null, d.run.error ? el("span", {}, d.run.error) : null),
       ...d.warnings.map(warningBox),
-      ...d.steps.filter((st) => st.waiting_approval).map((st) => approvalBox(runId, st, stepSpec(d, st), load)),
+      ...d.steps.filter((st) => st.waiting_approval).map((st) => approvalBox(runId, st, stepSpec(d, st), reviewFiles(s.artifacts, d.steps), load)),
       el("div", { class: "grid" },
         el("div", {},
           el("div", { class: "card dag" }, el("h2", {}, "Plan"),
@@ -267,7 +281,8 @@ function runPage(runId, signal) {
               onclick: () => { s.version = p.version; render(s); } }, `v${p.version}${p.reason ? ` · ${p.reason}` : ""}`))) : null,
             plan ? dagView(plan, latest, s.selected, select) : el("p", { class: "muted" }, "no plan yet")),
           el("div", { class: "card timeline" }, el("h2", {}, "Timeline"), timelineView(d.steps, s.selected, select))),
-        el("div", {}, stepPanel(d.steps.filter((st) => st.step_id === s.selected)))),
+        el("div", {}, stepPanel(d.steps.filter((st) => st.step_id === s.selected), s.liveOut))),
+      filesView(runId, s.artifacts),
       d.model_calls.length ? el("div", { class: "card", id: "agent-decisions" }, el("h2", {}, "Agent decisions"),
         ...d.model_calls.map((c) => el("details", {}, el("summary", {}, `${c.purpose || "call"} · ${c.model} · ${fmtMs(c.latency_ms)}${c.error ? ` · error: ${c.error}` : ""}`),
           el("pre", { class: "decision" }, JSON.stringify(c.response, null, 2))))) : "",
@@ -416,7 +431,7 @@ function timelineView(steps, selected, select) {
 
 function warningBox(w) { return el("div", { class: "warning", "data-warning": w.kind }, el("b", {}, w.kind.replace("_", " ")), w.message); }
 
-function approvalBox(runId, step, spec, reload) {
+function approvalBox(runId, step, spec, files, reload) {
   const comment = el("input", { type: "text", placeholder: "comment (optional)", size: 40 });
   const decide = async (verb) => {
     try {
@@ -427,6 +442,7 @@ function approvalBox(runId, step, spec, reload) {
   const box = el("div", { class: "card approval", "data-approval": step.step_id },
     el("h2", {}, `Step ${step.step_id} is waiting for your approval`),
     approvalPrompt(spec),
+    files.length ? [el("h2", {}, "Files under review"), el("ul", { class: "approval-files mono" }, ...files.map((f) => el("li", {}, f)))] : null,
     el("div", { class: "row-flex" }, comment,
       el("button", { class: "approve", id: `approve-${step.step_id}`, onclick: () => decide("approve") }, "Approve"),
       el("button", { class: "reject", id: `reject-${step.step_id}`, onclick: () => decide("reject") }, "Reject")));
@@ -439,7 +455,7 @@ function approvalPrompt(spec) {
   return prompt ? el("p", { class: "approval-prompt" }, prompt) : el("p", { class: "muted" }, "the step gives no prompt");
 }
 
-function stepPanel(attempts) {
+function stepPanel(attempts, liveOut) {
   if (!attempts.length) return el("div", { class: "card" }, el("p", { class: "muted" }, "this step has not been queued yet"));
   return el("div", {}, ...attempts.slice().reverse().map((s) => {
     const r = s.resources;
@@ -459,10 +475,80 @@ function stepPanel(attempts) {
         el("span", { class: "muted" }, "files"), el("span", { class: "mono" }, s.files.length ? s.files.map((f) => `${f.change} ${f.path}`).join(", ") : "–")),
       s.error ? el("div", { class: "error-box" }, s.error) : null,
       s.code ? [el("h2", {}, "Code"), el("pre", { class: "code" }, s.code)] : null,
-      el("h2", {}, "stdout"), el("pre", { class: "stdout" }, s.stdout || ""),
-      s.stderr ? [el("h2", {}, "stderr"), el("pre", { class: "err stderr" }, s.stderr)] : null,
+      s.status === "RUNNING" ? liveView(s.execution_id, liveOut) : [
+        el("h2", {}, "stdout"), el("pre", { class: "stdout" }, s.stdout || ""),
+        s.stderr ? [el("h2", {}, "stderr"), el("pre", { class: "err stderr" }, s.stderr)] : null],
       s.decision ? [el("h2", {}, "Decision record"), el("pre", { class: "decision" }, JSON.stringify(s.decision, null, 2))] : null);
   }));
+}
+
+// ---------------------------------------------------------------- files and live output
+
+const fmtBytes = (n) => (n < 1024 ? `${n} B` : n < 1048576 ? `${(n / 1024).toFixed(1)} KB` : `${(n / 1048576).toFixed(1)} MB`);
+const LIVE_LINES = 200; // a running step's live output keeps its last lines in the page
+
+// What an approver is asked to sign off: the run's kept outputs, else the files the last
+// step that wrote any wrote.
+function reviewFiles(artifacts, steps) {
+  if (artifacts.length) return artifacts.map((f) => `${f.path} (${fmtBytes(f.size_bytes)})`);
+  const wrote = steps.filter((st) => st.files && st.files.length);
+  return wrote.length ? wrote[wrote.length - 1].files.map((f) => `${f.change} ${f.path}`) : [];
+}
+
+// Links cannot carry the Authorization header: fetch with it, then save the blob.
+async function download(path, filename) {
+  const res = await fetch(path, { headers: authHeaders() });
+  if (!res.ok) throw new Error(`download of ${filename} failed: HTTP ${res.status}`);
+  const url = URL.createObjectURL(await res.blob());
+  const a = el("a", { href: url, download: filename });
+  document.body.append(a); a.click(); a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+function downloadButton(label, path, filename, attrs) {
+  const button = el("button", { ...attrs, onclick: async () => {
+    try { await download(path, filename); } catch (err) { button.after(errorBox(err)); }
+  } }, label);
+  return button;
+}
+
+function filesView(runId, files) {
+  if (!files.length) return "";
+  const base = `/v1/runs/${runId}/artifacts`;
+  const rows = files.map((f) => el("tr", { "data-file": f.path },
+    el("td", { class: "mono" }, f.path), el("td", { class: "num" }, fmtBytes(f.size_bytes)),
+    el("td", { class: "mono", title: f.sha256 }, f.sha256.slice(0, 12)), el("td", {}, f.step_id || "–"),
+    el("td", {}, downloadButton("⤓", `${base}/${f.path.split("/").map(encodeURIComponent).join("/")}`, f.path.split("/").pop(), { class: "download-file" }))));
+  return el("div", { class: "card", id: "run-files" },
+    el("div", { class: "row-flex run-head" }, el("h2", {}, `Files · ${files.length}`),
+      downloadButton("download all (zip)", `${base}?zip=1`, `run-${runId}.zip`, { id: "download-zip" })),
+    el("div", { class: "table-wrap" }, el("table", {},
+      el("thead", {}, el("tr", {}, ...["path", "size", "sha256", "step", ""].map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...rows))));
+}
+
+// step_output events of a running step, kept per execution and stream (last LIVE_LINES lines).
+function appendLive(liveOut, event) {
+  const p = event.data.payload || event.data;
+  const out = liveOut.get(p.execution_id) || { stdout: [""], stderr: [""] };
+  liveOut.set(p.execution_id, out);
+  const lines = out[p.stream || "stderr"];
+  const parts = (p.stream ? p.text : `[${p.message}]\n`).split("\n");
+  lines[lines.length - 1] += parts[0];
+  lines.push(...parts.slice(1));
+  if (lines.length > LIVE_LINES) lines.splice(0, lines.length - LIVE_LINES);
+  for (const stream of ["stdout", "stderr"]) {
+    const pre = document.querySelector(`pre.live-${stream}[data-exec="${p.execution_id}"]`);
+    if (pre) { pre.textContent = out[stream].join("\n"); pre.scrollTop = pre.scrollHeight; }
+  }
+}
+
+function liveView(executionId, liveOut) {
+  const out = liveOut.get(executionId) || { stdout: [""], stderr: [""] };
+  return [el("h2", {}, "stdout ", el("span", { class: "muted" }, "(live)")),
+    el("pre", { class: "live-stdout", "data-exec": executionId }, out.stdout.join("\n")),
+    el("h2", {}, "stderr ", el("span", { class: "muted" }, "(live)")),
+    el("pre", { class: "err live-stderr", "data-exec": executionId }, out.stderr.join("\n"))];
 }
 
 function snapshotLink(id) {

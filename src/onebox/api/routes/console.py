@@ -1,5 +1,6 @@
 """What the console needs beyond the run API: a run's model calls (prompt and reply on
-demand) and a plan typed as YAML turned into the plan document `POST /v1/runs` takes."""
+demand), its input files, and a plan typed as YAML turned into the plan document
+`POST /v1/runs` takes."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from onebox.api.auth import Caller, State
 from onebox.api.schemas import Body, text
 from onebox.bounds import load_yaml
 from onebox.errors import PlanError
-from onebox.runtime import console_views
+from onebox.runtime import console_views, run_files
 
 router = APIRouter(tags=["console"])
 CallId = Annotated[int, PathParam(ge=1, le=2**62)]
@@ -41,6 +42,15 @@ async def get_model_call(run_id: uuid.UUID, call_id: CallId, state: State,
                          caller: Caller) -> dict[str, Any]:
     await service.require_run(state.db, run_id, caller.tenant_id)
     return await console_views.model_call(state.db, run_id, call_id)
+
+
+@router.get("/v1/runs/{run_id}/inputs",
+            summary="The files the run was given (POST /v1/uploads ids named in `files`)")
+async def list_inputs(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    rows = await run_files.listed(state.db, run_id, "input")
+    return {"inputs": [{"path": r["path"], "sha256": r["sha256"], "size_bytes": r["size_bytes"]}
+                       for r in rows]}
 
 
 @router.post("/v1/plans/parse", summary="Read a YAML plan and check it; returns the plan document")
