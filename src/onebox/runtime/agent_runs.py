@@ -13,14 +13,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from psycopg.types.json import Jsonb
-
 from onebox.agent.plan import Plan
 from onebox.config import Settings
-from onebox.errors import LeaseLost, LLMNotConfigured
+from onebox.errors import LLMNotConfigured
 from onebox.runtime import agent_engine
 from onebox.runtime.agent_steps import Performed
-from onebox.runtime.archive import details_json, finish_run, pipeline_if_small, step_params
+from onebox.runtime.archive import archive_attempt, finish_run
 from onebox.runtime.profiles import run_profile
 from onebox.runtime.run_files import RunFile
 from onebox.runtime.schedule import backoff_s
@@ -117,25 +115,8 @@ async def archive_agent_step(
     """Write the attempt's result and the agent's observation of it; queue what the agent
     does next. Returns the run's new terminal state, if any."""
     outcome = performed.outcome
-    details = await details_json(outcome.details)
-    async with (db.pool.connection() as conn,
-                pipeline_if_small(conn, outcome, details) as pipeline, conn.transaction()):
-        # the run lock and the fenced write go out together (one round trip), as for a step
-        run_cur = await conn.execute(store.Q["lock_run_for_archive"], {
-            "run_id": claimed["run_id"], "succeeded": 0})
-        row_cur = await conn.execute(store.Q["finish_step"], {
-            "id": claimed["id"], "fencing_token": claimed["fencing_token"],
-            **step_params(outcome), "details": Jsonb(outcome.details, dumps=lambda _: details)})
-        if pipeline is not None:
-            await pipeline.sync()
-        run, row = await run_cur.fetchone(), await row_cur.fetchone()
-        assert run is not None
-        if row is None:
-            raise LeaseLost(f"agent step {claimed['step_id']} attempt {claimed['attempt']} of "
-                            f"run {claimed['run_id']}: lease token {claimed['fencing_token']} "
-                            "is stale; another worker owns it now")
-        if run["status"] in store.TERMINAL_RUN_STATES:
-            return None
+
+    async def then(conn: store.Conn, run: store.Row, row: store.Row) -> str | None:
         if performed.observation is not None:
             if row["tool_name"] == "model" and run["status"] == "WAITING":
                 await _provider_back(conn, run)
@@ -146,6 +127,8 @@ async def archive_agent_step(
         if outcome.details.get("provider"):
             return await _provider_down(conn, settings, run, row)
         return await agent_engine.after_failure(conn, run, row, delay_s=backoff_s(row["attempt"]))
+
+    return await archive_attempt(db, claimed, outcome, then)
 
 
 async def _provider_down(conn: store.Conn, settings: Settings, run: store.Row,

@@ -16,7 +16,7 @@ import json
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 STDIO_TAIL_CHARS = 64_000
 MAX_ANSWER_CHARS = 64_000  # runs.answer (its CHECK in migration 0019 says the same)
+#: what an archive does next, in its transaction: (conn, run, finished row) -> terminal state
+Then = Callable[[store.Conn, store.Row, store.Row], Awaitable[str | None]]
 PIPELINE_MAX_BYTES = 256 << 10  # larger results skip the pipeline (see pipeline_if_small)
 BIG_LISTING = 500  # files_written entries past which details are serialised in a thread
 PLAN_CACHE_MAX = 64  # plan versions a worker keeps parsed (least recently used go first)
@@ -199,14 +201,28 @@ async def archive_step(
     A transaction the database rolls back (deadlock, serialization failure) is written
     again (``onebox.store.retry``): a result is never dropped for a lock conflict.
     """
+    async def then(conn: store.Conn, run: store.Row, row: store.Row) -> str | None:
+        return await advance(conn, settings, run, row)
+
+    return await archive_attempt(db, claimed, outcome, then)
+
+
+async def archive_attempt(
+    db: Database, claimed: store.Row, outcome: Outcome, then: Then
+) -> str | None:
+    """The one archive of an attempt, for plan steps and agent actions alike: in one
+    transaction, lock the run, write the result if the fencing token is current (else
+    LeaseLost), record blocked egress, and unless the run has ended, ``then(conn, run,
+    row)`` decides what comes next. A transaction the database rolls back (deadlock,
+    serialization failure) is written again (``onebox.store.retry``)."""
     details = await details_json(outcome.details)
     return await retry_rollbacks(
         f"archive of step {claimed['step_id']} attempt {claimed['attempt']} of run "
-        f"{claimed['run_id']}", lambda: _archive_once(db, settings, claimed, outcome, details))
+        f"{claimed['run_id']}", lambda: _archive_once(db, claimed, outcome, details, then))
 
 
 async def _archive_once(
-    db: Database, settings: Settings, claimed: store.Row, outcome: Outcome, details: str
+    db: Database, claimed: store.Row, outcome: Outcome, details: str, then: Then
 ) -> str | None:
     async with (db.pool.connection() as conn,
                 pipeline_if_small(conn, outcome, details) as pipeline, conn.transaction()):
@@ -232,7 +248,7 @@ async def _archive_once(
                 session_id=row["session_id"], execution_id=row["id"])
         if run["status"] in store.TERMINAL_RUN_STATES:
             return None
-        return await advance(conn, settings, run, row)
+        return await then(conn, run, row)
 
 
 async def details_json(details: dict[str, Any]) -> str:
