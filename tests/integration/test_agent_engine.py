@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from run_helpers import serve_until_ended
 
 from onebox.config import Settings
 from onebox.runtime import runs as runs_api
@@ -38,26 +38,13 @@ async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
     await b.close()
 
 
-async def serve(workers: list[Worker], run_id: uuid.UUID, db: Database) -> None:
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(w.serve(stop, drain_s=5)) for w in workers]
-    try:
-        for _ in range(1200):
-            if (await runs_api.get_run(db, run_id))["status"] in ("SUCCEEDED", "FAILED", "DEAD"):
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks)
-
-
 async def test_an_agent_runs_parallel_steps_on_two_workers(
         db: Database, backend: SandboxBackend, settings: Settings) -> None:
     run_id, _ = await submit_task(db, "four sums", settings=settings)
     model = ScriptedModel([INTENT, FOUR])
     workers = [Worker(db, backend, settings, concurrency=1, model=model, name=f"w{i}")
                for i in range(2)]
-    await serve(workers, run_id, db)
+    await serve_until_ended(workers, db, run_id)
     run = await runs_api.get_run(db, run_id)
     assert run["status"] == "SUCCEEDED", run["error"]
     started = [e for e in await runs_api.run_events(db, run_id) if e["type"] == "step_started"]
@@ -81,7 +68,7 @@ async def test_a_recorded_model_call_is_not_made_again_after_a_crash(
     await asyncio.sleep(settings.runtime.lease_s + 0.2)
 
     second_model = ScriptedModel([FOUR])  # only the plan is left to ask for
-    await serve([Worker(db, backend, settings, model=second_model)], run_id, db)
+    await serve_until_ended([Worker(db, backend, settings, model=second_model)], db, run_id)
     run = await runs_api.get_run(db, run_id)
     assert run["status"] == "SUCCEEDED", run["error"]
     assert len(second_model.requests) == 1

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
+from run_helpers import serve_until_ended
 
 from onebox.config import Settings
 from onebox.errors import NotFound, ValidationError
@@ -41,16 +40,7 @@ async def test_a_task_run_is_never_run_by_another_model(
     model_a, model_b = ScriptedModel([]), ScriptedModel([INTENT, PLAN])
     workers = [Worker(db, backend, a, model=model_a, name="serves-a"),
                Worker(db, backend, b, model=model_b, name="serves-b")]
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(w.serve(stop, drain_s=5)) for w in workers]
-    try:
-        for _ in range(600):
-            if (await runs_api.get_run(db, run_id))["status"] in ("SUCCEEDED", "FAILED"):
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks)
+    await serve_until_ended(workers, db, run_id)
     run = await runs_api.get_run(db, run_id)
     assert run["status"] == "SUCCEEDED", run["error"]
     assert run["profile"]["model"] == "model-b"
@@ -133,16 +123,7 @@ async def test_a_profiles_instructions_and_memory_scope_reach_the_model_and_memo
     model = ScriptedModel([INTENT, plan])
     run_id, _ = await submit_task(db, "remember the launch time", settings=settings,
                                   profile="terse")
-    stop = asyncio.Event()
-    task = asyncio.create_task(Worker(db, backend, serving, model=model).serve(stop, drain_s=5))
-    try:
-        for _ in range(600):
-            if (await runs_api.get_run(db, run_id))["status"] in ("SUCCEEDED", "FAILED"):
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        stop.set()
-        await task
+    await serve_until_ended([Worker(db, backend, serving, model=model)], db, run_id)
     run = await runs_api.get_run(db, run_id)
     assert run["status"] == "SUCCEEDED", run["error"]
     assert all("Answer in French." in (r.messages[0].content or "") for r in model.requests)

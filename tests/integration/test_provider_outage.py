@@ -3,10 +3,10 @@ FAILED, and a FAILED run can be retried once the provider is back."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from run_helpers import serve_until_ended
 
 from onebox.config import Settings
 from onebox.errors import ProviderError
@@ -35,30 +35,13 @@ async def backend(settings: Settings, monkeypatch: pytest.MonkeyPatch
     await b.close()
 
 
-async def serve_until(worker: Worker, db: Database, run_id: object, statuses: set[str],
-                      seen: list[str]) -> None:
-    stop = asyncio.Event()
-    task = asyncio.create_task(worker.serve(stop, drain_s=5))
-    try:
-        for _ in range(600):
-            run = await runs_api.get_run(db, run_id)  # type: ignore[arg-type]
-            seen.append(run["status"] + ("|" + run["error"] if run["error"] else ""))
-            if run["status"] in statuses:
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        stop.set()
-        await task
-
-
 async def test_an_outage_waits_with_the_reason_then_the_run_goes_on(
         db: Database, backend: SandboxBackend, settings: Settings) -> None:
     down = ProviderError("503 Service Unavailable from the endpoint")
     model = ScriptedModel([down, down, INTENT, PLAN])
     run_id, _ = await submit_task(db, "say hi", settings=settings)
     seen: list[str] = []
-    await serve_until(Worker(db, backend, settings, model=model), db, run_id,
-                      {"SUCCEEDED", "FAILED", "DEAD"}, seen)
+    await serve_until_ended([Worker(db, backend, settings, model=model)], db, run_id, seen=seen)
     run = await runs_api.get_run(db, run_id)
     assert run["status"] == "SUCCEEDED", run["error"]
     waiting = [s for s in seen if s.startswith("WAITING|")]
@@ -77,15 +60,13 @@ async def test_past_the_limit_the_run_fails_and_can_be_retried(
     down = ProviderError("connection refused")
     model = ScriptedModel([down, down])
     run_id, _ = await submit_task(db, "say hi", settings=settings)
-    await serve_until(Worker(db, backend, settings, model=model), db, run_id,
-                      {"SUCCEEDED", "FAILED", "DEAD"}, [])
+    await serve_until_ended([Worker(db, backend, settings, model=model)], db, run_id)
     run = await runs_api.get_run(db, run_id)
     assert run["status"] == "FAILED"
     assert "failed 2 times in a row" in run["error"] and "onebox retry" in run["error"]
 
     assert await runs_api.retry_run(db, settings, run_id) == ["model:intent#a1"]
     model.add(INTENT, PLAN)  # the provider is back
-    await serve_until(Worker(db, backend, settings, model=model), db, run_id,
-                      {"SUCCEEDED", "FAILED", "DEAD"}, [])
+    await serve_until_ended([Worker(db, backend, settings, model=model)], db, run_id)
     run = await runs_api.get_run(db, run_id)
     assert run["status"] == "SUCCEEDED", run["error"]
