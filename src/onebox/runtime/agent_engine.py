@@ -262,10 +262,10 @@ async def queue_action(conn: store.Conn, run: store.Row, action: Action,
                        *, hold: bool = False, agent: Agent | None = None) -> uuid.UUID:
     """Queue the work of one action; a step instance run again is its next attempt."""
     step_id = step_id_of(action)
-    earlier = await store.fetch_all(conn, "step_attempts", {"run_id": run["id"],
-                                                            "step_id": step_id})
+    last = await store.fetch_one(conn, "last_attempt_number", {"run_id": run["id"],
+                                                               "step_id": step_id})
     plan_id, number, spec = await _plan_position(conn, run, action, agent)
-    attempt = len(earlier) + 1
+    attempt = (last["attempt"] if last else 0) + 1
     base = {"run_id": run["id"], "plan_id": plan_id, "trace_id": run["trace_id"],
             "step_id": step_id, "step_number": number, "tool_name": tool_of(action, spec),
             "input_hash": canonical_hash(_action_input(action)),

@@ -376,6 +376,11 @@ ORDER BY seq;
 -- name: plan_version_id
 SELECT id FROM onebox.plans WHERE run_id = %(run_id)s AND version = %(version)s;
 
+-- name: last_attempt_number
+-- The step's latest attempt number (its next attempt is one more), without its output.
+SELECT max(attempt) AS attempt FROM onebox.task_execution
+WHERE run_id = %(run_id)s AND step_id = %(step_id)s HAVING max(attempt) IS NOT NULL;
+
 -- name: step_attempts
 SELECT * FROM onebox.task_execution WHERE run_id = %(run_id)s AND step_id = %(step_id)s
 ORDER BY attempt;
