@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from onebox.errors import CommandFailed
+from onebox.errors import CommandFailed, SandboxError
 
 if TYPE_CHECKING:
     from onebox.sandbox.sessions import SessionTable
@@ -51,6 +51,18 @@ class NetworkPolicy:
 
 
 @dataclass(frozen=True)
+class EnvironmentLayer:
+    """A built package layer (runtime/environments.py builds it): a read-only,
+    content-addressed host directory mounted into the sandbox, its packages importable."""
+
+    name: str
+    version: int
+    path: Path  # host directory of the layer; never written after it is built
+    sha256: str
+    packages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ExecRequest:
     """One call into the sandbox: ``code`` in ``language``, or an explicit ``argv``."""
 
@@ -65,6 +77,7 @@ class ExecRequest:
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     trace_id: str | None = None
     on_output: OutputSink | None = field(default=None, compare=False, repr=False)
+    environment: EnvironmentLayer | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,65 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class CellOutput:
+    """One rich output of an interpreter call: its representations by MIME type
+    (``text/plain``, ``text/html``, ``image/png`` as base64, ``application/json``...)."""
+
+    data: Mapping[str, str]
+    is_main_result: bool = False  # the value of the cell's last expression
+
+
+@dataclass(frozen=True)
+class CellError:
+    name: str  # the exception's class, e.g. "NameError"
+    value: str  # str(exception)
+    traceback: str
+
+
+# Rich outputs as they are produced (a figure shown, a display() call), on the event loop.
+ResultSink = Callable[[CellOutput], None]
+
+
+@dataclass(frozen=True)
+class CellRequest:
+    """Python code for the session's long-lived interpreter: variables, imports and open
+    files persist between calls of the same session."""
+
+    session_id: str
+    code: str
+    limits: Limits = field(default_factory=Limits)
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
+    environment: EnvironmentLayer | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    trace_id: str | None = None
+    on_output: OutputSink | None = field(default=None, compare=False, repr=False)
+    on_result: ResultSink | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class CellResult:
+    stdout: str
+    stderr: str
+    results: tuple[CellOutput, ...]
+    error: CellError | None
+    execution_count: int
+    duration_ms: float
+    timed_out: bool = False
+    # The interpreter's state (variables, imports) was lost: it was killed (timeout, out of
+    # memory, crash) during this call, or restarted before it (its policy changed, it had
+    # died, it was reaped). ``restart_reason`` says which, in words a user can act on.
+    state_lost: bool = False
+    restart_reason: str | None = None
+    memory_peak_mb: float | None = None
+    files_written: tuple[FileChange, ...] = ()
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.timed_out
+
+
+@dataclass(frozen=True)
 class Health:
     ok: bool
     backend: str
@@ -164,6 +236,11 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def workspace(self, session_id: str) -> Path:
         """The host directory that holds the session's workspace (may not exist yet)."""
+
+    async def run_cell(self, request: CellRequest) -> CellResult:
+        """Run python in the session's long-lived interpreter (started on first use)."""
+        raise SandboxError(f"the {self.name!r} sandbox backend has no stateful interpreter; "
+                           "use the linux backend, or run the code stateless (execute)")
 
     def interrupt(self, session_id: str) -> int:
         """Kill the processes of the session's running executions (their ``execute`` calls
