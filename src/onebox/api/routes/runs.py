@@ -15,7 +15,6 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 
 from onebox.api import runs as service
-from onebox.api import sessions
 from onebox.api.auth import Caller, State
 from onebox.api.errors import body as error_body
 from onebox.api.events import Recheck, run_event_stream
@@ -25,6 +24,7 @@ from onebox.errors import ValidationError
 from onebox.runtime import api_keys, event_log, run_outputs, tenant_sessions
 from onebox.runtime import run_files as inputs_of
 from onebox.runtime import runs as runtime_runs
+from onebox.runtime import session_service as sessions
 from onebox.runtime.api_keys import Principal
 from onebox.runtime.runs import PAGE_STEPS
 from onebox.runtime.submit import session_id_for

@@ -9,11 +9,11 @@ from fastapi import APIRouter, File, Form, Query, Response, UploadFile
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 
-from onebox.api import sessions as service
 from onebox.api.auth import Caller, State
-from onebox.api.files import stream_fd
 from onebox.api.schemas import Execute
+from onebox.runtime import session_service as service
 from onebox.runtime import tenant_sessions
+from onebox.runtime.workspace_files import stream_fd
 
 router = APIRouter(tags=["sessions"])
 SessionId = Annotated[str, PathParam(pattern=r"^api-[0-9a-f]{16}$")]

@@ -1,4 +1,7 @@
-"""Sandbox sessions owned by a tenant: create, execute, files in and out, delete, snapshots."""
+"""Sandbox sessions owned by a tenant: create, execute, files in and out, delete, snapshots.
+
+The one service every front door uses (HTTP, CLI `onebox exec`, MCP, the E2B endpoints).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +12,10 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
-from onebox.api.files import list_files, open_file, safe_parts
 from onebox.errors import Conflict, NotFound, SandboxError
 from onebox.objects import ObjectStore
 from onebox.runtime import tenant_sessions as rows
+from onebox.runtime.workspace_files import list_files, open_file, safe_parts
 from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
 from onebox.sandbox.snapshot_tar import snapshot_tar_gz
 from onebox.sandbox.snapshots import load_manifest
