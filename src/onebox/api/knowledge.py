@@ -165,9 +165,7 @@ async def browse(
 
 
 async def forget(kn: Knowledge, tenant_id: str, memory_id: str) -> None:
-    row = await kn.memory.get(check_id(memory_id))
-    if row is None or not str(row["scope"]).startswith(prefix(tenant_id)) \
-            or not await kn.memory.forget(memory_id):
+    if not await kn.memory.forget(check_id(memory_id), scope_prefix=prefix(tenant_id)):
         raise NotFound(f"memory {memory_id} does not exist", field="memory_id")
 
 

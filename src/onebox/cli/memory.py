@@ -113,9 +113,8 @@ def forget_cmd(memory_id: str, user_id: str | None, as_json: bool) -> None:
 
     async def go() -> bool:
         async with open_knowledge(common.settings()) as knowledge:
-            if await _foreign(knowledge.memory, memory_id):
-                return False
-            return await knowledge.memory.forget(memory_id, user_id)
+            return await knowledge.memory.forget(memory_id, user_id,
+                                                 scope_prefix=tenant_prefix(CLI_TENANT))
 
     deleted = common.run(go())
     if as_json:

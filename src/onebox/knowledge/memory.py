@@ -185,9 +185,11 @@ class MemoryStore:
     async def get(self, memory_id: str) -> dict[str, Any] | None:
         return await self.db.fetchone(sql("memory.get"), {"id": memory_id})
 
-    async def forget(self, memory_id: str, user_id: str | None = None) -> bool:
-        """Hard-delete one memory (live or archived). False when no such memory (for that user)."""
-        args = {"id": check_id(memory_id), "user_id": user_id}
+    async def forget(self, memory_id: str, user_id: str | None = None,
+                     scope_prefix: str | None = None) -> bool:
+        """Hard-delete one memory (live or archived). False when no such memory (for that
+        user, in a scope starting with ``scope_prefix``: a tenant deletes only its own)."""
+        args = {"id": check_id(memory_id), "user_id": user_id, "scope_prefix": scope_prefix}
         async with self.db.transaction() as conn:
             cur = await conn.execute(sql("memory.scope_of"), args)
             row = await cur.fetchone()

@@ -67,11 +67,13 @@ WHERE id = ANY(%(ids)s)
 
 -- name: delete
 DELETE FROM onebox.memories WHERE id = %(id)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
+  AND (%(scope_prefix)s::text IS NULL OR starts_with(scope, %(scope_prefix)s))
 RETURNING scope
 
 -- name: delete_archived
 DELETE FROM onebox.memories_archive
 WHERE id = %(id)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
+  AND (%(scope_prefix)s::text IS NULL OR starts_with(scope, %(scope_prefix)s))
 RETURNING id
 
 -- name: compactable
@@ -108,3 +110,4 @@ FROM onebox.memories WHERE id = ANY(%(ids)s)
 -- name: scope_of
 SELECT scope FROM onebox.memories
 WHERE id = %(id)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
+  AND (%(scope_prefix)s::text IS NULL OR starts_with(scope, %(scope_prefix)s))
