@@ -8,7 +8,7 @@ import uuid
 from typing import Annotated, Any
 
 import yaml
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 
 from onebox.agent.plan import parse_plan
@@ -17,7 +17,7 @@ from onebox.api.auth import Caller, State
 from onebox.api.schemas import Body, text
 from onebox.bounds import load_yaml
 from onebox.errors import PlanError
-from onebox.runtime import console_views, run_files
+from onebox.runtime import console_views, run_files, workspace_diff
 
 router = APIRouter(tags=["console"])
 CallId = Annotated[int, PathParam(ge=1, le=2**62)]
@@ -51,6 +51,22 @@ async def list_inputs(run_id: uuid.UUID, state: State, caller: Caller) -> dict[s
     rows = await run_files.listed(state.db, run_id, "input")
     return {"inputs": [{"path": r["path"], "sha256": r["sha256"], "size_bytes": r["size_bytes"]}
                        for r in rows]}
+
+
+@router.get("/v1/runs/{run_id}/diff",
+            summary="The workspace between two step attempts (from their snapshots): files "
+            "added, removed, changed, with a unified diff of small text files")
+async def diff_workspace(
+    run_id: uuid.UUID, state: State, caller: Caller,
+    to: Annotated[uuid.UUID | None, Query(description="execution id; default: the run's "
+                                          "newest step attempt with a snapshot")] = None,
+    from_: Annotated[uuid.UUID | None, Query(alias="from", description="execution id; "
+                                             "default: the workspace just before `to`")] = None,
+) -> dict[str, Any]:
+    await service.require_run(state.db, run_id, caller.tenant_id)
+    found = await workspace_diff.between(state.db, state.objects(), run_id,
+                                         to_execution=to, from_execution=from_)
+    return found.to_json()
 
 
 @router.post("/v1/plans/parse", summary="Read a YAML plan and check it; returns the plan document")
