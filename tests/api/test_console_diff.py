@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 from api_helpers import Api, wait_status
+from test_console_actions import PHONE, no_sideways_scroll
 from test_console_browser import ARTIFACTS, browser, open_console  # noqa: F401 (fixture)
 
 from onebox.runtime import workspace_diff
@@ -140,4 +141,7 @@ async def test_console_compares_two_steps_and_shows_html_as_text(api: Api,
     await page.click("#diff-compare")
     await page.wait_for_selector(f"{card} [data-diff-file='gone.txt'][data-change=added]")
     assert await page.title() != "pwned" and dialogs == []
+    await page.set_viewport_size(PHONE)
+    await no_sideways_scroll(page)
+    await page.screenshot(path=str(ARTIFACTS / "console-diff-390.png"), full_page=True)
     assert page.errors == []

@@ -224,7 +224,7 @@ async function uploadFiles(fileList, signal) {
 // ---------------------------------------------------------------- run page
 
 function runPage(runId, signal) {
-  const state = { detail: null, version: null, selected: null, live: "connecting…", calls: [], inputs: [], artifacts: [], liveOut: new Map() };
+  const state = { detail: null, version: null, selected: null, live: "connecting…", calls: [], inputs: [], artifacts: [], liveOut: new Map(), diff: null, diffFrom: "", diffTo: "" };
   view.replaceChildren(el("p", { class: "muted" }, "loading run…"));
   let pending = null;
 
@@ -258,6 +258,13 @@ function runPage(runId, signal) {
     if (!s.selected && failed) s.selected = failed.step_id;
     if (!s.selected && plan && plan.steps.length) s.selected = plan.steps[0].id;
     const select = (stepId) => { s.selected = stepId; render(s); };
+    const compare = async (from, to) => {
+      Object.assign(s, { diffFrom: from, diffTo: to });
+      const query = new URLSearchParams(Object.entries({ from, to }).filter(([, v]) => v));
+      try { s.diff = await api(`/v1/runs/${runId}/diff?${query}`, { signal }); } catch (err) { s.diff = { error: err }; }
+      render(s);
+      document.getElementById("diff-card").scrollIntoView({ block: "start" });
+    };
     view.replaceChildren(
       el("div", { class: "row-flex" }, el("a", { href: "#/runs" }, "← runs"), el("span", { id: "live", class: "muted" }, s.live)),
       el("div", { class: "row-flex run-head" }, el("h1", {}, d.run.name || "run", " ", badge(d.run.status)), runActions(d.run, load)),
@@ -281,8 +288,9 @@ function runPage(runId, signal) {
               onclick: () => { s.version = p.version; render(s); } }, `v${p.version}${p.reason ? ` · ${p.reason}` : ""}`))) : null,
             plan ? dagView(plan, latest, s.selected, select) : el("p", { class: "muted" }, "no plan yet")),
           el("div", { class: "card timeline" }, el("h2", {}, "Timeline"), timelineView(d.steps, s.selected, select))),
-        el("div", {}, stepPanel(d.steps.filter((st) => st.step_id === s.selected), s.liveOut))),
+        el("div", {}, stepPanel(d.steps.filter((st) => st.step_id === s.selected), s.liveOut, compare))),
       filesView(runId, s.artifacts),
+      diffCard(d.steps, s, compare),
       d.model_calls.length ? el("div", { class: "card", id: "agent-decisions" }, el("h2", {}, "Agent decisions"),
         ...d.model_calls.map((c) => el("details", {}, el("summary", {}, `${c.purpose || "call"} · ${c.model} · ${fmtMs(c.latency_ms)}${c.error ? ` · error: ${c.error}` : ""}`),
           el("pre", { class: "decision" }, JSON.stringify(c.response, null, 2))))) : "",
@@ -455,7 +463,7 @@ function approvalPrompt(spec) {
   return prompt ? el("p", { class: "approval-prompt" }, prompt) : el("p", { class: "muted" }, "the step gives no prompt");
 }
 
-function stepPanel(attempts, liveOut) {
+function stepPanel(attempts, liveOut, compare) {
   if (!attempts.length) return el("div", { class: "card" }, el("p", { class: "muted" }, "this step has not been queued yet"));
   return el("div", {}, ...attempts.slice().reverse().map((s) => {
     const r = s.resources;
@@ -471,7 +479,8 @@ function stepPanel(attempts, liveOut) {
         el("span", { class: "muted" }, "limits"), el("span", { class: "mono" }, limits),
         el("span", { class: "muted" }, "network"), el("span", {}, r.allow_domains.length ? r.allow_domains.join(", ") : "none"),
         el("span", { class: "muted" }, "exit code"), el("span", {}, s.exit_code === null ? "–" : s.exit_code),
-        el("span", { class: "muted" }, "snapshot"), el("span", {}, s.snapshot_id ? snapshotLink(s.snapshot_id) : "–"),
+        el("span", { class: "muted" }, "snapshot"), el("span", {}, s.snapshot_id ? [snapshotLink(s.snapshot_id), " ",
+          el("button", { class: "link compare-previous", onclick: () => compare("", s.execution_id) }, "compare with previous")] : "–"),
         el("span", { class: "muted" }, "files"), el("span", { class: "mono" }, s.files.length ? s.files.map((f) => `${f.change} ${f.path}`).join(", ") : "–")),
       s.error ? el("div", { class: "error-box" }, s.error) : null,
       s.code ? [el("h2", {}, "Code"), el("pre", { class: "code" }, s.code)] : null,
@@ -549,6 +558,40 @@ function liveView(executionId, liveOut) {
     el("pre", { class: "live-stdout", "data-exec": executionId }, out.stdout.join("\n")),
     el("h2", {}, "stderr ", el("span", { class: "muted" }, "(live)")),
     el("pre", { class: "err live-stderr", "data-exec": executionId }, out.stderr.join("\n"))];
+}
+
+// ---------------------------------------------------------------- workspace diff
+
+// Two step attempts' snapshots compared; every name and line is a text node (never HTML).
+function diffCard(steps, s, compare) {
+  const snapped = steps.filter((st) => st.snapshot_id);
+  if (!snapped.length) return "";
+  const option = (st, chosen) => el("option", { value: st.execution_id, selected: st.execution_id === chosen }, `${st.step_id} · attempt ${st.attempt}`);
+  const from = el("select", { id: "diff-from" }, el("option", { value: "" }, "just before it"), ...snapped.map((st) => option(st, s.diffFrom)));
+  const to = el("select", { id: "diff-to" }, ...snapped.map((st) => option(st, s.diffTo || snapped[snapped.length - 1].execution_id)));
+  return el("div", { class: "card", id: "diff-card" }, el("h2", {}, "Compare workspace"),
+    el("div", { class: "row-flex" }, el("label", {}, "from ", from), el("label", {}, "to ", to),
+      el("button", { id: "diff-compare", onclick: () => compare(from.value, to.value) }, "compare")),
+    s.diff ? diffView(s.diff) : "");
+}
+
+const sideLabel = (side) => (side.source === "empty" ? "an empty workspace" : `${side.step_id} · attempt ${side.attempt}${side.source === "pre_snapshot" ? " (before it ran)" : ""}`);
+const sizeChange = (f) => [f.size_before, f.size_after].map((n) => (n === null ? "–" : fmtBytes(n))).join(" → ");
+
+function diffView(d) {
+  if (d.error) return el("div", { id: "workspace-diff" }, errorBox(d.error));
+  const sum = d.summary;
+  return el("div", { id: "workspace-diff" },
+    el("p", { class: "muted" }, `from ${sideLabel(d.from)} to ${sideLabel(d.to)}: ${sum.added} added, ${sum.removed} removed, ${sum.changed} changed${d.truncated ? " (bounded: not everything is shown)" : ""}`),
+    ...d.files.map((f) => el("details", { class: "diff-file", "data-diff-file": f.path, "data-change": f.change, open: Boolean(f.diff) },
+      el("summary", {}, el("span", { class: `chg chg-${f.change}` }, f.change), " ", el("span", { class: "mono diff-path" }, f.path), " ",
+        el("span", { class: "muted" }, [f.type_after || f.type_before, sizeChange(f), f.binary ? "binary" : null, f.note].filter(Boolean).join(" · "))),
+      f.diff ? diffText(f.diff) : null)));
+}
+
+function diffText(text) {
+  const kind = (line) => (line.startsWith("@@") ? "hunk" : line.startsWith("+++") || line.startsWith("---") ? "head" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : null);
+  return el("pre", { class: "diff" }, ...text.replace(/\n$/, "").split("\n").map((line) => el("span", { class: kind(line) }, `${line}\n`)));
 }
 
 function snapshotLink(id) {
