@@ -152,7 +152,7 @@ async def _big_snapshot(api: Api, c: httpx.AsyncClient, size_mb: int) -> tuple[s
     code = (f"import os\nfor i in range({size_mb // 8}):\n"
             "    open(f'blob{i}.bin', 'wb').write(os.urandom(8 << 20))\n")
     r = await c.post(f"/v1/sessions/{sid}/execute", json={"language": "python", "code": code,
-                                                          "timeout_s": 120})
+                                                          "timeout_s": 120, "stateless": True})
     assert r.json()["exit_code"] == 0, r.text
     store = get_object_store(api.settings)
     try:

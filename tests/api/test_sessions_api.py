@@ -25,7 +25,8 @@ async def test_session_execute_upload_list_download_delete(api_no_worker: Api) -
                     "open('out.txt', 'w').write(str(len(rows)))\nprint('rows', len(rows))"})
         assert run.status_code == 200, run.text
         result = run.json()
-        assert result["ok"] and result["exit_code"] == 0 and result["stdout"].strip() == "rows 2"
+        assert result["ok"] and result["execution_count"] == 1  # python: the stateful interpreter
+        assert result["stdout"].strip() == "rows 2"
         assert any(f["path"] == "out.txt" for f in result["files_written"])
         listing = (await c.get(f"/v1/sessions/{sid}/files")).json()["files"]
         assert {f["path"] for f in listing if f["type"] == "file"} == {"data/in.csv", "out.txt"}

@@ -72,6 +72,9 @@ class Execute(Body):
     memory_mb: int | None = Field(None, ge=16, le=65536)
     allow_domains: list[text(253, 1)] = Field(default_factory=list, max_length=50)  # type: ignore[valid-type]
     stdin: text(1_000_000) | None = None  # type: ignore[valid-type]
+    # python runs in the session's stateful interpreter unless this is true (then, as
+    # bash and node always do, in a fresh one-shot process with an exit code).
+    stateless: bool = False
 
 
 class AddDocument(Body):

@@ -8,15 +8,27 @@ from __future__ import annotations
 import asyncio
 import secrets
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 from typing import Any
 
 from onebox.errors import Conflict, NotFound, SandboxError
 from onebox.objects import ObjectStore
 from onebox.runtime import tenant_sessions as rows
+from onebox.runtime.cell_stream import cell_events
+from onebox.runtime.cell_stream import cell_json as cell_json  # re-exported for front doors
 from onebox.runtime.workspace_files import list_files, open_file, safe_parts
-from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
+from onebox.sandbox.base import (
+    CellOutput,
+    CellRequest,
+    CellResult,
+    ExecRequest,
+    ExecResult,
+    Limits,
+    NetworkPolicy,
+    OutputSink,
+    SandboxBackend,
+)
 from onebox.sandbox.snapshot_tar import snapshot_tar_gz
 from onebox.sandbox.snapshots import load_manifest
 from onebox.snapshots.replay import restore_into_session
@@ -50,6 +62,37 @@ async def execute(
         network=NetworkPolicy(allow_domains=tuple(allow_domains)))
     await rows.touch_session(db, session_id)
     return await backend.execute(request)
+
+
+async def run_cell(
+    db: Database, backend: SandboxBackend, session_id: str, *, code: str,
+    timeout_s: float | None = None, memory_mb: int | None = None,
+    allow_domains: list[str] | None = None, env: dict[str, str] | None = None,
+    on_output: OutputSink | None = None, on_result: Callable[[CellOutput], None] | None = None,
+) -> CellResult:
+    """Python in the session's stateful interpreter: variables, imports and open files
+    persist between calls (the backend starts it on first use)."""
+    request = CellRequest(
+        session_id=session_id, code=code, limits=Limits(timeout_s=timeout_s, memory_mb=memory_mb),
+        network=NetworkPolicy(allow_domains=tuple(allow_domains or ())), env=env or {},
+        on_output=on_output, on_result=on_result)
+    await rows.touch_session(db, session_id)
+    return await backend.run_cell(request)
+
+
+def stream_cell(
+    db: Database, backend: SandboxBackend, session_id: str, *, code: str,
+    timeout_s: float | None = None, memory_mb: int | None = None,
+    allow_domains: list[str] | None = None,
+) -> AsyncIterator[dict[str, Any]]:
+    """The same call as :func:`run_cell` as events: ``{"type": "stdout"|"stderr", "text"}``
+    and ``{"type": "result", "data", "is_main_result"}`` as they happen, then
+    ``{"type": "end", "result": cell_json(...)}``."""
+    async def run(on_output: OutputSink, on_result: Callable[[CellOutput], None]) -> CellResult:
+        return await run_cell(db, backend, session_id, code=code, timeout_s=timeout_s,
+                              memory_mb=memory_mb, allow_domains=allow_domains,
+                              on_output=on_output, on_result=on_result)
+    return cell_events(run)
 
 
 def result_json(result: ExecResult) -> dict[str, Any]:

@@ -29,7 +29,14 @@ from pathlib import Path
 from onebox.config import Settings
 from onebox.errors import SandboxError
 from onebox.sandbox import policy, seccomp
-from onebox.sandbox.base import ExecRequest, ExecResult, Health, SandboxBackend
+from onebox.sandbox.base import (
+    CellRequest,
+    CellResult,
+    ExecRequest,
+    ExecResult,
+    Health,
+    SandboxBackend,
+)
 from onebox.sandbox.cgroups import CgroupManager, CgroupUsage
 from onebox.sandbox.disk import LoopDiskQuota
 from onebox.sandbox.egress import EgressLimits, EgressProxy, ExecutionEgress
@@ -39,6 +46,7 @@ from onebox.sandbox.identity import (
     make_run_dir,
     uid_of,
 )
+from onebox.sandbox.interpreter_sessions import SessionInterpreters
 from onebox.sandbox.linux_support import (
     build_result,
     close_all,
@@ -106,6 +114,7 @@ class BwrapSandbox(SandboxBackend):
         linger_s = min(SUCCESSOR_LINGER_S, self.cfg.idle_timeout_s)
         self.successors = SessionSuccessors(self, linger_s, enabled=self.cfg.pool_size > 0)
         self._running: dict[str, set[Blocked]] = {}
+        self.interpreters = SessionInterpreters(self)
         self._turn = itertools.count()
         self._cleanups: set[asyncio.Task[None]] = set()
         self._io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="onebox-cgroup")
@@ -160,15 +169,20 @@ class BwrapSandbox(SandboxBackend):
                 self.successors.prepare(session)
             self.pool.start()
 
+    async def run_cell(self, request: CellRequest) -> CellResult:
+        """Python in the session's long-lived interpreter (interpreter_sessions.py)."""
+        return await self.interpreters.run_cell(request)
+
     def interrupt(self, session_id: str) -> int:
         running = list(self._running.get(session_id, ()))
         for blocked in running:
             kill_tree(blocked)
-        return len(running)
+        return len(running) + self.interpreters.interrupt(session_id)
 
     async def cleanup(self, session_id: str) -> None:
         for blocked in list(self._running.get(session_id, ())):
             kill_tree(blocked)
+        await self.interpreters.session_gone(session_id, "the session was deleted")
         await self.successors.drop(session_id)
         await self.sessions.remove(session_id)
 
@@ -198,6 +212,7 @@ class BwrapSandbox(SandboxBackend):
         return Health(ok, self.name, self.isolation, details, tuple(problems))
 
     async def close(self) -> None:
+        await self.interpreters.close()
         if self._cleanups:
             await asyncio.gather(*self._cleanups, return_exceptions=True)
         await self.pool.close()
@@ -239,6 +254,8 @@ class BwrapSandbox(SandboxBackend):
         await asyncio.to_thread(self.identities.claim, path)
 
     async def drop_workspace(self, path: Path) -> None:
+        await self.interpreters.session_gone(path.name, "the session was removed (idle or "
+                                             "deleted) with its workspace")
         await self.successors.drop(path.name)
         uid = uid_of(path)
         if self.disk_enabled:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Query, Response, UploadFile
+from fastapi import APIRouter, File, Form, Header, Query, Response, UploadFile
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 
 from onebox.api.auth import Caller, State
 from onebox.api.schemas import Execute
+from onebox.errors import OneboxError, ValidationError
 from onebox.runtime import session_service as service
 from onebox.runtime import tenant_sessions
 from onebox.runtime.workspace_files import stream_fd
@@ -29,15 +32,45 @@ async def list_sessions(state: State, caller: Caller) -> dict[str, Any]:
     return {"sessions": await service.list_sessions(state.db, caller.tenant_id)}
 
 
-@router.post("/v1/sessions/{session_id}/execute", summary="Run code in the session")
-async def execute(session_id: SessionId, body: Execute, state: State,
-                  caller: Caller) -> dict[str, Any]:
+NDJSON = "application/x-ndjson"
+
+
+@router.post("/v1/sessions/{session_id}/execute", summary="Run code in the session",
+             responses={200: {"content": {NDJSON: {}}}})
+async def execute(session_id: SessionId, body: Execute, state: State, caller: Caller,
+                  accept: Annotated[str, Header()] = "application/json") -> Any:
+    """python: the session's stateful interpreter (``stateless`` for a one-shot run);
+    ``Accept: application/x-ndjson`` streams its output and results as they happen."""
     await service.require_session(state.db, session_id, caller.tenant_id)
+    if body.language == "python" and not body.stateless:
+        return await _run_cell(session_id, body, state, stream=NDJSON in accept)
     result = await service.execute(
         state.db, state.backend, session_id, code=body.code, language=body.language,
         timeout_s=body.timeout_s, memory_mb=body.memory_mb, allow_domains=body.allow_domains,
         stdin=body.stdin)
     return service.result_json(result)
+
+
+async def _run_cell(session_id: str, body: Execute, state: State, stream: bool) -> Any:
+    if body.stdin is not None:
+        raise ValidationError("stdin is for one-shot runs: set \"stateless\": true, or drop "
+                              "stdin (the interpreter reads no input)", field="stdin")
+    options: dict[str, Any] = {"code": body.code, "timeout_s": body.timeout_s,
+                               "memory_mb": body.memory_mb, "allow_domains": body.allow_domains}
+    if not stream:
+        result = await service.run_cell(state.db, state.backend, session_id, **options)
+        return service.cell_json(result)
+    events = service.stream_cell(state.db, state.backend, session_id, **options)
+    return StreamingResponse(_ndjson(events), media_type=NDJSON)
+
+
+async def _ndjson(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """One JSON object a line; a call that fails after the 200 ends with an ``error`` line."""
+    try:
+        async for event in events:
+            yield json.dumps(event).encode() + b"\n"
+    except OneboxError as exc:
+        yield json.dumps({"type": "error", "error": exc.to_dict()}).encode() + b"\n"
 
 
 @router.post("/v1/sessions/{session_id}/files", status_code=201,
