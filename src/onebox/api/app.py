@@ -23,6 +23,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from onebox.api.bounds import JsonDepthLimit
+from onebox.api.e2b import router as e2b_router
 from onebox.api.errors import BodyLimit, SecurityHeaders, install_error_handlers
 from onebox.api.events import EventHub
 from onebox.api.hosts import LoopbackHostOnly, check_no_auth_binding
@@ -80,6 +81,7 @@ def create_app(
     install_error_handlers(app)
     for module in (runs, sessions, knowledge, profiles, system, console, uploads):
         app.include_router(module.router)
+    app.include_router(e2b_router)  # E2B compatibility: /e2b/...
     app.mount("/ui", StaticFiles(directory=web_dir(), html=True), name="ui")
 
     @app.get("/", include_in_schema=False)

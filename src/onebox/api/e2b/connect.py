@@ -1,0 +1,131 @@
+"""The Connect protocol (connectrpc.com/docs/protocol) as E2B's envd speaks it: JSON codec,
+no compression. Unary calls are a plain JSON POST answered with JSON (an error is an HTTP
+status and ``{"code", "message"}``); a server stream takes one enveloped request message and
+answers 200 with enveloped messages (``flags:u8 length:u32be json``) ending with an
+end-of-stream envelope (flag 2) that carries the error, if any."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from onebox.errors import Conflict, NotFound, OneboxError, PolicyViolation, ValidationError
+
+STREAM_TYPE = "application/connect+json"
+END_STREAM = 0x02
+MAX_MESSAGE_BYTES = 1 << 20
+HTTP_OF = {"invalid_argument": 400, "unauthenticated": 401, "permission_denied": 403,
+           "not_found": 404, "already_exists": 409, "resource_exhausted": 429,
+           "unimplemented": 501, "internal": 500, "unavailable": 503,
+           "deadline_exceeded": 504, "canceled": 499, "failed_precondition": 400}
+
+
+class RpcError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+def rpc_error(exc: Exception) -> RpcError:
+    """A onebox error as the Connect code the E2B SDK maps to its own exceptions."""
+    if isinstance(exc, RpcError):
+        return exc
+    if isinstance(exc, NotFound):
+        return RpcError("not_found", exc.message)
+    if isinstance(exc, Conflict):
+        return RpcError("already_exists", exc.message)
+    if isinstance(exc, ValidationError):
+        return RpcError("invalid_argument", exc.message)
+    if isinstance(exc, PolicyViolation):
+        return RpcError("permission_denied", exc.message)
+    if isinstance(exc, OneboxError):
+        code = "unauthenticated" if exc.http_status == 401 else "internal"
+        return RpcError(code, exc.message)
+    raise exc
+
+
+def unary_error(exc: Exception) -> JSONResponse:
+    err = rpc_error(exc)
+    return JSONResponse(err.to_dict(), status_code=HTTP_OF.get(err.code, 500))
+
+
+async def unary_body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise RpcError("resource_exhausted", f"request message over {MAX_MESSAGE_BYTES} bytes")
+    return _decode(raw or b"{}")
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        raise RpcError("invalid_argument", "the request message is not JSON (onebox speaks "
+                       "Connect with the JSON codec, as the E2B SDK does)") from None
+    if not isinstance(message, dict):
+        raise RpcError("invalid_argument", "the request message must be a JSON object")
+    return message
+
+
+async def stream_body(request: Request) -> dict[str, Any]:
+    """The one enveloped message of a server-streaming call."""
+    raw = await request.body()
+    if len(raw) < 5:
+        raise RpcError("invalid_argument", "a streaming call needs one enveloped message")
+    flags, length = struct.unpack(">BI", raw[:5])
+    if flags & 0x01:
+        raise RpcError("unimplemented", "compressed messages are not supported")
+    if length > MAX_MESSAGE_BYTES or len(raw) < 5 + length:
+        raise RpcError("invalid_argument", "the request envelope is truncated or too large")
+    return _decode(raw[5:5 + length])
+
+
+def envelope(message: dict[str, Any], flags: int = 0) -> bytes:
+    data = json.dumps(message, separators=(",", ":")).encode()
+    return struct.pack(">BI", flags, len(data)) + data
+
+
+def stream_response(messages: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    return StreamingResponse(_framed(messages), media_type=STREAM_TYPE)
+
+
+async def _framed(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    try:
+        async for message in messages:
+            yield envelope(message)
+    except Exception as exc:  # noqa: BLE001 - every failure ends the stream as a Connect error
+        yield envelope({"error": _stream_error(exc).to_dict()}, END_STREAM)
+        return
+    yield envelope({}, END_STREAM)
+
+
+def _stream_error(exc: Exception) -> RpcError:
+    try:
+        return rpc_error(exc)
+    except Exception:  # noqa: BLE001 - unexpected: said as internal, without a traceback
+        return RpcError("internal", f"the call failed ({type(exc).__name__})")
+
+
+def error_stream(exc: Exception) -> StreamingResponse:
+    """A streaming call refused before it started: still HTTP 200, the error at the end."""
+    frame = envelope({"error": _stream_error(exc).to_dict()}, END_STREAM)
+
+    async def one() -> AsyncIterator[bytes]:
+        yield frame
+
+    return StreamingResponse(one(), media_type=STREAM_TYPE)
+
+
+def timeout_s(request: Request) -> float | None:
+    """The caller's deadline (``Connect-Timeout-Ms``), in seconds; None when unset."""
+    raw = request.headers.get("connect-timeout-ms", "")
+    return int(raw) / 1000 if raw.isdigit() and int(raw) > 0 else None

@@ -1,0 +1,136 @@
+"""E2B's control API (``E2B_API_URL`` = ``<onebox>/e2b``): create, connect, info, list,
+set timeout, kill. A sandbox is a session of the caller's tenant (runtime/e2b_sandboxes)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+from urllib.parse import unquote
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi import Path as PathParam
+from pydantic import BaseModel, ConfigDict, Field
+
+from onebox.api.auth import Caller, State
+from onebox.api.e2b.deps import e2b_state, key_of
+from onebox.errors import Conflict
+from onebox.runtime import e2b_sandboxes as sandboxes
+from onebox.runtime.e2b_sandboxes import E2bSandbox
+
+router = APIRouter(prefix="/e2b", tags=["e2b"])
+ENVD_VERSION = "0.5.7"  # the envd features onebox answers (octet-stream uploads, default user)
+SandboxId = Annotated[str, PathParam(max_length=64)]
+
+
+class NewSandbox(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+    template_id: str = Field("base", alias="templateID", max_length=200)
+    timeout: int | None = Field(None, ge=1, le=sandboxes.MAX_TIMEOUT_S)
+    metadata: dict[str, str] | None = None
+
+
+class Timeout(BaseModel):
+    timeout: int = Field(ge=1, le=sandboxes.MAX_TIMEOUT_S)
+
+
+class ConnectBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    timeout: int | None = Field(None, ge=1, le=sandboxes.MAX_TIMEOUT_S)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def _created(sandbox: E2bSandbox, request: Request, state: State) -> dict[str, Any]:
+    body: dict[str, Any] = {"templateID": sandbox.template, "sandboxID": sandbox.sandbox_id,
+                            "clientID": "onebox", "envdVersion": ENVD_VERSION, "domain": None}
+    key = key_of(request) if state.settings.api.auth else None
+    if key:
+        body["envdAccessToken"] = key  # the caller's own key: the sandbox calls carry it
+    return body
+
+
+def _detail(sandbox: E2bSandbox, state: State) -> dict[str, Any]:
+    limits = state.settings.sandbox
+    end_at = sandbox.end_at or sandbox.started_at
+    return {"templateID": sandbox.template, "sandboxID": sandbox.sandbox_id,
+            "clientID": "onebox", "envdVersion": ENVD_VERSION, "state": "running",
+            "startedAt": _iso(sandbox.started_at), "endAt": _iso(end_at),
+            "cpuCount": max(1, int(limits.cpus)), "memoryMB": limits.memory_mb,
+            "diskSizeMB": limits.disk_mb, "metadata": sandbox.metadata}
+
+
+@router.post("/v2/sandboxes", status_code=201, summary="E2B: create a sandbox (a session)")
+@router.post("/sandboxes", status_code=201, include_in_schema=False)
+async def create(body: NewSandbox, request: Request, state: State,
+                 caller: Caller) -> dict[str, Any]:
+    sandbox = await sandboxes.create(
+        state.db, state.backend, e2b_state(request).sandboxes, caller.tenant_id,
+        template=body.template_id, metadata=body.metadata, timeout_s=body.timeout)
+    return _created(sandbox, request, state)
+
+
+@router.post("/v2/sandboxes/{sandbox_id}/connect", summary="E2B: connect to a running sandbox")
+@router.post("/sandboxes/{sandbox_id}/connect", include_in_schema=False)
+async def connect(sandbox_id: SandboxId, body: ConnectBody, request: Request, state: State,
+                  caller: Caller) -> dict[str, Any]:
+    table = e2b_state(request).sandboxes
+    if body.timeout is not None:
+        sandbox = await sandboxes.set_timeout(state.db, table, sandbox_id, caller.tenant_id,
+                                              body.timeout)
+    else:
+        sandbox = await sandboxes.require(state.db, table, sandbox_id, caller.tenant_id)
+    return _created(sandbox, request, state)
+
+
+@router.get("/sandboxes/{sandbox_id}", summary="E2B: a sandbox's info")
+async def info(sandbox_id: SandboxId, request: Request, state: State,
+               caller: Caller) -> dict[str, Any]:
+    sandbox = await sandboxes.require(state.db, e2b_state(request).sandboxes, sandbox_id,
+                                      caller.tenant_id)
+    return _detail(sandbox, state)
+
+
+@router.get("/v2/sandboxes", summary="E2B: the tenant's running sandboxes")
+@router.get("/sandboxes", include_in_schema=False)
+async def list_sandboxes(
+    request: Request, state: State, caller: Caller,
+    metadata: Annotated[str | None, Query(max_length=4096)] = None,
+    sandbox_state: Annotated[str | None, Query(alias="state", max_length=64)] = None,
+) -> list[dict[str, Any]]:
+    if sandbox_state and "running" not in sandbox_state.split(","):
+        return []  # onebox never pauses a sandbox
+    wanted = {unquote(k): unquote(v)
+              for k, v in sandboxes.parse_metadata_query(metadata).items()}
+    found = await sandboxes.list_for(state.db, e2b_state(request).sandboxes,
+                                     caller.tenant_id, wanted)
+    return [_detail(s, state) for s in found]
+
+
+@router.post("/sandboxes/{sandbox_id}/timeout", status_code=204, response_class=Response,
+             summary="E2B: the sandbox ends this many seconds from now")
+async def set_timeout(sandbox_id: SandboxId, body: Timeout, request: Request, state: State,
+                      caller: Caller) -> Response:
+    await sandboxes.set_timeout(state.db, e2b_state(request).sandboxes, sandbox_id,
+                                caller.tenant_id, body.timeout)
+    return Response(status_code=204)
+
+
+@router.delete("/sandboxes/{sandbox_id}", status_code=204, response_class=Response,
+               summary="E2B: kill the sandbox (delete the session and its workspace)")
+async def kill(sandbox_id: SandboxId, request: Request, state: State, caller: Caller) -> Response:
+    await sandboxes.kill(state.db, state.backend, e2b_state(request).sandboxes, sandbox_id,
+                         caller.tenant_id)
+    return Response(status_code=204)
+
+
+@router.post("/sandboxes/{sandbox_id}/pause", include_in_schema=False)
+@router.post("/sandboxes/{sandbox_id}/resume", include_in_schema=False)
+@router.post("/sandboxes/{sandbox_id}/snapshots", include_in_schema=False)
+@router.post("/sandboxes/{sandbox_id}/fork", include_in_schema=False)
+async def unsupported(sandbox_id: SandboxId, request: Request, caller: Caller) -> None:
+    action = request.url.path.rsplit("/", 1)[-1]
+    raise Conflict(f"onebox does not {action} E2B sandboxes: a sandbox runs until its timeout "
+                   "or kill(); its workspace can be snapshotted through /v1/snapshots",
+                   field="sandbox_id")

@@ -1,0 +1,93 @@
+"""Who calls the in-sandbox services, and which sandbox they mean.
+
+The control API authenticates like the rest of the API (E2B's ``X-API-Key`` header holds a
+onebox key). Requests to the sandbox carry no API key: the SDK sends the ``envdAccessToken``
+the control API returned, which is the caller's own API key again (``X-Access-Token``), with
+``E2b-Sandbox-Id`` and ``E2b-Sandbox-Port``. The sandbox must be the key's tenant's; any other
+is "not found", as for the sessions API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from onebox.api.auth import DEFAULT_TENANT
+from onebox.api.errors import Unauthorized
+from onebox.api.state import ApiState, get_state
+from onebox.errors import NotFound, ValidationError
+from onebox.runtime import e2b_sandboxes
+from onebox.runtime.api_keys import authenticate
+from onebox.runtime.e2b_commands import E2bProcesses
+from onebox.runtime.e2b_sandboxes import E2bSandboxes
+
+ENVD_PORT = 49983
+INTERPRETER_PORT = 49999
+SANDBOX_ID = re.compile(r"^api-[0-9a-f]{16}$")
+
+
+@dataclass
+class E2bState:
+    sandboxes: E2bSandboxes = field(default_factory=E2bSandboxes)
+    processes: E2bProcesses = field(default_factory=E2bProcesses)
+    sweeper: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """An authenticated call into one sandbox of the caller's tenant."""
+
+    api: ApiState
+    e2b: E2bState
+    tenant_id: str
+    sandbox_id: str
+
+
+def e2b_state(request: Request) -> E2bState:
+    state: E2bState | None = getattr(request.app.state, "e2b", None)
+    if state is None:
+        state = request.app.state.e2b = E2bState()
+    return state
+
+
+def key_of(request: Request) -> str | None:
+    """The onebox API key a request carries, however the E2B SDK sent it."""
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return request.headers.get("x-access-token") or request.headers.get("x-api-key")
+
+
+async def tenant_of(request: Request, api: ApiState) -> str:
+    if not api.settings.api.auth:
+        return DEFAULT_TENANT
+    key = key_of(request)
+    if not key:
+        raise Unauthorized("an API key is required: set E2B_API_KEY to a onebox API key "
+                           "(`onebox keys create`)")
+    found = await authenticate(api.db, key)
+    if found is None:
+        raise Unauthorized("this API key is unknown or revoked; `onebox keys list` shows the "
+                           "active ones")
+    return found.tenant_id
+
+
+async def target(request: Request, port: int) -> Target:
+    """The caller's sandbox named by ``E2b-Sandbox-Id``, reached on ``E2b-Sandbox-Port``."""
+    api = get_state(request)
+    tenant_id = await tenant_of(request, api)
+    sandbox_id = request.headers.get("e2b-sandbox-id", "")
+    if not SANDBOX_ID.match(sandbox_id):
+        raise NotFound(f"sandbox {sandbox_id[:64]!r} does not exist: send the E2b-Sandbox-Id "
+                       "of a sandbox made with Sandbox.create()", field="E2b-Sandbox-Id")
+    asked = request.headers.get("e2b-sandbox-port", str(port))
+    if asked != str(port):
+        raise ValidationError(f"port {asked[:8]!r} is not served: onebox answers E2B's envd "
+                              f"({ENVD_PORT}) and code interpreter ({INTERPRETER_PORT}) only",
+                              field="E2b-Sandbox-Port")
+    state = e2b_state(request)
+    await e2b_sandboxes.require(api.db, state.sandboxes, sandbox_id, tenant_id)
+    return Target(api, state, tenant_id, sandbox_id)

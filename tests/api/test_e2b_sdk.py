@@ -1,0 +1,129 @@
+"""The unmodified E2B SDKs (``e2b``, ``e2b-code-interpreter``) against a live onebox API.
+
+Only environment variables point the SDK at onebox: E2B_API_URL, E2B_SANDBOX_URL and
+E2B_API_KEY (a onebox key). The SDK is synchronous, as most E2B scripts are; it runs in a
+thread while the server runs on the test's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import pytest
+from api_helpers import Api
+
+T = TypeVar("T")
+
+
+@pytest.fixture
+async def e2b_env(api_no_worker: Api, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Api]:
+    monkeypatch.setenv("E2B_API_URL", f"{api_no_worker.url}/e2b")
+    monkeypatch.setenv("E2B_SANDBOX_URL", f"{api_no_worker.url}/e2b/sandbox")
+    monkeypatch.setenv("E2B_API_KEY", api_no_worker.keys["acme"])
+    yield api_no_worker
+
+
+async def sdk(fn: Callable[[], T]) -> T:
+    """Run blocking SDK code off the event loop that serves it."""
+    return await asyncio.to_thread(fn)
+
+
+async def test_lifecycle_create_info_list_timeout_connect_kill(e2b_env: Api) -> None:
+    from e2b import Sandbox, SandboxQuery
+
+    def flow() -> dict[str, Any]:
+        sbx = Sandbox.create(metadata={"purpose": "e2b-test"}, timeout=120)
+        info = sbx.get_info()
+        listed = Sandbox.list(query=SandboxQuery(metadata={"purpose": "e2b-test"})).next_items()
+        other = Sandbox.list(query=SandboxQuery(metadata={"purpose": "none"})).next_items()
+        sbx.set_timeout(600)
+        later = sbx.get_info()
+        again = Sandbox.connect(sbx.sandbox_id)
+        running = again.is_running()
+        killed = sbx.kill()
+        return {"id": sbx.sandbox_id, "info": info, "listed": [s.sandbox_id for s in listed],
+                "other": other, "later": later, "running": running, "killed": killed,
+                "after": Sandbox.list().next_items()}
+
+    out = await sdk(flow)
+    assert out["id"].startswith("api-")
+    assert out["info"].metadata == {"purpose": "e2b-test"}
+    assert 110 <= (out["info"].end_at - out["info"].started_at).total_seconds() <= 125
+    assert out["listed"] == [out["id"]] and out["other"] == []
+    assert (out["later"].end_at - out["info"].end_at).total_seconds() > 400
+    assert out["running"] and out["killed"]
+    assert out["id"] not in [s.sandbox_id for s in out["after"]]
+
+
+async def test_files_write_read_list_remove_make_dir(e2b_env: Api) -> None:
+    from e2b import Sandbox
+    from e2b.exceptions import InvalidArgumentException, NotFoundException
+
+    def flow() -> dict[str, Any]:
+        sbx = Sandbox.create()
+        try:
+            sbx.files.write("/home/user/notes/a.txt", "hello")
+            sbx.files.write("b.bin", b"\x00\x01")
+            out: dict[str, Any] = {
+                "read": sbx.files.read("/home/user/notes/a.txt"),
+                "bytes": bytes(sbx.files.read("b.bin", format="bytes")),
+                "made": sbx.files.make_dir("/home/user/empty"),
+                "made_again": sbx.files.make_dir("/home/user/empty"),
+                "list": sorted((e.name, e.type.value, e.path) for e in sbx.files.list("/home/user")),
+                "exists": sbx.files.exists("/home/user/notes/a.txt"),
+                "info": sbx.files.get_info("/home/user/notes/a.txt"),
+            }
+            sbx.files.rename("/home/user/b.bin", "/home/user/notes/c.bin")
+            sbx.files.remove("/home/user/notes/a.txt")
+            out["after"] = sorted(e.name for e in sbx.files.list("/home/user/notes"))
+            out["gone"] = sbx.files.exists("/home/user/notes/a.txt")
+            with pytest.raises(NotFoundException):
+                sbx.files.read("/home/user/missing.txt")
+            with pytest.raises(InvalidArgumentException, match="outside the sandbox's home"):
+                sbx.files.read("/etc/passwd")
+            return out
+        finally:
+            sbx.kill()
+
+    out = await sdk(flow)
+    assert out["read"] == "hello" and out["bytes"] == b"\x00\x01"
+    assert out["made"] is True and out["made_again"] is False
+    assert ("notes", "dir", "/home/user/notes") in out["list"]
+    assert ("b.bin", "file", "/home/user/b.bin") in out["list"]
+    assert out["exists"] and out["info"].size == 5
+    assert out["after"] == ["c.bin"] and out["gone"] is False
+
+
+async def test_commands_foreground_streamed_and_background(e2b_env: Api) -> None:
+    from e2b import CommandExitException, Sandbox
+
+    def flow() -> dict[str, Any]:
+        sbx = Sandbox.create()
+        try:
+            chunks: list[str] = []
+            fg = sbx.commands.run("echo one; echo two >&2; echo three", on_stdout=chunks.append)
+            sbx.commands.run("mkdir -p sub && echo here > sub/x")
+            cwd = sbx.commands.run("cat x; pwd", cwd="/home/user/sub")
+            with pytest.raises(CommandExitException) as failed:
+                sbx.commands.run("exit 7")
+            bg = sbx.commands.run("echo started; sleep 30", background=True)
+            listed = [p.pid for p in sbx.commands.list()]
+            killed = bg.kill()
+            with pytest.raises(CommandExitException):
+                bg.wait()
+            quick = sbx.commands.run("echo done", background=True).wait()
+            return {"fg": fg, "chunks": chunks, "cwd": cwd, "exit": failed.value.exit_code,
+                    "bg_pid": bg.pid, "listed": listed, "killed": killed,
+                    "quick": quick}
+        finally:
+            sbx.kill()
+
+    out = await sdk(flow)
+    assert out["fg"].stdout == "one\nthree\n" and out["fg"].stderr == "two\n"
+    assert out["fg"].exit_code == 0 and "".join(out["chunks"]) == "one\nthree\n"
+    assert out["cwd"].stdout.splitlines()[0] == "here"
+    assert out["exit"] == 7
+    assert out["bg_pid"] in out["listed"] and out["killed"] is True
+    assert out["quick"].stdout == "done\n"
