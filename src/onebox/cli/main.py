@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "onebox.cli.files",
     "onebox.cli.gc",
     "onebox.cli.serve",
+    "onebox.cli.mcp",
 )
 
 

@@ -1,0 +1,79 @@
+"""`onebox mcp` transports: stdio (one client, tenant ``default``) and streamable HTTP.
+
+Over HTTP with API keys (``api.auth``, the default) every request needs
+``Authorization: Bearer <key>`` and each tool call acts as that key's tenant; without
+keys (``--no-auth``) the server listens on loopback only and acts as ``default``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from onebox.config import Settings
+from onebox.errors import ConfigError
+from onebox.mcp.server import build_server
+from onebox.mcp.state import McpState, Unauthorized, open_state
+
+HTTP_PATH = "/mcp"
+
+
+async def serve_stdio(settings: Settings, *, worker: bool) -> None:
+    state = await open_state(settings, worker=worker, auth=False)
+    try:
+        await build_server(state).run_stdio_async()
+    finally:
+        await state.close()
+
+
+class BearerKeyRequired:
+    """401 before the MCP app for a request without a valid API key."""
+
+    def __init__(self, app: ASGIApp, state: McpState) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        try:
+            await self.state.tenant(headers)
+        except Unauthorized as exc:
+            await _refuse(send, exc)
+            return
+        await self.app(scope, receive, send)
+
+
+async def _refuse(send: Send, exc: Unauthorized) -> None:
+    body = json.dumps({"error": exc.to_dict()}).encode()
+    await send({"type": "http.response.start", "status": 401, "headers": [
+        (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def check_exposure(settings: Settings, host: str, loopback: bool) -> None:
+    if not settings.api.auth and not loopback:
+        raise ConfigError(
+            f"refusing to serve MCP on {host} without API keys: anyone who can reach it could "
+            "run code. Listen on 127.0.0.1, or keep auth on (drop --no-auth) and create keys "
+            "with `onebox keys create`.", field="host")
+
+
+def http_app(state: McpState, host: str) -> ASGIApp:
+    app = build_server(state).streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+    return BearerKeyRequired(app, state) if state.auth else app
+
+
+async def serve_http(settings: Settings, *, host: str, port: int, worker: bool) -> None:
+    import uvicorn
+
+    state = await open_state(settings, worker=worker, auth=settings.api.auth)
+    try:
+        config = uvicorn.Config(http_app(state, host), host=host, port=port,
+                                log_level=settings.log_level.lower(), access_log=False)
+        await uvicorn.Server(config).serve()
+    finally:
+        await state.close()
