@@ -89,6 +89,20 @@ class SandboxSettings(BaseModel):
         return self
 
 
+class EnvironmentSettings(BaseModel):
+    """Environments: package layers built with pip inside a sandbox (docs/environments.md)."""
+
+    allow_domains: list[str] = Field(
+        default_factory=lambda: ["pypi.org", "files.pythonhosted.org"], max_length=100,
+        description="the only hosts a build's pip may reach, through the egress proxy")
+    build_timeout_s: float = Field(900.0, gt=0, le=24 * 3600,
+                                   description="wall time of one build's pip install")
+    build_memory_mb: int = Field(2048, ge=64, description="memory of one build's sandbox")
+    build_disk_mb: int = Field(4096, ge=16, description="disk of one build's sandbox; also "
+                               "bounds the layer's size")
+    max_files: int = Field(200_000, ge=1, description="files a layer may hold")
+
+
 class RuntimeSettings(BaseModel):
     """The durable run engine."""
 
@@ -224,6 +238,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    environments: EnvironmentSettings = Field(default_factory=EnvironmentSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)

@@ -97,6 +97,8 @@ class Step(BaseModel):
     max_iterations: int | None = Field(None, ge=1, le=1000)
     outputs: tuple[str, ...] = ()
     knowledge: tuple[str, ...] = ()
+    # A built environment (`onebox env build NAME`) whose packages the step imports.
+    environment: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class Plan(BaseModel):

@@ -27,7 +27,16 @@ from onebox.api.e2b import router as e2b_router
 from onebox.api.errors import BodyLimit, SecurityHeaders, install_error_handlers
 from onebox.api.events import EventHub
 from onebox.api.hosts import LoopbackHostOnly, check_no_auth_binding
-from onebox.api.routes import console, knowledge, profiles, runs, sessions, system, uploads
+from onebox.api.routes import (
+    console,
+    environments,
+    knowledge,
+    profiles,
+    runs,
+    sessions,
+    system,
+    uploads,
+)
 from onebox.api.state import ApiState
 from onebox.config import Settings
 from onebox.llm.embedding import EmbeddingModel
@@ -79,7 +88,8 @@ def create_app(
     if runtime is not None:
         app.state.onebox = _state(settings, runtime, embedding, owns=False)
     install_error_handlers(app)
-    for module in (runs, sessions, knowledge, profiles, system, console, uploads):
+    for module in (runs, sessions, knowledge, profiles, system, console, uploads,
+                   environments):
         app.include_router(module.router)
     app.include_router(e2b_router)  # E2B compatibility: /e2b/...
     app.mount("/ui", StaticFiles(directory=web_dir(), html=True), name="ui")

@@ -65,6 +65,11 @@ class Decision(Body):
     by: Name | None = None  # type: ignore[valid-type]
 
 
+class CreateSession(Body):
+    # a built environment (`onebox env build NAME`): every call of the session imports it
+    environment: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
 class Execute(Body):
     code: text(1_000_000, 1)  # type: ignore[valid-type]
     language: Literal["python", "bash", "node"] = "python"

@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "onebox.cli.kb",
     "onebox.cli.tools",
     "onebox.cli.profile",
+    "onebox.cli.env",
     "onebox.cli.memory",
     "onebox.cli.doctor",
     "onebox.cli.db",

@@ -12,13 +12,21 @@ from typing import Any
 
 from onebox.agent.plan import Step
 from onebox.config import Settings
-from onebox.errors import SandboxError
+from onebox.errors import OneboxError, SandboxError, ValidationError
+from onebox.runtime import environments
 from onebox.runtime.archive import Outcome, outcome_from_result
 from onebox.runtime.live_logs import LiveLog
 from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.tracing import span
 from onebox.runtime.workspaces import StepWorkspace
-from onebox.sandbox.base import ExecRequest, ExecResult, Limits, NetworkPolicy, SandboxBackend
+from onebox.sandbox.base import (
+    EnvironmentLayer,
+    ExecRequest,
+    ExecResult,
+    Limits,
+    NetworkPolicy,
+    SandboxBackend,
+)
 from onebox.store import runs as store
 from onebox.store.db import Database
 
@@ -61,6 +69,7 @@ def request_details(step: Step, request: ExecRequest, settings: Settings) -> dic
             "disk_mb": lim.disk_mb or defaults.disk_mb,
         },
         "allow_domains": list(step.allow_domains),
+        "environment": step.environment,
     }
 
 
@@ -96,6 +105,11 @@ class StepRunner:
                   env: Mapping[str, str] | None = None) -> Ran:
         request = build_request(step, row, self.settings, files=files, env=env)
         details = request_details(step, request, self.settings)
+        if step.environment is not None:
+            try:
+                request = dataclasses.replace(request, environment=await self._layer(step, row))
+            except OneboxError as exc:
+                return Ran(Outcome("FAILED", error=str(exc), details=details))
         if self.workspaces is not None:
             await self.workspaces.prepare(row)
             await self.workspaces.before(row)
@@ -163,6 +177,14 @@ class StepRunner:
             return Ran(Outcome("FAILED", error=sandbox_failure(exc), details=details))
         return Ran(outcome_from_result(result, details), result)
 
+
+    async def _layer(self, step: Step, row: store.Row) -> EnvironmentLayer:
+        """The step's environment layer, of its run's tenant."""
+        if self.db is None:
+            raise ValidationError("a step with an environment needs the database",
+                                  field="environment")
+        return await environments.step_layer(self.db, self.settings, row["run_id"],
+                                             str(step.environment))
 
     def _live_log(self, row: store.Row) -> LiveLog | None:
         if self.db is None or self.settings.runtime.live_log_max_bytes <= 0:

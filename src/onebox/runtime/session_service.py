@@ -14,6 +14,7 @@ from typing import Any
 
 from onebox.errors import Conflict, NotFound, SandboxError
 from onebox.objects import ObjectStore
+from onebox.runtime import environments
 from onebox.runtime import tenant_sessions as rows
 from onebox.runtime.cell_stream import cell_events
 from onebox.runtime.cell_stream import cell_json as cell_json  # re-exported for front doors
@@ -39,8 +40,15 @@ def new_session_id() -> str:
     return f"api-{secrets.token_hex(8)}"
 
 
-async def create_session(db: Database, backend: SandboxBackend, tenant_id: str) -> dict[str, Any]:
-    return await rows.insert_session(db, new_session_id(), backend.name, tenant_id)
+async def create_session(db: Database, backend: SandboxBackend, tenant_id: str,
+                         environment: str | None = None) -> dict[str, Any]:
+    """A new session; with ``environment`` (a built one), every call runs with its layer."""
+    chosen = None if environment is None else await environments.layer(
+        db, environments.backend_settings(backend), tenant_id, environment)
+    row = await rows.insert_session(db, new_session_id(), backend.name, tenant_id)
+    if chosen is not None:
+        await environments.set_session_environment(db, row["id"], chosen)
+    return {**row, "environment": environments.layer_json(chosen)}
 
 
 async def require_session(db: Database, session_id: str, tenant_id: str) -> dict[str, Any]:
@@ -59,7 +67,8 @@ async def execute(
         session_id=session_id, code=code, language=language,  # type: ignore[arg-type]
         files=files or {}, stdin=stdin.encode() if stdin is not None else None,
         limits=Limits(timeout_s=timeout_s, memory_mb=memory_mb),
-        network=NetworkPolicy(allow_domains=tuple(allow_domains)))
+        network=NetworkPolicy(allow_domains=tuple(allow_domains)),
+        environment=await environments.session_layer(db, backend, session_id))
     await rows.touch_session(db, session_id)
     return await backend.execute(request)
 
@@ -75,7 +84,8 @@ async def run_cell(
     request = CellRequest(
         session_id=session_id, code=code, limits=Limits(timeout_s=timeout_s, memory_mb=memory_mb),
         network=NetworkPolicy(allow_domains=tuple(allow_domains or ())), env=env or {},
-        on_output=on_output, on_result=on_result)
+        on_output=on_output, on_result=on_result,
+        environment=await environments.session_layer(db, backend, session_id))
     await rows.touch_session(db, session_id)
     return await backend.run_cell(request)
 

@@ -297,6 +297,7 @@ class BwrapSandbox(SandboxBackend):
         try:
             fds = make_pipes()
             spec = self._spec(workspace, run_dir, limits, fds, opened)
+            spec = self._with_environment(spec, request, opened)
             fds = dataclasses.replace(fds, extra=policy.bind_fds(spec))
             await self._make_cgroup(exec_id, limits)
             options = policy.compile_bwrap(spec)
@@ -340,6 +341,22 @@ class BwrapSandbox(SandboxBackend):
             self.bwrap, self.layout, workspace_fd, run_fd, static_fds, limits, sfd,
             fds.block_r, fds.info_w,
         )  # fmt: skip
+
+    @staticmethod
+    def _with_environment(spec: policy.BwrapSpec, request: ExecRequest | None,
+                          opened: list[int]) -> policy.BwrapSpec:
+        """The request's environment layer (if any) opened for a read-only bind."""
+        layer = request.environment if request is not None else None
+        if layer is None:
+            return spec
+        try:
+            fd = os.open(layer.path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise SandboxError(f"environment {layer.name!r} v{layer.version}: its layer "
+                               f"{layer.sha256[:12]} cannot be opened ({exc.strerror}); "
+                               f"rebuild it with `onebox env build {layer.name}`") from exc
+        opened.append(fd)
+        return dataclasses.replace(spec, environment_fd=fd)
 
     async def _in_thread(self, func: Callable[..., None], *args: object) -> None:
         """cgroup v1 writes can sleep for an RCU grace period: keep them off the event loop."""

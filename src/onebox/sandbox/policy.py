@@ -27,6 +27,7 @@ SANDBOX_GID = 1000
 HOSTNAME = "sandbox"
 PROXY_PORT = 3128
 PATH = "/usr/local/bin:/usr/bin:/bin"
+ENVIRONMENT_DIR = "/opt/onebox/env"  # an environment layer, bound read-only, on PYTHONPATH
 
 # Host paths bound read-only when they exist; nothing else of the host is visible.
 SYSTEM_RO_PATHS: tuple[str, ...] = (
@@ -116,6 +117,7 @@ class BwrapSpec:
     seccomp_fd: int | None
     block_fd: int
     info_fd: int
+    environment_fd: int | None = None  # the request's EnvironmentLayer directory (O_PATH)
 
 
 def resolve_limits(defaults: SandboxSettings, limits: Limits) -> ResolvedLimits:
@@ -172,6 +174,9 @@ def sandbox_env(request: ExecRequest, limits: ResolvedLimits, proxy: bool) -> di
         "ONEBOX_SESSION_ID": request.session_id,
         "OMP_NUM_THREADS": str(limits.cpu_count),
     }
+    if request.environment is not None:
+        env["PYTHONPATH"] = ENVIRONMENT_DIR
+        env["PATH"] = f"{ENVIRONMENT_DIR}/bin:{PATH}"
     if proxy:
         url = f"http://127.0.0.1:{PROXY_PORT}"
         for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
@@ -238,6 +243,8 @@ def _mount_args(spec: BwrapSpec) -> list[str]:
     args += _tmpfs("/tmp", spec.limits.disk_mb) + _tmpfs("/dev/shm", spec.limits.memory_mb)
     args += ["--bind-fd", str(spec.workspace_fd), WORKSPACE]
     args += ["--ro-bind-fd", str(spec.run_dir_fd), RUN_DIR]
+    if spec.environment_fd is not None:
+        args += ["--ro-bind-fd", str(spec.environment_fd), ENVIRONMENT_DIR]
     args += ["--dir", "/sys/devices/system/cpu"]
     for name, dest in GENERATED_FILES.items():
         args += ["--ro-bind-fd", str(spec.static_fds[name]), dest]
@@ -265,6 +272,8 @@ def _proc_hardening(layout: HostLayout) -> list[str]:
 def bind_fds(spec: BwrapSpec) -> tuple[int, ...]:
     """Every descriptor the bwrap argv of ``spec`` refers to (bwrap must inherit them)."""
     fds = [spec.workspace_fd, spec.run_dir_fd, *spec.static_fds.values()]
+    if spec.environment_fd is not None:
+        fds.append(spec.environment_fd)
     if spec.seccomp_fd is not None:
         fds.append(spec.seccomp_fd)
     return tuple(fds)

@@ -107,7 +107,8 @@ class WarmPool:
         return WarmEntry(slot, blocked)
 
     def _eligible(self, request: ExecRequest, limits: policy.ResolvedLimits) -> bool:
-        if request.network.enabled or limits != self.limits or not self._entries:
+        if (request.network.enabled or request.environment is not None
+                or limits != self.limits or not self._entries):
             return False
         sessions = self.backend.sessions
         if request.session_id in sessions.ids() or sessions.was_removed(request.session_id):

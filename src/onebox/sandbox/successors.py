@@ -61,7 +61,8 @@ class SessionSuccessors:
     ) -> Blocked | None:
         """The session's waiting sandbox, if it fits this request and the workspace is intact."""
         task = self._pending.get(session.session_id)
-        if task is None or request.network.enabled or limits != self.limits:
+        if (task is None or request.network.enabled or request.environment is not None
+                or limits != self.limits):
             return None
         self._forget(session.session_id)
         try:

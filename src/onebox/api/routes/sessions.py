@@ -12,7 +12,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 
 from onebox.api.auth import Caller, State
-from onebox.api.schemas import Execute
+from onebox.api.schemas import CreateSession, Execute
 from onebox.errors import OneboxError, ValidationError
 from onebox.runtime import session_service as service
 from onebox.runtime import tenant_sessions
@@ -23,8 +23,11 @@ SessionId = Annotated[str, PathParam(pattern=r"^api-[0-9a-f]{16}$")]
 
 
 @router.post("/v1/sessions", status_code=201, summary="Create a sandbox session")
-async def create_session(state: State, caller: Caller) -> dict[str, Any]:
-    return await service.create_session(state.db, state.backend, caller.tenant_id)
+async def create_session(state: State, caller: Caller,
+                         body: CreateSession | None = None) -> dict[str, Any]:
+    environment = body.environment if body is not None else None
+    return await service.create_session(state.db, state.backend, caller.tenant_id,
+                                        environment=environment)
 
 
 @router.get("/v1/sessions", summary="The tenant's live sessions")

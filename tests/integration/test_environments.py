@@ -1,0 +1,90 @@
+"""Environments: a real pip build from PyPI inside the sandbox, its layer used by a session
+and a plan step, read-only inside; same list reuses; bad package -> FAILED with pip's tail."""
+
+from __future__ import annotations
+
+import pytest
+
+from onebox.agent.plan import parse_plan
+from onebox.config import Settings
+from onebox.errors import ValidationError
+from onebox.runtime import environments as envs
+from onebox.runtime import runs as runs_api
+from onebox.runtime import session_service
+from onebox.runtime.env_layers import private_index_addresses
+from onebox.runtime.service import Runtime
+from onebox.sandbox.base import SandboxBackend
+from onebox.store.db import Database
+
+
+@pytest.fixture(autouse=True)
+def index_reachable(settings: Settings) -> None:
+    """Where the package index resolves to a non-public address (a mirror on this network),
+    the egress proxy must be told it may reach it, as an operator would."""
+    settings.sandbox.egress_allow_private = private_index_addresses(
+        settings.environments.allow_domains)
+
+
+IMPORT_SIX = "import six, sys; print(six.__version__, six.__file__)"
+
+
+async def test_a_built_environment_is_imported_in_a_session_and_reused(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    lines: list[str] = []
+    row = await envs.build(db, backend, settings, "default", "tiny", ["six"], lines.append)
+    assert row["status"] == "READY", row["log_tail"]
+    assert row["version"] == 1 and not row["reused"] and row["file_count"] > 0
+    assert any("six" in line for line in lines)  # progress lines while building
+    layer_dir = envs.layers_dir(settings) / row["sha256"]
+    assert layer_dir.is_dir() and not layer_dir.stat().st_mode & 0o222
+
+    session = await session_service.create_session(db, backend, "default",
+                                                    environment="tiny")
+    result = await session_service.execute(
+        db, backend, session["id"], code=IMPORT_SIX, language="python", timeout_s=30,
+        memory_mb=None, allow_domains=[], stdin=None)
+    assert result.ok, result.stderr
+    assert "/opt/onebox/env/six.py" in result.stdout
+
+    again = await envs.build(db, backend, settings, "default", "tiny", ["six"])
+    assert again["reused"] and again["version"] == 1 and again["sha256"] == row["sha256"]
+    other = await envs.build(db, backend, settings, "default", "other", ["six"])
+    assert other["reused"] and other["sha256"] == row["sha256"] and other["build_ms"] == 0
+
+
+async def test_a_plan_step_runs_with_its_environment(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    assert (await envs.build(db, backend, settings, "default", "tiny", ["six"]))["status"] \
+        == "READY"
+    plan = {"name": "six", "steps": [
+        {"id": "use", "tool": "python", "environment": "tiny",
+         "code": IMPORT_SIX + "\nopen('/opt/onebox/env/six.py', 'a')"}]}
+    run = await Runtime(settings, db, backend).run_plan(parse_plan(plan))
+    steps = await runs_api.run_steps(db, run["id"])
+    out = steps[0]["stdout"] + steps[0]["stderr"]
+    assert "/opt/onebox/env/six.py" in out  # imported from the layer
+    assert "Read-only file system" in out or "Permission denied" in out  # not writable
+    assert run["status"] in ("FAILED", "DEAD")
+
+
+async def test_a_bad_package_fails_with_pips_error(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    row = await envs.build(db, backend, settings, "default", "bad",
+                           ["onebox-no-such-package-4f1c9a"])
+    assert row["status"] == "FAILED"
+    assert "No matching distribution" in row["log_tail"] or "ERROR" in row["log_tail"]
+    assert "pip exited" in row["error"]
+    with pytest.raises(ValidationError, match="onebox env build bad") as caught:
+        await envs.layer(db, settings, "default", "bad")
+    assert caught.value.field == "environment"
+
+
+async def test_an_unknown_environment_is_a_clear_error(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    with pytest.raises(ValidationError, match="onebox env build nope") as caught:
+        await session_service.create_session(db, backend, "default", environment="nope")
+    assert caught.value.field == "environment"
+    plan = {"name": "x", "steps": [{"id": "a", "tool": "python", "environment": "nope", "code": "print(1)"}]}
+    run = await Runtime(settings, db, backend).run_plan(parse_plan(plan))
+    steps = await runs_api.run_steps(db, run["id"])
+    assert "onebox env build nope" in (steps[0]["error"] or "")
