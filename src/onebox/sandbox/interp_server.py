@@ -44,12 +44,16 @@ _send_lock = threading.Lock()
 _channel: socket.socket | None = None
 
 
-def _send(frame: dict[str, Any]) -> None:
+def _send(frame: dict[str, Any], wait_ack: bool = False) -> None:
+    """Send a frame; with ``wait_ack`` (outputs shown mid-cell) wait until the host has
+    taken the output printed before it, so later prints cannot overtake it."""
     _flush_streams()
     payload = json.dumps(frame, ensure_ascii=False, default=str).encode("utf-8", "replace")
     assert _channel is not None
     with _send_lock:
         _channel.sendall(HEADER.pack(len(payload)) + payload)
+        if wait_ack and _recv() != {"op": "ack"}:
+            os._exit(70)  # the host broke the protocol: nothing sensible is left to do
 
 
 def _recv_exact(size: int) -> bytes | None:
@@ -123,7 +127,7 @@ def formats(obj: object) -> dict[str, str]:
 def display(*objs: object) -> None:
     """Show objects as rich outputs of the running cell (as IPython's display())."""
     for obj in objs:
-        _send({"type": "result", "data": formats(obj), "main": False})
+        _send({"type": "result", "data": formats(obj), "main": False}, wait_ack=True)
 
 
 def _figures() -> None:
@@ -142,7 +146,7 @@ def _figures() -> None:
             figure.savefig(buffer, format="png", bbox_inches="tight")
             png = base64.b64encode(buffer.getvalue()).decode("ascii")
             _send({"type": "result", "data": {"image/png": png, "text/plain": repr(figure)},
-                   "main": False})
+                   "main": False}, wait_ack=True)
         except Exception as exc:
             print(f"[onebox] could not render figure {number}: {exc!r}", file=sys.stderr)
     plt.close("all")

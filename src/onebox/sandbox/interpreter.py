@@ -43,6 +43,7 @@ SOCKET = "interp.sock"
 ARGV = (PYTHON, "-I", f"{policy.RUN_DIR}/{SERVER}")
 STARTUP_TIMEOUT_S = 30.0
 LOST = "variables and imports are gone"
+ACK = encode({"op": "ack"})
 
 
 @dataclass
@@ -221,6 +222,8 @@ class SandboxInterpreter:
                 cell.results.append(frame)
                 if callable(cell.on_result):
                     cell.on_result(frame)
+                if not frame.is_main_result and self.writer is not None:
+                    self.writer.write(ACK)  # the server waits: later prints come after it
             else:
                 raise ProtocolViolation("it sent 'ready' in the middle of a call")
 

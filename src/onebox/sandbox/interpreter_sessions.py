@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from onebox.sandbox import policy
-from onebox.sandbox.base import CellRequest, CellResult, FileChange
+from onebox.sandbox.base import CellError, CellRequest, CellResult, FileChange
 from onebox.sandbox.interpreter import CellRun, SandboxInterpreter, settings_key
 from onebox.sandbox.workspace import changes_since, state
 
@@ -148,7 +148,12 @@ def _result(cell: CellRun, lost: str | None, duration_ms: float,
             memory_peak_mb: float | None, files: tuple[FileChange, ...]) -> CellResult:
     return CellResult(
         stdout=cell.stdout.text(), stderr=cell.stderr.text(), results=tuple(cell.results),
-        error=cell.error, execution_count=cell.count, duration_ms=duration_ms,
+        error=cell.error or _killed(cell), execution_count=cell.count, duration_ms=duration_ms,
         timed_out=cell.timed_out, state_lost=lost is not None, restart_reason=lost,
         memory_peak_mb=memory_peak_mb, files_written=files,
         truncated=cell.stdout.truncated or cell.stderr.truncated)
+
+
+def _killed(cell: CellRun) -> CellError | None:
+    """A call during which the interpreter died did not succeed: say why as its error."""
+    return None if cell.lost is None else CellError("InterpreterKilled", cell.lost, "")
