@@ -1,0 +1,55 @@
+"""onebox: one agent, one sandbox, one database.
+
+The public API is the SDK (``Client``, ``AsyncClient``) and the error tree. Both load on first
+use, so ``import onebox`` (and the ``onebox`` command) stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from onebox.client import AsyncClient, Client, ServerUnreachable, Unauthorized
+    from onebox.errors import (
+        AgentError,
+        CommandFailed,
+        ConfigError,
+        Conflict,
+        NotFound,
+        OneboxError,
+        PlanError,
+        PolicyViolation,
+        ProviderError,
+        SandboxError,
+        SandboxTimeout,
+        StorageError,
+        ValidationError,
+    )
+
+_WHERE = {
+    "Client": "onebox.client", "AsyncClient": "onebox.client",
+    "ServerUnreachable": "onebox.client", "Unauthorized": "onebox.client",
+    **{name: "onebox.errors" for name in (
+        "OneboxError", "ConfigError", "ValidationError", "PlanError", "NotFound", "Conflict",
+        "ProviderError", "SandboxError", "SandboxTimeout", "PolicyViolation", "StorageError",
+        "AgentError", "CommandFailed")},
+}
+
+__all__ = ["AgentError", "AsyncClient", "Client", "CommandFailed", "ConfigError", "Conflict",
+           "NotFound", "OneboxError", "PlanError", "PolicyViolation", "ProviderError",
+           "SandboxError", "SandboxTimeout", "ServerUnreachable", "StorageError", "Unauthorized",
+           "ValidationError"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'onebox' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

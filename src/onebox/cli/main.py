@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "onebox.cli.files",
     "onebox.cli.gc",
     "onebox.cli.serve",
+    "onebox.cli.exec",
     "onebox.cli.mcp",
 )
 

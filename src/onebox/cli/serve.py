@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from onebox.cli import common
+from onebox.client.spec import ADDRESS_FILE
 from onebox.config import Settings
 from onebox.runtime import api_keys
 from onebox.store.db import Database
@@ -79,7 +80,27 @@ async def _serve(settings: Settings, *, worker: bool) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _stopper(server))
-    await server.serve()
+    with recorded_address(settings):
+        await server.serve()
+
+
+@contextlib.contextmanager
+def recorded_address(settings: Settings) -> Any:
+    """$ONEBOX_HOME/server-address while this server runs: `onebox exec` and the SDK find a
+    local server there (its interpreter state outlives each call). Removed on exit, unless
+    another server has written its own since."""
+    path, url = settings.home / ADDRESS_FILE, _url(settings)
+    if settings.api.port == 0:  # an ephemeral port: its number is not known here
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(url + "\n")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() == url:
+                path.unlink()
 
 
 def _stopper(server: Any) -> Any:

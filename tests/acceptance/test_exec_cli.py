@@ -1,0 +1,165 @@
+"""`onebox exec` as a user runs it: a subprocess, the real sandbox, a real database; with no
+server (in-process) and through a running `onebox serve` (state kept between calls)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from onebox.config import Settings
+
+ONEBOX = str(Path(sys.executable).with_name("onebox"))
+
+
+def _env(settings: Settings, db_url: str, **extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ONEBOX_")}
+    return {**base, "ONEBOX_HOME": str(settings.home), "DATABASE_URL": db_url,
+            "ONEBOX_LOG_LEVEL": "ERROR", **extra}
+
+
+def _exec(env: dict[str, str], *args: str, stdin: str | None = None,
+          cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ONEBOX, "exec", *args], env=env, capture_output=True, text=True,
+                          input=stdin, timeout=180, cwd=cwd)
+
+
+@pytest.fixture
+def env(settings: Settings, db_url: str) -> dict[str, str]:
+    return _env(settings, db_url)
+
+
+def test_exit_code_is_the_codes(env: dict[str, str]) -> None:
+    ok = _exec(env, "--", "print(6 * 7)")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == "42\n"
+    assert _exec(env, "--", "import sys; sys.exit(3)").returncode == 3
+    boom = _exec(env, "--", "raise KeyError('nope')")
+    assert boom.returncode == 1 and "KeyError" in boom.stderr
+    bash = _exec(env, "--lang", "bash", "--", "echo hi; exit 5")
+    assert (bash.returncode, bash.stdout) == (5, "hi\n")
+
+
+def test_timeout_exits_124_and_says_so(env: dict[str, str]) -> None:
+    slow = _exec(env, "--timeout-s", "1", "--", "import time; time.sleep(30)")
+    assert slow.returncode == 124, slow.stderr
+    assert "timed out" in slow.stderr
+
+
+def test_code_from_stdin_and_from_a_file(env: dict[str, str], tmp_path: Path) -> None:
+    piped = _exec(env, stdin="print('from stdin')\n")
+    assert (piped.returncode, piped.stdout) == (0, "from stdin\n"), piped.stderr
+    script = tmp_path / "job.py"
+    script.write_text("import sys\nprint('from file', file=sys.stderr)\n")
+    filed = _exec(env, "-f", str(script))
+    assert filed.returncode == 0 and "from file" in filed.stderr
+
+
+def test_json_has_every_field(env: dict[str, str]) -> None:
+    done = _exec(env, "--json", "--", "open('out.txt', 'w').write('x'); print('hi')")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    for key in ("exit_code", "stdout", "stderr", "timed_out", "truncated", "duration_ms",
+                "memory_peak_mb", "files_written", "blocked_hosts", "results", "error",
+                "state_lost", "session_id", "interpreter"):
+        assert key in data, key
+    assert data["interpreter"] == "in-process" and data["stdout"] == "hi\n"
+    assert data["exit_code"] == 0 and data["timed_out"] is False
+    assert [f["path"] for f in data["files_written"]] == ["out.txt"]
+    assert data["session_id"].startswith("api-")
+
+
+def test_blocked_hosts_are_reported(env: dict[str, str]) -> None:
+    code = ("import urllib.request\ntry:\n    urllib.request.urlopen("
+            "'http://blocked.example.org/', timeout=5)\nexcept Exception as e:\n"
+            "    print(type(e).__name__)")
+    done = _exec(env, "--allow-domain", "example.com", "--", code)
+    assert "network blocked: blocked.example.org" in done.stderr, done.stderr
+    data = json.loads(_exec(env, "--json", "--allow-domain", "example.com", "--", code).stdout)
+    assert data["blocked_hosts"] == ["blocked.example.org"], data
+
+
+def test_a_kept_session_keeps_its_files(env: dict[str, str], settings: Settings,
+                                        db_url: str) -> None:
+    first = _exec(env, "--keep", "--json", "--", "open('note.txt', 'w').write('kept')")
+    assert first.returncode == 0, first.stderr
+    session = json.loads(first.stdout)["session_id"]
+    assert f"--session {session}" in first.stderr
+    again = _exec(env, "--session", session, "--", "print(open('note.txt').read())")
+    assert (again.returncode, again.stdout) == (0, "kept\n"), again.stderr
+    assert "interpreter state does not outlive" in again.stderr
+    fresh = _exec(env, "--", "import os; print(os.path.exists('note.txt'))")
+    assert fresh.stdout == "False\n"
+
+
+def test_bad_flags_are_clear_errors(env: dict[str, str], tmp_path: Path) -> None:
+    cases = [
+        (["--session", "bogus", "--", "1"], "--session 'bogus' is not a session id"),
+        (["--session", "api-0123456789abcdef", "--", "1"], "does not exist"),
+        (["--lang", "ruby", "--", "1"], "'ruby' is not one of"),
+        (["--timeout-s", "0", "--", "1"], "--timeout-s"),
+        (["--memory-mb", "1", "--", "1"], "--memory-mb"),
+        ([], "no code to run"),
+    ]
+    script = tmp_path / "x.py"
+    script.write_text("print(1)")
+    cases.append((["-f", str(script), "--", "print(2)"], "not both"))
+    for args, message in cases:
+        done = _exec(env, *args, stdin="")
+        assert done.returncode in (1, 2), (args, done.stderr)
+        assert message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def server(settings: Settings, db_url: str) -> Iterator[dict[str, str]]:
+    """A running `onebox serve --no-auth` recording its address in ONEBOX_HOME."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = _env(settings, db_url)
+    proc = subprocess.Popen([ONEBOX, "serve", "--no-auth", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_up(f"http://127.0.0.1:{port}", proc)
+        yield env
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert not (settings.home / "server-address").exists()
+
+
+def _wait_up(url: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_exec_through_a_running_server(server: dict[str, str], settings: Settings) -> None:
+    assert (settings.home / "server-address").read_text().startswith("http://127.0.0.1:")
+    first = _exec(server, "--keep", "--json", "--", "open('f.txt', 'w').write('1'); x = 41")
+    data = json.loads(first.stdout)
+    assert data["interpreter"] == "server" and data["exit_code"] == 0, first.stderr
+    session = data["session_id"]
+    again = _exec(server, "--session", session, "--", "print(open('f.txt').read())")
+    assert (again.returncode, again.stdout) == (0, "1\n"), again.stderr
+    kept = _exec(server, "--session", session, "--", "x + 1")
+    assert (kept.returncode, kept.stdout) == (0, "42\n"), kept.stderr
+    raised = _exec(server, "--session", session, "--", "1 / 0")
+    assert raised.returncode == 1 and "ZeroDivisionError" in raised.stderr
+    failing = _exec(server, "--session", session, "--", "import sys; sys.exit(4)")
+    assert failing.returncode == 4
