@@ -7,11 +7,17 @@ import pytest
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
-from onebox.errors import ValidationError
+from onebox.errors import Conflict, ValidationError
 from onebox.runtime import environments as envs
 from onebox.runtime import runs as runs_api
 from onebox.runtime import session_service
 from onebox.runtime.env_layers import private_index_addresses
+from onebox.runtime.profiles import (
+    delete_profile,
+    parse_profile,
+    save_profile,
+    with_profile_defaults,
+)
 from onebox.runtime.service import Runtime
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
@@ -88,3 +94,23 @@ async def test_an_unknown_environment_is_a_clear_error(
     run = await Runtime(settings, db, backend).run_plan(parse_plan(plan))
     steps = await runs_api.run_steps(db, run["id"])
     assert "onebox env build nope" in (steps[0]["error"] or "")
+
+
+async def test_a_profiles_environment_reaches_its_steps_and_blocks_rm(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    assert (await envs.build(db, backend, settings, "default", "tiny", ["six"]))["status"] \
+        == "READY"
+    profile = parse_profile({"name": "p", "model": "m", "environment": "tiny"})
+    async with db.connection() as conn:
+        await save_profile(conn, "default", profile)
+    step = parse_plan({"steps": [{"id": "a", "tool": "python", "code": "1"}]}).steps[0]
+    assert with_profile_defaults(step, profile.model_dump()).environment == "tiny"
+    with pytest.raises(Conflict, match="profile"):
+        await envs.remove(db, settings, "default", "tiny")
+    async with db.connection() as conn:
+        await delete_profile(conn, "default", "p")
+    layer_dir = envs.layers_dir(settings) / (await envs.show(db, "default", "tiny"))["sha256"]
+    assert (await envs.remove(db, settings, "default", "tiny"))["versions_deleted"] == 1
+    assert not layer_dir.exists()
+    with pytest.raises(ValidationError, match="onebox env build tiny"):
+        await envs.layer(db, settings, "default", "tiny")

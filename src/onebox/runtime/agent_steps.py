@@ -41,6 +41,7 @@ from onebox.knowledge.documents import read_document
 from onebox.knowledge.search import SearchFilters
 from onebox.llm.base import ChatModel, ChatResponse
 from onebox.llm.registry import price_table
+from onebox.runtime import environments
 from onebox.runtime.agent_engine import replay
 from onebox.runtime.archive import Outcome
 from onebox.runtime.executor import StepRunner
@@ -102,7 +103,11 @@ class AgentWork:
         if row["tool_name"] != "model":
             return {}
         session = row["session_id"]
-        return {"facts": await sandbox_facts(self.backend, session),
+        if self.runner.workspaces is not None:  # a new workspace gets the run's inputs first
+            await self.runner.workspaces.prepare(row)
+        facts = await environments.with_run_packages(
+            self.db, self.settings, row["run_id"], await sandbox_facts(self.backend, session))
+        return {"facts": facts,
                 "files": await workspace_listing(self.backend.workspace(session))}
 
     async def _perform(self, run: store.Row, row: store.Row, action: Action) -> Performed:

@@ -12,6 +12,7 @@ layer without building. ``data`` (numpy, pandas, matplotlib) is predefined.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 import uuid
@@ -21,6 +22,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from onebox.agent.context import SandboxFacts
 from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, SandboxError, ValidationError
 from onebox.runtime import env_layers
@@ -284,3 +286,17 @@ def layer_json(chosen: EnvironmentLayer | None) -> Row | None:
         return None
     return {"name": chosen.name, "version": chosen.version, "sha256": chosen.sha256,
             "packages": list(chosen.packages)}
+
+
+async def with_run_packages(db: Database, settings: Settings, run_id: Any,
+                            facts: SandboxFacts | None) -> SandboxFacts | None:
+    """The sandbox facts the agent's code prompt states, with the packages of the run's
+    profile's environment first (they are importable in every step of the run)."""
+    row = await db.fetchone(Q["run_environment"], {"run_id": run_id})
+    if facts is None or row is None or not row["environment"]:
+        return facts
+    try:
+        chosen = await layer(db, settings, row["tenant_id"], row["environment"])
+    except ValidationError:  # not built: the step itself fails saying so
+        return facts
+    return dataclasses.replace(facts, packages=(*chosen.packages, *facts.packages))

@@ -53,6 +53,7 @@ class Profile(BaseModel):
     timeout_s: float | None = Field(None, gt=0, le=86_400)
     memory_mb: int | None = Field(None, gt=0, le=1_048_576)
     allow_domains: list[str] = Field(default_factory=list, max_length=100)
+    environment: str | None = Field(None, pattern=NAME)  # a built environment its steps use
 
     @property
     def key(self) -> str:
@@ -167,8 +168,9 @@ def with_profile_defaults(step: Step, profile: Mapping[str, Any] | None) -> Step
     limits = {k: profile[k] for k in ("timeout_s", "memory_mb")
               if profile.get(k) is not None and getattr(step.limits, k) is None}
     domains = tuple(dict.fromkeys((*step.allow_domains, *(profile.get("allow_domains") or ()))))
+    environment = step.environment or profile.get("environment")
     return step.model_copy(update={"limits": step.limits.model_copy(update=limits),
-                                   "allow_domains": domains})
+                                   "allow_domains": domains, "environment": environment})
 
 
 def _public(row: Mapping[str, Any]) -> dict[str, Any]:

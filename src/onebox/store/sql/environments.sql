@@ -65,3 +65,6 @@ SELECT tenant_id, environment, environment_version FROM onebox.sessions WHERE id
 
 -- name: run_tenant
 SELECT tenant_id FROM onebox.runs WHERE id = %(run_id)s;
+
+-- name: run_environment
+SELECT tenant_id, profile->>'environment' AS environment FROM onebox.runs WHERE id = %(run_id)s;
