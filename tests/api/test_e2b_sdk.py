@@ -105,6 +105,9 @@ async def test_commands_foreground_streamed_and_background(e2b_env: Api) -> None
             chunks: list[str] = []
             fg = sbx.commands.run("echo one; echo two >&2; echo three", on_stdout=chunks.append)
             sbx.commands.run("mkdir -p sub && echo here > sub/x")
+            live = sbx.commands.run(
+                "echo ready; for i in $(seq 400); do [ -e go ] && break; sleep 0.05; done; "
+                "[ -e go ] && echo 'go seen'", on_stdout=lambda line: _go(sbx, line))
             cwd = sbx.commands.run("cat x; pwd", cwd="/home/user/sub")
             with pytest.raises(CommandExitException) as failed:
                 sbx.commands.run("exit 7")
@@ -115,7 +118,7 @@ async def test_commands_foreground_streamed_and_background(e2b_env: Api) -> None
                 bg.wait()
             quick = sbx.commands.run("echo done", background=True).wait()
             return {"fg": fg, "chunks": chunks, "cwd": cwd, "exit": failed.value.exit_code,
-                    "bg_pid": bg.pid, "listed": listed, "killed": killed,
+                    "live": live, "bg_pid": bg.pid, "listed": listed, "killed": killed,
                     "quick": quick}
         finally:
             sbx.kill()
@@ -125,5 +128,69 @@ async def test_commands_foreground_streamed_and_background(e2b_env: Api) -> None
     assert out["fg"].exit_code == 0 and "".join(out["chunks"]) == "one\nthree\n"
     assert out["cwd"].stdout.splitlines()[0] == "here"
     assert out["exit"] == 7
+    assert out["live"].stdout == "ready\ngo seen\n"  # 'ready' reached the SDK mid-command
     assert out["bg_pid"] in out["listed"] and out["killed"] is True
     assert out["quick"].stdout == "done\n"
+
+
+WAIT_FOR_GO = """
+import os, time
+print('ready', flush=True)
+for _ in range(400):
+    if os.path.exists('go'):
+        break
+    time.sleep(0.05)
+print('go seen' if os.path.exists('go') else 'no go')
+"""
+
+
+def _go(sbx: Any, line: str) -> None:
+    """Answer a cell's 'ready' while it still runs: only a streamed line can arrive then."""
+    if line.startswith("ready"):
+        sbx.files.write("/home/user/go", "1")
+
+
+async def test_run_code_state_streams_errors_and_rich_results(e2b_env: Api) -> None:
+    from e2b.exceptions import SandboxException
+    from e2b_code_interpreter import Sandbox
+
+    def flow() -> dict[str, Any]:
+        sbx = Sandbox.create()
+        try:
+            first = sbx.run_code("x = 41")
+            second = sbx.run_code("x + 1")
+            out: list[str] = []
+            err: list[str] = []
+            printed = sbx.run_code("import sys\nprint('a')\nprint('b', file=sys.stderr)\n"
+                                   "print('c')", on_stdout=lambda m: out.append(m.line),
+                                   on_stderr=lambda m: err.append(m.line))
+            failed = sbx.run_code("def f():\n    return undefined_name\nf()")
+            rich = sbx.run_code(
+                "class Page:\n    def _repr_html_(self):\n        return '<b>hi</b>'\n"
+                "display(Page())\n{'a': 1}")
+            sbx.files.write("/home/user/in.txt", "from the SDK")
+            live = sbx.run_code(WAIT_FOR_GO, on_stdout=lambda m: _go(sbx, m.line))
+            reads = sbx.run_code("open('in.txt').read()")
+            with pytest.raises(SandboxException, match="language 'bash' is not supported"):
+                sbx.run_code("echo hi", language="bash")
+            return {"first": first, "second": second, "printed": printed, "out": out,
+                    "err": err, "failed": failed, "rich": rich, "reads": reads,
+                    "live": live}
+        finally:
+            sbx.kill()
+
+    out = await sdk(flow)
+    assert out["first"].error is None and out["first"].text is None
+    assert out["second"].text == "42"
+    assert out["second"].execution_count == out["first"].execution_count + 1
+    assert "".join(out["printed"].logs.stdout) == "a\nc\n"
+    assert "".join(out["printed"].logs.stderr) == "b\n"
+    assert "".join(out["out"]) == "a\nc\n" and "".join(out["err"]) == "b\n"
+    error = out["failed"].error
+    assert error.name == "NameError" and "undefined_name" in error.value
+    assert "f()" in error.traceback
+    html = [r for r in out["rich"].results if r.html]
+    assert html[0].html == "<b>hi</b>" and not html[0].is_main_result
+    assert out["rich"].results[-1].is_main_result and out["rich"].text == "{'a': 1}"
+    assert out["reads"].text == "'from the SDK'"
+    assert out["live"].logs.stdout[-1] == "go seen\n"  # 'ready' reached the SDK mid-cell

@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
-from onebox.api.e2b import control, envd, process
+from onebox.api.e2b import control, envd, interpreter, process
 from onebox.api.e2b.deps import E2bState
 from onebox.runtime.e2b_sandboxes import expire_forever
 
@@ -40,7 +40,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 router = APIRouter(lifespan=_lifespan)
-for _module in (control, envd, process):
+for _module in (control, envd, process, interpreter):
     router.include_router(_module.router)
 
 __all__ = ["router"]
