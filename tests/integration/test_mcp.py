@@ -57,9 +57,16 @@ async def test_stdio_tools_code_plans_and_errors(settings: Settings, db_url: str
         assert tools["execute_code"].description
 
         ran = payload(await client.call_tool("execute_code", {"code": "print(6 * 7)"}))
-        assert ran["stdout"].strip() == "42" and ran["exit_code"] == 0
+        assert ran["stdout"].strip() == "42" and ran["ok"] and ran["session_id"] is None
 
         session = payload(await client.call_tool("create_session", {}))["session_id"]
+        await client.call_tool("execute_code", {"session_id": session, "code": "x = 41"})
+        kept = payload(await client.call_tool("execute_code", {"session_id": session,
+                                                               "code": "x + 1"}))
+        assert kept["value"] == "42" and kept["execution_count"] == 2
+        raised = payload(await client.call_tool("execute_code", {"session_id": session,
+                                                                 "code": "1 / 0"}))
+        assert raised["error"]["name"] == "ZeroDivisionError" and not raised["ok"]
         await client.call_tool("execute_code", {"session_id": session, "language": "bash",
                                                 "code": "echo kept > note.txt"})
         again = payload(await client.call_tool("execute_code", {
@@ -67,7 +74,8 @@ async def test_stdio_tools_code_plans_and_errors(settings: Settings, db_url: str
         assert again["stdout"].strip() == "kept"
         assert payload(await client.call_tool("close_session", {"session_id": session}))["closed"]
 
-        failed = payload(await client.call_tool("execute_code", {"code": "raise SystemExit(3)"}))
+        failed = payload(await client.call_tool("execute_code", {"code": "exit 3",
+                                                                 "language": "bash"}))
         assert failed["exit_code"] == 3  # the code's failure is data, not a tool error
 
         plan = ("steps:\n  - id: hello\n    tool: bash\n"

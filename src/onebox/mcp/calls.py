@@ -20,6 +20,7 @@ from onebox.mcp.state import McpState
 from onebox.runtime import run_files, run_outputs
 from onebox.runtime import runs as runtime_runs
 from onebox.runtime import session_service as sessions
+from onebox.runtime.cell_stream import cell_json
 from onebox.runtime.run_files import RunFile
 from onebox.store.runs import TERMINAL_RUN_STATES
 
@@ -51,7 +52,8 @@ async def execute_code(
     state: McpState, tenant_id: str, *, code: str, language: str, session_id: str | None,
     timeout_s: float | None, allow_domains: list[str],
 ) -> dict[str, Any]:
-    """Run in the given session (its files persist), or in a throwaway one."""
+    """Run in the given session (its files, and python's variables, persist), or in a
+    throwaway one."""
     db = state.runtime.db
     if session_id is not None:
         await sessions.require_session(db, session_id, tenant_id)
@@ -66,6 +68,8 @@ async def execute_code(
 
 async def _execute_in(state: McpState, session_id: str, code: str, language: str,
                       timeout_s: float | None, allow_domains: list[str]) -> dict[str, Any]:
+    if language == "python":
+        return await _run_cell(state, session_id, code, timeout_s, allow_domains)
     result = await sessions.execute(
         state.runtime.db, state.runtime.backend, session_id, code=code, language=language,
         timeout_s=timeout_s, memory_mb=None, allow_domains=allow_domains, stdin=None)
@@ -73,6 +77,19 @@ async def _execute_in(state: McpState, session_id: str, code: str, language: str
             "stdout": clip(result.stdout), "stderr": clip(result.stderr),
             "error": result.error, "timed_out": result.timed_out,
             "duration_ms": result.duration_ms, "files_written": list(result.files_written)}
+
+
+async def _run_cell(state: McpState, session_id: str, code: str, timeout_s: float | None,
+                    allow_domains: list[str]) -> dict[str, Any]:
+    """Python in the session's stateful interpreter; ``value`` is the last expression's
+    text, ``results`` every rich output (PNG, HTML, JSON...) by MIME type."""
+    result = await sessions.run_cell(state.runtime.db, state.runtime.backend, session_id,
+                                     code=code, timeout_s=timeout_s, allow_domains=allow_domains)
+    data = cell_json(result)
+    main = [r for r in result.results if r.is_main_result]
+    value = main[0].data.get("text/plain") if main else None
+    return {**data, "session_id": session_id, "stdout": clip(data["stdout"]),
+            "stderr": clip(data["stderr"]), "value": clip(value)}
 
 
 async def submit(state: McpState, tenant_id: str, *, plan: dict[str, Any] | None,

@@ -90,8 +90,11 @@ def _session_tools(server: MCPServer, state: McpState) -> None:
         allow_domains: Annotated[list[str] | None, Field(max_length=50, description=(
             "hosts the code may reach over HTTPS (default: no network)"))] = None,
     ) -> dict[str, Any]:
-        """Run code in the onebox sandbox; returns stdout, stderr, exit_code and error.
-        A non-zero exit_code is the code's failure, not the tool's."""
+        """Run code in the onebox sandbox. Python runs in the session's stateful
+        interpreter (variables and imports persist between calls in a session): returns
+        stdout, stderr, value (the last expression), results (rich outputs by MIME type)
+        and error (name, value, traceback). bash and node run as one process: returns
+        stdout, stderr and exit_code. The code's own failure is a result, not a tool error."""
         return await call(state, ctx, lambda tenant: calls.execute_code(
             state, tenant, code=code, language=language, session_id=session_id,
             timeout_s=timeout_s, allow_domains=list(allow_domains or [])))
