@@ -115,6 +115,8 @@ def _copy_item(src_fd: int, staging: Path, item: hostfs.Item, digest: hashlib._H
     copied.size_bytes += size
     copied.file_count += 1
     digest.update(f"f\0{item.path}\0{int(executable)}\0{sha}\n".encode())
+    # pip's .pyc files name their source's mtime: keep it, or every import recompiles
+    os.utime(staging / item.path, ns=(item.st.st_mtime_ns, item.st.st_mtime_ns))
     os.chmod(staging / item.path, 0o555 if executable else 0o444)
 
 

@@ -144,11 +144,11 @@ async def _build_layer(db: Database, backend: SandboxBackend, settings: Settings
 
 def _pip_request(session_id: str, settings: Settings, row: Row, log: LogSink) -> ExecRequest:
     cfg = settings.environments
-    argv = ("/usr/bin/python3", "-m", "pip", "install", "--no-cache-dir", "--no-compile",
+    argv = ("/usr/bin/python3", "-m", "pip", "install", "--no-cache-dir",
             "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
             "--target", f"/workspace/{TARGET}", "--", *row["packages"])
     return ExecRequest(
-        session_id=session_id, argv=argv, env={"PIP_NO_WARN_SCRIPT_LOCATION": "1"},
+        session_id=session_id, argv=argv, env={"PIP_NO_WARN_SCRIPT_LOCATION": "1", "PYTHONDONTWRITEBYTECODE": ""},
         limits=Limits(timeout_s=cfg.build_timeout_s, memory_mb=cfg.build_memory_mb,
                       disk_mb=cfg.build_disk_mb, max_output_bytes=4 << 20),
         network=NetworkPolicy(allow_domains=tuple(cfg.allow_domains)),
