@@ -32,8 +32,10 @@ def _env(settings: Settings, db_url: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def stdio(settings: Settings, db_url: str) -> AsyncIterator[Client]:
-    params = StdioServerParameters(command=ONEBOX, args=["mcp"], env=_env(settings, db_url))
+async def stdio(settings: Settings, db_url: str, log_level: str = "ERROR",
+                ) -> AsyncIterator[Client]:
+    env = {**_env(settings, db_url), "ONEBOX_LOG_LEVEL": log_level}
+    params = StdioServerParameters(command=ONEBOX, args=["mcp"], env=env)
     async with Client(params, read_timeout_seconds=120) as client:
         yield client
 
@@ -50,7 +52,7 @@ def error_of(result: Any) -> str:
 
 
 async def test_stdio_tools_code_plans_and_errors(settings: Settings, db_url: str) -> None:
-    async with stdio(settings, db_url) as client:
+    async with stdio(settings, db_url, log_level="DEBUG") as client:  # logs never touch stdout
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert set(tools) == TOOLS
         assert "session_id" in tools["execute_code"].input_schema["properties"]
@@ -154,7 +156,7 @@ def mcp_http(settings: Settings, db_url: str) -> Iterator[tuple[str, str, str]]:
         yield url, acme, zed
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        assert proc.wait(timeout=30) == 0  # SIGTERM is a clean stop
 
 
 def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:

@@ -7,7 +7,12 @@ keys (``--no-auth``) the server listens on loopback only and acts as ``default``
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import signal
+from collections.abc import Callable
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -74,6 +79,19 @@ async def serve_http(settings: Settings, *, host: str, port: int, worker: bool) 
     try:
         config = uvicorn.Config(http_app(state, host), host=host, port=port,
                                 log_level=settings.log_level.lower(), access_log=False)
-        await uvicorn.Server(config).serve()
+        server = uvicorn.Server(config)
+        # SIGTERM/SIGINT stop the server and then drain the worker (below), as `onebox
+        # serve` does; uvicorn's own handling re-raises the signal before that could run.
+        server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, _stopper(server))
+        await server.serve()
     finally:
         await state.close()
+
+
+def _stopper(server: Any) -> Callable[[], None]:
+    def stop() -> None:
+        server.force_exit = server.should_exit  # a second signal: leave now
+        server.should_exit = True
+    return stop
