@@ -8,6 +8,7 @@ thread while the server runs on the test's event loop.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -194,3 +195,21 @@ async def test_run_code_state_streams_errors_and_rich_results(e2b_env: Api) -> N
     assert out["rich"].results[-1].is_main_result and out["rich"].text == "{'a': 1}"
     assert out["reads"].text == "'from the SDK'"
     assert out["live"].logs.stdout[-1] == "go seen\n"  # 'ready' reached the SDK mid-cell
+
+
+async def test_a_sandbox_past_its_timeout_is_deleted(e2b_env: Api) -> None:
+    from e2b import Sandbox
+
+    def flow() -> tuple[str, bool, list[str]]:
+        sbx = Sandbox.create(timeout=1)
+        gone = False
+        for _ in range(200):  # the sweeper runs every second
+            if not sbx.is_running():
+                gone = True
+                break
+            threading.Event().wait(0.1)
+        return sbx.sandbox_id, gone, [s.sandbox_id for s in Sandbox.list().next_items()]
+
+    sandbox_id, gone, listed = await sdk(flow)
+    assert gone and sandbox_id not in listed
+    assert not e2b_env.rt.backend.workspace(sandbox_id).exists()

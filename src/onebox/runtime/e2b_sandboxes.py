@@ -182,7 +182,11 @@ async def expire_forever(db: Database, backend: SandboxBackend, table: E2bSandbo
                          sweep_s: float = SWEEP_S) -> None:
     while True:
         await asyncio.sleep(sweep_s)
-        ended = await expire_once(db, backend, table)
+        try:
+            ended = await expire_once(db, backend, table)
+        except Exception:
+            log.exception("the E2B sandbox expiry pass failed; the next one retries")
+            continue
         if ended:
             log.info("deleted %d E2B sandbox(es) past their timeout: %s", len(ended),
                      ", ".join(ended))

@@ -153,5 +153,13 @@ async def _uploaded(request: Request, path: str | None) -> list[tuple[str, bytes
 
 
 @router.get("/health", status_code=204, response_class=Response)
-async def health() -> Response:
+async def health(request: Request) -> Response:
+    """204 while the caller's sandbox lives; else 502 "... was not found", as E2B's proxy
+    answers for a killed or timed-out sandbox (the SDK's ``is_running()`` reads it so)."""
+    try:
+        await target(request, ENVD_PORT)
+    except NotFound:
+        sandbox_id = request.headers.get("e2b-sandbox-id", "")[:64]
+        return JSONResponse({"code": 502, "message": f"sandbox {sandbox_id!r} was not found"},
+                            status_code=502)
     return Response(status_code=204)
