@@ -41,6 +41,8 @@ def test_exit_code_is_the_codes(env: dict[str, str]) -> None:
     ok = _exec(env, "--", "print(6 * 7)")
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout == "42\n"
+    value = _exec(env, "--", "x = 6\nx * 7")  # the last expression's value, as a REPL shows it
+    assert (value.returncode, value.stdout) == (0, "42\n"), value.stderr
     assert _exec(env, "--", "import sys; sys.exit(3)").returncode == 3
     boom = _exec(env, "--", "raise KeyError('nope')")
     assert boom.returncode == 1 and "KeyError" in boom.stderr
@@ -78,12 +80,14 @@ def test_json_has_every_field(env: dict[str, str]) -> None:
 
 
 def test_blocked_hosts_are_reported(env: dict[str, str]) -> None:
+    """One-shot runs report them (the interpreter's CellResult has no such field yet)."""
     code = ("import urllib.request\ntry:\n    urllib.request.urlopen("
             "'http://blocked.example.org/', timeout=5)\nexcept Exception as e:\n"
             "    print(type(e).__name__)")
-    done = _exec(env, "--allow-domain", "example.com", "--", code)
+    done = _exec(env, "--stateless", "--allow-domain", "example.com", "--", code)
     assert "network blocked: blocked.example.org" in done.stderr, done.stderr
-    data = json.loads(_exec(env, "--json", "--allow-domain", "example.com", "--", code).stdout)
+    data = json.loads(_exec(env, "--json", "--lang", "bash", "--allow-domain", "example.com",
+                            "--", "curl -s -o /dev/null http://blocked.example.org/").stdout)
     assert data["blocked_hosts"] == ["blocked.example.org"], data
 
 
@@ -107,6 +111,9 @@ def test_bad_flags_are_clear_errors(env: dict[str, str], tmp_path: Path) -> None
         (["--lang", "ruby", "--", "1"], "'ruby' is not one of"),
         (["--timeout-s", "0", "--", "1"], "--timeout-s"),
         (["--memory-mb", "1", "--", "1"], "--memory-mb"),
+        (["--env", "nope", "--", "1"], "environment 'nope' is not built"),
+        (["--env", "data", "--session", "api-0123456789abcdef", "--", "1"],
+         "--env applies to a new session"),
         ([], "no code to run"),
     ]
     script = tmp_path / "x.py"

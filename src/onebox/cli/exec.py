@@ -108,6 +108,9 @@ def _session_arg(value: str) -> str | None:
 
 
 def _run(settings: Settings, opts: ExecOptions) -> dict[str, Any]:
+    if opts.environment is not None and opts.session is not None:
+        common.fail("--env applies to a new session (a session keeps the environment it was "
+                    "created with): drop --env, or drop --session", code=2)
     server = _server_url(settings)
     if server is not None:
         return common.run_sync(lambda: _via_server(server, _api_key(settings), opts))
@@ -166,8 +169,10 @@ def announce(session_id: str, opts: ExecOptions) -> None:
 
 
 def _live(live: bool) -> dict[str, Any]:
-    if not live:
-        return {}
+    return live_callbacks() if live else {}
+
+
+def live_callbacks() -> dict[str, Any]:
     return {"on_stdout": _writer(sys.stdout), "on_stderr": _writer(sys.stderr),
             "on_result": show_result}
 

@@ -1,17 +1,21 @@
 """`onebox exec` without a server: the session service in this process, tenant `default`.
 
-Files persist in the session (the same rows and workspaces the API and snapshots know);
-interpreter state does not outlive the call, and the output prints when the call ends.
+Files persist in the session (the same rows and workspaces the API and snapshots know).
+Python runs in the session's interpreter, so the last expression's value and rich results
+come back as through a server, and output streams as it is printed; but the interpreter lives
+in this process, so its state does not outlive the call.
 """
 
 from __future__ import annotations
 
+import codecs
 from typing import TYPE_CHECKING, Any
 
 from onebox.cli import common
-from onebox.client.types import ExecResult
+from onebox.client.types import CellOutput, ExecResult
 from onebox.config import Settings
 from onebox.runtime import session_service as service
+from onebox.sandbox.base import CellOutput as SandboxOutput
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 
@@ -42,27 +46,47 @@ async def run_in_process(settings: Settings, opts: ExecOptions) -> dict[str, Any
     finally:
         await backend.close()
         await db.close()
-    return payload(ExecResult.from_json(data), session_id, "in-process")
+    printed = opts.live and opts.language == "python" and not opts.stateless
+    return payload(ExecResult.from_json(data), session_id, "in-process", printed=printed)
 
 
 async def _session(db: Database, backend: SandboxBackend, opts: ExecOptions) -> str:
-    if opts.environment is not None:
-        from onebox.errors import ValidationError
-
-        raise ValidationError("--env needs a running onebox server for now (`onebox serve`, "
-                              "or ONEBOX_URL): the in-process path runs without environments",
-                              field="--env")
     if opts.session is not None:
         await service.require_session(db, opts.session, TENANT)
         return opts.session
-    row = await service.create_session(db, backend, TENANT)
+    row = await service.create_session(db, backend, TENANT, environment=opts.environment)
     return str(row["id"])
 
 
 async def _execute(db: Database, backend: SandboxBackend, session_id: str,
                    opts: ExecOptions) -> dict[str, Any]:
+    if opts.language == "python" and not opts.stateless:
+        cell = await service.run_cell(
+            db, backend, session_id, code=opts.code, timeout_s=opts.timeout_s,
+            memory_mb=opts.memory_mb, allow_domains=opts.allow_domains, **_live(opts))
+        return service.cell_json(cell)
     result = await service.execute(
         db, backend, session_id, code=opts.code, language=opts.language,
         timeout_s=opts.timeout_s, memory_mb=opts.memory_mb, allow_domains=opts.allow_domains,
         stdin=None)
     return service.result_json(result)
+
+
+def _live(opts: ExecOptions) -> dict[str, Any]:
+    """Print the cell's output as it arrives (not with --json)."""
+    if not opts.live:
+        return {}
+    from onebox.cli.exec import live_callbacks
+
+    out = live_callbacks()
+    streams = {"stdout": out["on_stdout"], "stderr": out["on_stderr"]}
+    decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in streams}
+
+    def on_output(stream: str, data: bytes) -> None:
+        name = stream if stream in streams else "stderr"
+        streams[name](decoders[name].decode(data))
+
+    def on_result(output: SandboxOutput) -> None:
+        out["on_result"](CellOutput(dict(output.data), output.is_main_result))
+
+    return {"on_output": on_output, "on_result": on_result}
