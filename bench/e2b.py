@@ -88,7 +88,8 @@ def measure(url: str, key: str, n: int) -> dict[str, Any]:
         sbx.run_code("x = 41")
         client.post(f"/v1/sessions/{session}/execute", json={"code": "x = 41"})
         for _ in range(BLOCK):
-            e2b_call(), api_call()
+            e2b_call()
+            api_call()
         e2b, api = [], []
         for _ in range(max(1, n // BLOCK)):
             e2b += [_timed(e2b_call) for _ in range(BLOCK)]

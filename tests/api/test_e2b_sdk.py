@@ -8,6 +8,7 @@ thread while the server runs on the test's event loop.
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
@@ -59,8 +60,9 @@ async def test_lifecycle_create_info_list_timeout_connect_kill(e2b_env: Api) -> 
 
 
 async def test_files_write_read_list_remove_make_dir(e2b_env: Api) -> None:
-    from e2b import Sandbox
     from e2b.exceptions import InvalidArgumentException, NotFoundException
+
+    from e2b import Sandbox
 
     def flow() -> dict[str, Any]:
         sbx = Sandbox.create()
@@ -76,6 +78,11 @@ async def test_files_write_read_list_remove_make_dir(e2b_env: Api) -> None:
                 "exists": sbx.files.exists("/home/user/notes/a.txt"),
                 "info": sbx.files.get_info("/home/user/notes/a.txt"),
             }
+            many = sbx.files.write_files([{"path": "m/1.txt", "data": "one"},
+                                          {"path": "/home/user/m/2.txt", "data": b"two"}])
+            out["many"] = [(w.path, sbx.files.read(w.path)) for w in many]
+            out["fileobj"] = sbx.files.write("obj.txt", io.BytesIO(b"from a file object")).path
+            out["stream"] = b"".join(sbx.files.read("obj.txt", format="stream"))
             sbx.files.rename("/home/user/b.bin", "/home/user/notes/c.bin")
             sbx.files.remove("/home/user/notes/a.txt")
             out["after"] = sorted(e.name for e in sbx.files.list("/home/user/notes"))
@@ -95,6 +102,8 @@ async def test_files_write_read_list_remove_make_dir(e2b_env: Api) -> None:
     assert ("b.bin", "file", "/home/user/b.bin") in out["list"]
     assert out["exists"] and out["info"].size == 5
     assert out["after"] == ["c.bin"] and out["gone"] is False
+    assert out["many"] == [("/home/user/m/1.txt", "one"), ("/home/user/m/2.txt", "two")]
+    assert out["fileobj"] == "/home/user/obj.txt" and out["stream"] == b"from a file object"
 
 
 async def test_commands_foreground_streamed_and_background(e2b_env: Api) -> None:
@@ -118,9 +127,12 @@ async def test_commands_foreground_streamed_and_background(e2b_env: Api) -> None
             with pytest.raises(CommandExitException):
                 bg.wait()
             quick = sbx.commands.run("echo done", background=True).wait()
+            later = sbx.commands.run("echo $GREETING; sleep 1; echo bye", background=True,
+                                     envs={"GREETING": "hello"})
+            joined = sbx.commands.connect(later.pid).wait()
             return {"fg": fg, "chunks": chunks, "cwd": cwd, "exit": failed.value.exit_code,
                     "live": live, "bg_pid": bg.pid, "listed": listed, "killed": killed,
-                    "quick": quick}
+                    "quick": quick, "joined": joined}
         finally:
             sbx.kill()
 
@@ -132,6 +144,7 @@ async def test_commands_foreground_streamed_and_background(e2b_env: Api) -> None
     assert out["live"].stdout == "ready\ngo seen\n"  # 'ready' reached the SDK mid-command
     assert out["bg_pid"] in out["listed"] and out["killed"] is True
     assert out["quick"].stdout == "done\n"
+    assert out["joined"].exit_code == 0 and out["joined"].stdout.endswith("bye\n")
 
 
 WAIT_FOR_GO = """
@@ -172,11 +185,12 @@ async def test_run_code_state_streams_errors_and_rich_results(e2b_env: Api) -> N
             sbx.files.write("/home/user/in.txt", "from the SDK")
             live = sbx.run_code(WAIT_FOR_GO, on_stdout=lambda m: _go(sbx, m.line))
             reads = sbx.run_code("open('in.txt').read()")
+            envs = sbx.run_code("import os\nos.environ.get('COLOUR')", envs={"COLOUR": "teal"})
             with pytest.raises(SandboxException, match="language 'bash' is not supported"):
                 sbx.run_code("echo hi", language="bash")
             return {"first": first, "second": second, "printed": printed, "out": out,
                     "err": err, "failed": failed, "rich": rich, "reads": reads,
-                    "live": live}
+                    "live": live, "envs": envs}
         finally:
             sbx.kill()
 
@@ -194,6 +208,7 @@ async def test_run_code_state_streams_errors_and_rich_results(e2b_env: Api) -> N
     assert html[0].html == "<b>hi</b>" and not html[0].is_main_result
     assert out["rich"].results[-1].is_main_result and out["rich"].text == "{'a': 1}"
     assert out["reads"].text == "'from the SDK'"
+    assert out["envs"].text == "'teal'"
     assert out["live"].logs.stdout[-1] == "go seen\n"  # 'ready' reached the SDK mid-cell
 
 

@@ -20,6 +20,7 @@ from onebox.store.db import Database
 KILLED_EXIT = -1
 SCRIPT = 'cd -- "$ONEBOX_E2B_CWD" || exit 1\nexec bash -l -c "$ONEBOX_E2B_CMD"'
 Event = tuple[str, object]  # ("start", pid) | ("stdout"|"stderr", bytes) | ("end", ExitInfo)
+Listener = asyncio.Queue[tuple[str, bytes] | None]
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,27 @@ class E2bProcess:
     tenant_id: str
     cmd: str
     cwd: str
-    output: asyncio.Queue[tuple[str, bytes] | None] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[ExecResult] | None = None
+    ended: bool = False
+    listeners: list[Listener] = field(default_factory=list)
+
+    def subscribe(self) -> Listener:
+        """A queue of the output printed from now on, then None at the end."""
+        listener: Listener = asyncio.Queue()
+        if self.ended:
+            listener.put_nowait(None)
+        else:
+            self.listeners.append(listener)
+        return listener
+
+    def unsubscribe(self, listener: Listener) -> None:
+        if listener in self.listeners:
+            self.listeners.remove(listener)
+
+    def publish(self, item: tuple[str, bytes] | None) -> None:
+        self.ended = self.ended or item is None
+        for listener in self.listeners:
+            listener.put_nowait(item)
 
 
 class E2bProcesses:
@@ -49,20 +69,23 @@ class E2bProcesses:
         self._pids = itertools.count(1000)
 
     def start(self, db: Database, backend: SandboxBackend, *, session_id: str, tenant_id: str,
-              cmd: str, cwd: str, envs: dict[str, str], timeout_s: float | None) -> E2bProcess:
+              cmd: str, cwd: str, envs: dict[str, str],
+              timeout_s: float | None) -> tuple[E2bProcess, Listener]:
+        """The started command and its starter's listener (subscribed before any output)."""
         proc = E2bProcess(next(self._pids), session_id, tenant_id, cmd, cwd)
+        first = proc.subscribe()
         env = {**envs, "ONEBOX_E2B_CMD": cmd, "ONEBOX_E2B_CWD": cwd or "."}
         request = ExecRequest(
             session_id=session_id, code=SCRIPT, language="bash", env=env,
             limits=Limits(timeout_s=timeout_s),
-            on_output=lambda stream, data: proc.output.put_nowait((stream, data)))
+            on_output=lambda stream, data: proc.publish((stream, data)))
         proc.task = asyncio.create_task(_run(db, backend, request))
         proc.task.add_done_callback(lambda _t: self._ended(proc))
         self._by_pid[proc.pid] = proc
-        return proc
+        return proc, first
 
     def _ended(self, proc: E2bProcess) -> None:
-        proc.output.put_nowait(None)
+        proc.publish(None)
         self._by_pid.pop(proc.pid, None)
 
     def get(self, pid: int, session_id: str, tenant_id: str) -> E2bProcess | None:
@@ -94,12 +117,15 @@ async def _run(db: Database, backend: SandboxBackend, request: ExecRequest) -> E
     return await backend.execute(request)
 
 
-async def events(proc: E2bProcess) -> AsyncIterator[Event]:
-    """The command's start, its output as it comes, then its end."""
-    yield "start", proc.pid
-    while (item := await proc.output.get()) is not None:
-        yield item
-    yield "end", exit_info(proc.task)
+async def events(proc: E2bProcess, listener: Listener) -> AsyncIterator[Event]:
+    """The command's start, its output as it comes (to this listener), then its end."""
+    try:
+        yield "start", proc.pid
+        while (item := await listener.get()) is not None:
+            yield item
+        yield "end", exit_info(proc.task)
+    finally:
+        proc.unsubscribe(listener)
 
 
 def exit_info(task: asyncio.Task[ExecResult] | None) -> ExitInfo:

@@ -15,7 +15,7 @@ from onebox.api.e2b import connect
 from onebox.api.e2b.deps import ENVD_PORT, Target, target
 from onebox.errors import ValidationError
 from onebox.runtime import e2b_commands, e2b_files
-from onebox.runtime.e2b_commands import E2bProcess, ExitInfo
+from onebox.runtime.e2b_commands import E2bProcess, ExitInfo, Listener
 
 router = APIRouter(prefix="/e2b/sandbox/process.Process", tags=["e2b"], include_in_schema=False)
 SIGNALS = ("SIGNAL_SIGKILL", "SIGNAL_SIGTERM", 9, 15)
@@ -35,12 +35,13 @@ def _event(kind: str, value: object) -> dict[str, Any]:
     return {"event": {"data": {kind: base64.b64encode(value).decode()}}}
 
 
-async def _messages(proc: E2bProcess) -> AsyncIterator[dict[str, Any]]:
-    async for kind, value in e2b_commands.events(proc):
+async def _messages(proc: E2bProcess, listener: Listener) -> AsyncIterator[dict[str, Any]]:
+    async for kind, value in e2b_commands.events(proc, listener):
         yield _event(kind, value)
 
 
-def _start(t: Target, message: dict[str, Any], timeout_s: float | None) -> E2bProcess:
+def _start(t: Target, message: dict[str, Any],
+           timeout_s: float | None) -> tuple[E2bProcess, Listener]:
     if message.get("pty"):
         raise connect.RpcError("unimplemented", "PTYs are not supported by onebox; run the "
                                "command with commands.run() instead")
@@ -62,10 +63,11 @@ def _start(t: Target, message: dict[str, Any], timeout_s: float | None) -> E2bPr
 async def start(request: Request) -> Response:
     try:
         t = await target(request, ENVD_PORT)
-        proc = _start(t, await connect.stream_body(request), connect.timeout_s(request))
+        proc, listener = _start(t, await connect.stream_body(request),
+                                 connect.timeout_s(request))
     except Exception as exc:  # noqa: BLE001 - said as a Connect error at the stream's end
         return connect.error_stream(exc)
-    return connect.stream_response(_messages(proc))
+    return connect.stream_response(_messages(proc, listener))
 
 
 def _pid(message: dict[str, Any]) -> int:
@@ -86,7 +88,7 @@ async def reconnect(request: Request) -> Response:
             raise connect.RpcError("not_found", f"process {pid} is not running")
     except Exception as exc:  # noqa: BLE001 - said as a Connect error at the stream's end
         return connect.error_stream(exc)
-    return connect.stream_response(_messages(proc))
+    return connect.stream_response(_messages(proc, proc.subscribe()))
 
 
 async def _unary(request: Request) -> tuple[Target, dict[str, Any]]:
