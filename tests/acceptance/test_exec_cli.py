@@ -128,12 +128,12 @@ def test_bad_flags_are_clear_errors(env: dict[str, str], tmp_path: Path) -> None
 
 @pytest.fixture
 def server(settings: Settings, db_url: str) -> Iterator[dict[str, str]]:
-    """A running `onebox serve --no-auth` recording its address in ONEBOX_HOME."""
+    """A running `onebox up` (auth on) recording its address and first key in ONEBOX_HOME."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = _env(settings, db_url)
-    proc = subprocess.Popen([ONEBOX, "serve", "--no-auth", "--port", str(port)], env=env,
+    proc = subprocess.Popen([ONEBOX, "up", "--port", str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _wait_up(f"http://127.0.0.1:{port}", proc)
@@ -170,3 +170,6 @@ def test_exec_through_a_running_server(server: dict[str, str], settings: Setting
     assert raised.returncode == 1 and "ZeroDivisionError" in raised.stderr
     failing = _exec(server, "--session", session, "--", "import sys; sys.exit(4)")
     assert failing.returncode == 4
+    stranger = _exec({**server, "ONEBOX_API_KEY": "obx_wrong"}, "--", "print(1)")
+    assert stranger.returncode == 2 and "Traceback" not in stranger.stderr
+    assert "API key" in stranger.stderr or "unauthorized" in stranger.stderr.lower()
