@@ -6,7 +6,8 @@ Starts `onebox serve` (a subprocess, fresh ONEBOX_HOME, embedded PostgreSQL), ma
 sandbox through the SDK and one session through the API, warms both, then times N calls of
 each, alternating in blocks of 20 so drift on the machine hits both alike. Both clients are
 synchronous, in this process, over loopback. Writes bench/results/e2b.json.
-Run: .venv/bin/python bench/e2b.py [--n 300]
+Run: .venv/bin/python bench/e2b_compat.py [--n 300]
+(Not bench/e2b.py: a module named e2b beside the scripts would shadow the SDK.)
 """
 
 from __future__ import annotations
@@ -29,9 +30,6 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-# `python bench/e2b.py` puts bench/ first on sys.path, where this file would shadow the
-# `e2b` package the SDK imports; drop it (the imports below are all from site-packages).
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 ONEBOX = str(Path(sys.executable).with_name("onebox"))
 BLOCK = 20
 

@@ -60,9 +60,8 @@ async def test_lifecycle_create_info_list_timeout_connect_kill(e2b_env: Api) -> 
 
 
 async def test_files_write_read_list_remove_make_dir(e2b_env: Api) -> None:
-    from e2b.exceptions import InvalidArgumentException, NotFoundException
-
     from e2b import Sandbox
+    from e2b.exceptions import InvalidArgumentException, NotFoundException
 
     def flow() -> dict[str, Any]:
         sbx = Sandbox.create()
