@@ -227,3 +227,18 @@ async def test_a_sandbox_past_its_timeout_is_deleted(e2b_env: Api) -> None:
     sandbox_id, gone, listed = await sdk(flow)
     assert gone and sandbox_id not in listed
     assert not e2b_env.rt.backend.workspace(sandbox_id).exists()
+
+
+async def test_the_async_sdk_too(e2b_env: Api) -> None:
+    from e2b_code_interpreter import AsyncSandbox
+
+    sbx = await AsyncSandbox.create()
+    try:
+        await sbx.run_code("import math\nr = 2")
+        area = await sbx.run_code("math.pi * r ** 2")
+        await sbx.files.write("/home/user/a.txt", "async")
+        ran = await sbx.commands.run("cat a.txt")
+    finally:
+        await sbx.kill()
+    assert area.text is not None and area.text.startswith("12.566")
+    assert ran.stdout == "async"
