@@ -229,16 +229,18 @@ async def test_a_sandbox_past_its_timeout_is_deleted(e2b_env: Api) -> None:
     assert not e2b_env.rt.backend.workspace(sandbox_id).exists()
 
 
-async def test_the_async_sdk_too(e2b_env: Api) -> None:
+async def test_the_async_sdk_and_sandbox_envs(e2b_env: Api) -> None:
     from e2b_code_interpreter import AsyncSandbox
 
-    sbx = await AsyncSandbox.create()
+    sbx = await AsyncSandbox.create(envs={"STAGE": "test", "KEPT": "sandbox"})
     try:
         await sbx.run_code("import math\nr = 2")
         area = await sbx.run_code("math.pi * r ** 2")
         await sbx.files.write("/home/user/a.txt", "async")
-        ran = await sbx.commands.run("cat a.txt")
+        ran = await sbx.commands.run("cat a.txt; echo \" $STAGE $KEPT\"", envs={"KEPT": "call"})
+        cell = await sbx.run_code("import os\nos.environ['STAGE']")
     finally:
         await sbx.kill()
     assert area.text is not None and area.text.startswith("12.566")
-    assert ran.stdout == "async"
+    assert ran.stdout == "async test call\n"  # the sandbox's envs, the call's win
+    assert cell.text == "'test'"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,6 +33,7 @@ MAX_TIMEOUT_S = 24 * 3600
 MAX_METADATA_KEYS = 64
 MAX_METADATA_CHARS = 1024
 SWEEP_S = 1.0
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class E2bSandbox:
     started_at: datetime
     end_at: datetime | None
     metadata: dict[str, str] = field(default_factory=dict)
+    envs: dict[str, str] = field(default_factory=dict)  # for every command and cell in it
 
 
 class E2bSandboxes:
@@ -84,6 +87,15 @@ def check_metadata(metadata: dict[str, Any] | None) -> dict[str, str]:
     return items
 
 
+def check_envs(envs: dict[str, Any] | None) -> dict[str, str]:
+    items = dict(envs or {})
+    for name, value in items.items():
+        if not ENV_NAME.match(name) or not isinstance(value, str):
+            raise ValidationError(f"envs[{name!r}]: a name of letters, digits and '_' (not "
+                                  "first) and a string value", field=f"envs.{name}")
+    return items
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -91,14 +103,15 @@ def _now() -> datetime:
 async def create(
     db: Database, backend: SandboxBackend, table: E2bSandboxes, tenant_id: str, *,
     template: str, metadata: dict[str, Any] | None, timeout_s: int | None,
+    envs: dict[str, Any] | None = None,
 ) -> E2bSandbox:
     """A new session of the tenant, recorded as an E2B sandbox with its deadline."""
-    clean_metadata = check_metadata(metadata)
+    clean_metadata, clean_envs = check_metadata(metadata), check_envs(envs)
     deadline_s = check_timeout(timeout_s)
     row = await session_service.create_session(db, backend, tenant_id)
     now = _now()
     sandbox = E2bSandbox(row["id"], tenant_id, template, now, now + timedelta(seconds=deadline_s),
-                         clean_metadata)
+                         clean_metadata, clean_envs)
     table.put(sandbox)
     return sandbox
 

@@ -27,6 +27,7 @@ class NewSandbox(BaseModel):
     template_id: str = Field("base", alias="templateID", max_length=200)
     timeout: int | None = Field(None, ge=1, le=sandboxes.MAX_TIMEOUT_S)
     metadata: dict[str, str] | None = None
+    env_vars: dict[str, str] | None = Field(None, alias="envVars")
 
 
 class Timeout(BaseModel):
@@ -67,7 +68,8 @@ async def create(body: NewSandbox, request: Request, state: State,
                  caller: Caller) -> dict[str, Any]:
     sandbox = await sandboxes.create(
         state.db, state.backend, e2b_state(request).sandboxes, caller.tenant_id,
-        template=body.template_id, metadata=body.metadata, timeout_s=body.timeout)
+        template=body.template_id, metadata=body.metadata, timeout_s=body.timeout,
+        envs=body.env_vars)
     return _created(sandbox, request, state)
 
 

@@ -44,6 +44,7 @@ class Target:
     e2b: E2bState
     tenant_id: str
     sandbox_id: str
+    envs: dict[str, str]  # the sandbox's own (Sandbox.create(envs=...))
 
 
 def e2b_state(request: Request) -> E2bState:
@@ -89,5 +90,5 @@ async def target(request: Request, port: int) -> Target:
                               f"({ENVD_PORT}) and code interpreter ({INTERPRETER_PORT}) only",
                               field="E2b-Sandbox-Port")
     state = e2b_state(request)
-    await e2b_sandboxes.require(api.db, state.sandboxes, sandbox_id, tenant_id)
-    return Target(api, state, tenant_id, sandbox_id)
+    sandbox = await e2b_sandboxes.require(api.db, state.sandboxes, sandbox_id, tenant_id)
+    return Target(api, state, tenant_id, sandbox_id, sandbox.envs)

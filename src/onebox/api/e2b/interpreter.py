@@ -97,7 +97,7 @@ def _line(event: dict[str, Any]) -> list[dict[str, Any]]:
 async def _lines(t: Target, body: ExecuteBody) -> AsyncIterator[bytes]:
     async def call(on_output: OutputSink, on_result: Callable[[CellOutput], None]) -> CellResult:
         return await session_service.run_cell(
-            t.api.db, t.api.backend, t.sandbox_id, code=body.code, env=body.env_vars,
+            t.api.db, t.api.backend, t.sandbox_id, code=body.code, env={**t.envs, **(body.env_vars or {})},
             on_output=on_output, on_result=on_result)
 
     try:

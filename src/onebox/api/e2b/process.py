@@ -56,7 +56,7 @@ def _start(t: Target, message: dict[str, Any],
     cwd = e2b_files.to_workspace(config.get("cwd") or e2b_files.HOME, "process.cwd")
     return t.e2b.processes.start(
         t.api.db, t.api.backend, session_id=t.sandbox_id, tenant_id=t.tenant_id,
-        cmd=str(args[2]), cwd=cwd or ".", envs=envs, timeout_s=timeout_s)
+        cmd=str(args[2]), cwd=cwd or ".", envs={**t.envs, **envs}, timeout_s=timeout_s)
 
 
 @router.post("/Start")
