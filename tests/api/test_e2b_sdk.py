@@ -244,3 +244,20 @@ async def test_the_async_sdk_and_sandbox_envs(e2b_env: Api) -> None:
     assert area.text is not None and area.text.startswith("12.566")
     assert ran.stdout == "async test call\n"  # the sandbox's envs, the call's win
     assert cell.text == "'test'"
+
+
+async def test_a_file_object_over_the_json_bound_uploads(e2b_env: Api) -> None:
+    """A file object goes as one octet-stream body: an upload, bounded like multipart."""
+    from e2b import Sandbox
+
+    size = e2b_env.settings.api.max_request_bytes * 2
+
+    def flow() -> tuple[int, int]:
+        sbx = Sandbox.create()
+        try:
+            sbx.files.write("big.bin", io.BytesIO(b"z" * size))
+            return sbx.files.get_info("big.bin").size, len(sbx.files.read("big.bin", "bytes"))
+        finally:
+            sbx.kill()
+
+    assert await sdk(flow) == (size, size)

@@ -197,3 +197,19 @@ async def test_e2b_paths_stay_in_the_workspace_and_never_follow_symlinks(
         "absolute read": "InvalidArgumentException", "absolute write": "InvalidArgumentException",
         "absolute remove": "InvalidArgumentException", "outside cwd": "InvalidArgumentException",
         "leak listed as": "symlink"}
+
+
+async def test_an_octet_stream_body_is_an_upload_never_json(
+    live: tuple[str, dict[str, str]],
+) -> None:
+    """Raw bytes are bounded as uploads (for E2B's file objects), so a JSON route must not
+    read them as JSON: that would lift its 1 MiB bound (and the JSON depth check)."""
+    url, keys = live
+    code = json.dumps({"code": "print('ran')  # " + "x" * (2 << 20)}).encode()
+    async with httpx.AsyncClient(base_url=url, timeout=60,
+                                 headers={"Authorization": f"Bearer {keys['acme']}"}) as client:
+        session = (await client.post("/v1/sessions")).json()["id"]
+        response = await client.post(f"/v1/sessions/{session}/execute", content=code,
+                                     headers={"Content-Type": "application/octet-stream"})
+    assert response.status_code == 422, response.text[:300]
+    assert "ran" not in response.text

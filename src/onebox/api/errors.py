@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
               405: "method_not_allowed", 406: "not_acceptable", 409: "conflict",
               413: "request_too_large", 415: "unsupported_media_type", 422: "invalid_input"}
+# Bodies bounded by max_upload_bytes: multipart forms and raw file bytes (E2B's file-object
+# upload); a JSON route never parses an octet-stream body (FastAPI answers 422).
+UPLOAD_TYPES = (b"multipart/", b"application/octet-stream")
 
 
 class Unauthorized(OneboxError):
@@ -93,7 +96,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        is_upload = headers.get(b"content-type", b"").startswith(b"multipart/")
+        is_upload = headers.get(b"content-type", b"").startswith(UPLOAD_TYPES)
         limit = self.max_upload_bytes if is_upload else self.max_bytes
         declared = headers.get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
