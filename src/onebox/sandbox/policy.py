@@ -30,6 +30,8 @@ PATH = "/usr/local/bin:/usr/bin:/bin"
 ENVIRONMENT_DIR = "/opt/onebox/env"  # an environment layer, bound read-only, on PYTHONPATH
 
 # Host paths bound read-only when they exist; nothing else of the host is visible.
+# E2B's home: code written for E2B opens /home/user/<file>; it is the workspace here.
+HOME_ALIAS = "/home/user"
 SYSTEM_RO_PATHS: tuple[str, ...] = (
     "/usr",
     "/etc/alternatives",
@@ -242,6 +244,7 @@ def _mount_args(spec: BwrapSpec) -> list[str]:
     args += ["--proc", "/proc", *_proc_hardening(spec.layout), "--dev", "/dev"]
     args += _tmpfs("/tmp", spec.limits.disk_mb) + _tmpfs("/dev/shm", spec.limits.memory_mb)
     args += ["--bind-fd", str(spec.workspace_fd), WORKSPACE]
+    args += ["--dir", "/home", "--symlink", WORKSPACE, HOME_ALIAS]
     args += ["--ro-bind-fd", str(spec.run_dir_fd), RUN_DIR]
     if spec.environment_fd is not None:
         args += ["--ro-bind-fd", str(spec.environment_fd), ENVIRONMENT_DIR]
