@@ -4,12 +4,14 @@ loopback port, real TCP, the real database, sandbox and worker."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 import zipfile
@@ -138,6 +140,74 @@ def test_events_stream_live_output_and_resume_after_a_seq(client: Client) -> Non
     middle = events[len(events) // 2].seq
     resumed = list(client.runs.events(run_id, after=middle))
     assert [e.seq for e in resumed] == [e.seq for e in events if e.seq > middle]
+
+
+class CuttingProxy:
+    """A TCP proxy in front of the server that cuts the first event stream it carries in
+    the middle of the response, after its first event id: a dropped connection, for real."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.cuts = 0
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        self.sockets += [client, upstream]
+        request = client.recv(65536)
+        upstream.sendall(request)
+        cut = b"/events/stream" in request and self.cuts == 0
+        threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+        seen = b""
+        with client, upstream, contextlib.suppress(OSError):
+            while chunk := upstream.recv(65536):
+                if cut and b"id: " in seen + chunk:
+                    client.sendall(chunk[: (seen + chunk).index(b"id: ") - len(seen) + 8])
+                    self.cuts += 1
+                    client.shutdown(socket.SHUT_RDWR)  # FIN now (the pump thread holds it)
+                    upstream.shutdown(socket.SHUT_RDWR)
+                    return
+                seen += chunk
+                client.sendall(chunk)
+
+    @staticmethod
+    def _pump(client: socket.socket, upstream: socket.socket) -> None:
+        try:
+            while chunk := client.recv(65536):
+                upstream.sendall(chunk)
+        except OSError:
+            pass
+
+
+def test_a_dropped_event_stream_resumes_with_no_gap_and_no_duplicate(client: Client,
+                                                                     server: Server) -> None:
+    run_id = client.runs.submit(plan=LOGS).run_id
+    direct = [e.seq for e in client.runs.events(run_id)]
+    proxy = CuttingProxy(int(server.url.rsplit(":", 1)[1]))
+    try:
+        with Client(f"http://127.0.0.1:{proxy.port}", server.key) as through:
+            resumed = [e.seq for e in through.runs.events(run_id)]
+    finally:
+        proxy.close()
+    assert proxy.cuts == 1
+    assert resumed == direct
 
 
 def test_session_exec_keeps_state_and_streams(client: Client) -> None:

@@ -69,3 +69,16 @@ def test_exit_codes_of_interpreter_results() -> None:
     assert code(ok=False, error={"name": "SystemExit", "value": "", "traceback": ""}) == 0
     assert code(ok=False, timed_out=True, exit_code=None) == 124
     assert code(ok=False, exit_code=5) == 5
+
+
+def test_a_cut_event_does_not_advance_the_resume_point() -> None:
+    parser = spec.SseParser()
+    for line in ("id: 3", "event: a", 'data: {"seq": 3}', ""):
+        parser.feed(line)
+    parser.feed("id: 4")
+    parser.feed("event: b")  # the connection drops here
+    parser.reset()
+    assert parser.last_id == 3
+    assert parser.feed('data: {"seq": 5}') is None
+    event = parser.feed("")
+    assert event is not None and event.type == "message" and event.seq == 5

@@ -156,6 +156,7 @@ class Runs:
         parser, failures = spec.SseParser(), 0
         parser.last_id = after
         while True:
+            parser.reset()
             call = Call("GET", f"/v1/runs/{seg(run_id)}/events/stream",
                         headers={"Last-Event-ID": str(parser.last_id or 0)})
             try:

@@ -108,9 +108,14 @@ class SseParser:
     """Server-sent events, line by line: yields an Event per blank-line-terminated block."""
 
     def __init__(self) -> None:
-        self.last_id: int | None = None
+        self.last_id: int | None = None  # of the last event dispatched whole
+        self._id: int | None = None
         self._type = "message"
         self._data: list[str] = []
+
+    def reset(self) -> None:
+        """A new connection: a block the old one cut short is dropped, not merged."""
+        self._type, self._data, self._id = "message", [], None
 
     def feed(self, line: str) -> Event | None:
         if line == "":
@@ -124,11 +129,13 @@ class SseParser:
         elif name == "data":
             self._data.append(value)
         elif name == "id" and value.isdigit():
-            self.last_id = int(value)
+            self._id = int(value)
         return None
 
     def _dispatch(self) -> Event | None:
         kind, data, self._type, self._data = self._type, self._data, "message", []
+        if self._id is not None:  # the id counts once its event is whole (a cut stream
+            self.last_id, self._id = self._id, None  # resumes before a half-read event)
         if not data:
             return None
         parsed = json.loads("\n".join(data))
