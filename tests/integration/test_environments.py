@@ -8,9 +8,9 @@ import pytest
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.errors import Conflict, ValidationError
+from onebox.runtime import e2b_sandboxes, session_service
 from onebox.runtime import environments as envs
 from onebox.runtime import runs as runs_api
-from onebox.runtime import session_service
 from onebox.runtime.env_layers import private_index_addresses
 from onebox.runtime.profiles import (
     delete_profile,
@@ -114,3 +114,18 @@ async def test_a_profiles_environment_reaches_its_steps_and_blocks_rm(
     assert not layer_dir.exists()
     with pytest.raises(ValidationError, match="onebox env build tiny"):
         await envs.layer(db, settings, "default", "tiny")
+
+
+async def test_an_e2b_template_names_a_built_environment(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    assert (await envs.build(db, backend, settings, "default", "tiny", ["six"]))["status"] \
+        == "READY"
+    table = e2b_sandboxes.E2bSandboxes()
+    for template, imports in (("tiny", True), ("code-interpreter-v1", False)):
+        sandbox = await e2b_sandboxes.create(db, backend, table, "default", template=template,
+                                             metadata=None, timeout_s=60)
+        result = await session_service.execute(
+            db, backend, sandbox.sandbox_id, code=IMPORT_SIX, language="python", timeout_s=30,
+            memory_mb=None, allow_domains=[], stdin=None)
+        assert result.ok, result.stderr
+        assert ("/opt/onebox/env/six.py" in result.stdout) is imports, template

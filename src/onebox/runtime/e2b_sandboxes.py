@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from onebox.errors import NotFound, ValidationError
-from onebox.runtime import session_service
+from onebox.runtime import environments, session_service
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 
@@ -108,12 +108,22 @@ async def create(
     """A new session of the tenant, recorded as an E2B sandbox with its deadline."""
     clean_metadata, clean_envs = check_metadata(metadata), check_envs(envs)
     deadline_s = check_timeout(timeout_s)
-    row = await session_service.create_session(db, backend, tenant_id)
+    row = await session_service.create_session(
+        db, backend, tenant_id, environment=await environment_of(db, tenant_id, template))
     now = _now()
     sandbox = E2bSandbox(row["id"], tenant_id, template, now, now + timedelta(seconds=deadline_s),
                          clean_metadata, clean_envs)
     table.put(sandbox)
     return sandbox
+
+
+async def environment_of(db: Database, tenant_id: str, template: str) -> str | None:
+    """An E2B template names one of the tenant's built environments (``Sandbox.create("data")``
+    runs with the ``data`` layer); any other name (E2B's ``base``, ``code-interpreter-v1``)
+    runs on the plain sandbox."""
+    built = {row["name"] for row in await environments.list_environments(db, tenant_id)
+             if row["status"] == "READY"}
+    return template if template in built else None
 
 
 async def require(db: Database, table: E2bSandboxes, sandbox_id: str,
