@@ -148,9 +148,14 @@ async def test_gc_reports_and_deletes_unreferenced_objects(
 async def test_restore_into_a_new_sandbox_session(settings: Settings,
                                                   recorded: dict[str, Any]) -> None:
     data = await onebox_json(settings, "snapshot", "restore", str(recorded["post"]),
-                             "--session", "restored-1")
-    assert data["session_id"] == "restored-1" and data["file_count"] == 1
+                             "--session")
+    assert data["session_id"].startswith("api-") and data["file_count"] == 1
     assert (Path(data["into"]) / "out.txt").read_text() == "42"
     assert Path(data["into"]).parent == settings.workspaces_dir.resolve()
+    # The session is one `onebox exec` (and the API) knows: the docs' promise.
+    code, printed, err = await onebox(settings, "exec", "--session", data["session_id"],
+                                      "--json", "--", "print(open('out.txt').read())")
+    assert code == 0, err
+    assert json.loads(printed)["stdout"] == "42\n"
     code, _, err = await onebox(settings, "snapshot", "restore", str(recorded["post"]))
     assert code == 2 and "--into" in err

@@ -9,6 +9,7 @@ in this process, so its state does not outlive the call.
 from __future__ import annotations
 
 import codecs
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from onebox.cli import common
@@ -33,6 +34,10 @@ async def run_in_process(settings: Settings, opts: ExecOptions) -> dict[str, Any
 
     db = await Database.open(settings)
     backend = get_backend(settings)
+    if not backend.has_interpreter and opts.language == "python" and not opts.stateless:
+        common.err.print(f"onebox exec: the {backend.name!r} sandbox has no interpreter; "
+                         "running the code stateless", markup=False, soft_wrap=True)
+        opts = replace(opts, stateless=True)
     try:
         session_id = await _session(db, backend, opts)
         announce(session_id, opts)

@@ -140,15 +140,16 @@ def diff_cmd(before_id: str, after_id: str, as_json: bool) -> None:
 @click.argument("snapshot_id")
 @click.option("--into", "into", type=click.Path(path_type=Path),
               help="an empty or new directory")
-@click.option("--session", "session_id", default=None,
-              help="a new sandbox session to open with the snapshot as its workspace")
+@click.option("--session", "new_session", is_flag=True,
+              help="open a new sandbox session (tenant default) with the snapshot as its "
+                   "workspace, and print its id for `onebox exec --session ID`")
 @json_option
-def restore_cmd(snapshot_id: str, into: Path | None, session_id: str | None,
+def restore_cmd(snapshot_id: str, into: Path | None, new_session: bool,
                 as_json: bool) -> None:
     """Recreate a snapshot in a directory (--into) or a new sandbox session (--session),
     verifying every object's sha256."""
-    if (into is None) == (session_id is None):
-        fail("give exactly one of --into DIR or --session NAME", code=2)
+    if (into is None) != new_session:
+        fail("give exactly one of --into DIR or --session", code=2)
     cfg = settings()
 
     async def go() -> dict[str, Any]:
@@ -156,7 +157,7 @@ def restore_cmd(snapshot_id: str, into: Path | None, session_id: str | None,
             if into is not None:
                 report = await archive.restore_snapshot(db, store, snapshot_id, into)
                 return _restored(report, None)
-            return await _restore_session(cfg, db, store, snapshot_id, session_id or "")
+            return await _restore_session(cfg, db, store, snapshot_id)
 
     data = run(go())
     if as_json:
@@ -166,22 +167,27 @@ def restore_cmd(snapshot_id: str, into: Path | None, session_id: str | None,
     out.print(f"restored {data['file_count']} files ({_size(data['bytes'])}) into {where}")
     for path in data["skipped_symlinks"]:
         out.print(f"[yellow]skipped symlink pointing outside the directory:[/] {path}")
+    if data["session_id"]:
+        out.print(f"run code in it: onebox exec --session {data['session_id']} -- CODE")
 
 
 async def _restore_session(
-    cfg: Settings, db: Database, store: ObjectStore, snapshot_id: str, session_id: str
+    cfg: Settings, db: Database, store: ObjectStore, snapshot_id: str
 ) -> dict[str, Any]:
+    """Through the sessions service: the session is one the API, `onebox exec` and the E2B
+    endpoints know (a row of tenant default), not a bare sandbox directory."""
+    from onebox.runtime import session_service
     from onebox.sandbox.registry import get_backend
-    from onebox.snapshots.replay import restore_into_session
 
     backend = get_backend(cfg)
     try:
-        opened_session = await restore_into_session(db, store, backend, snapshot_id,
-                                                    session_id=session_id)
+        opened = await session_service.restore_to_session(db, store, backend, snapshot_id,
+                                                          "default")
     finally:
         await backend.close()
-    assert opened_session.report is not None
-    return _restored(opened_session.report, opened_session.session_id)
+    return {"sha256": opened["sha256"], "into": opened["workspace"],
+            "session_id": opened["session"]["id"], "file_count": opened["file_count"],
+            "bytes": opened["bytes"], "skipped_symlinks": opened["skipped_symlinks"]}
 
 
 def _restored(report: RestoreReport, session_id: str | None) -> dict[str, Any]:

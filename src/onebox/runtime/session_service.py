@@ -162,13 +162,16 @@ async def snapshot_tarball(store: ObjectStore, snapshot: dict[str, Any]) -> Asyn
 
 
 async def restore_to_session(
-    db: Database, store: ObjectStore, backend: SandboxBackend, snapshot_id: uuid.UUID,
+    db: Database, store: ObjectStore, backend: SandboxBackend, snapshot_id: uuid.UUID | str,
     tenant_id: str,
 ) -> dict[str, Any]:
-    """A new session of the tenant whose workspace holds the snapshot."""
+    """A new session of the tenant whose workspace holds the snapshot (an id or a unique
+    prefix of one)."""
     session = await create_session(db, backend, tenant_id)
     restored = await restore_into_session(db, store, backend, snapshot_id,
                                           session_id=session["id"])
     report = restored.report
     return {"session": session, "file_count": report.file_count if report else 0,
-            "bytes": report.bytes if report else 0}
+            "bytes": report.bytes if report else 0, "workspace": str(restored.workspace),
+            "skipped_symlinks": list(report.skipped_symlinks) if report else [],
+            "sha256": report.sha256 if report else None}

@@ -220,6 +220,7 @@ class SandboxBackend(abc.ABC):
     name: ClassVar[str] = ""
     isolation: ClassVar[str] = "none"
     supports_network: ClassVar[bool] = False
+    has_interpreter: ClassVar[bool] = False  # run_cell works (a long-lived interpreter)
 
     @abc.abstractmethod
     async def execute(self, request: ExecRequest) -> ExecResult:

@@ -82,6 +82,7 @@ class BwrapSandbox(SandboxBackend):
     name = "linux"
     isolation = "namespaces"
     supports_network = True
+    has_interpreter = True
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
