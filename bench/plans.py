@@ -34,11 +34,11 @@ from typing import Any
 from rich.console import Console
 
 from onebox.agent.plan import parse_plan
-from onebox.api.runs import run_detail
 from onebox.bounds import load_yaml, raw_json_too_deep
 from onebox.cli.render import timeline
 from onebox.config import Settings, load_settings
 from onebox.errors import ValidationError
+from onebox.runtime.run_service import run_detail
 from onebox.runtime.runs import run_timeline
 from onebox.runtime.schedule import PlanIndex
 from onebox.runtime.submit import submit_plan

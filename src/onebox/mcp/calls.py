@@ -13,11 +13,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from onebox.api import knowledge as tenant_knowledge
-from onebox.api import runs as tenant_runs
 from onebox.errors import ValidationError
+from onebox.knowledge import tenant_service as tenant_knowledge
 from onebox.mcp.state import McpState
 from onebox.runtime import run_files, run_outputs
+from onebox.runtime import run_service as tenant_runs
 from onebox.runtime import runs as runtime_runs
 from onebox.runtime import session_service as sessions
 from onebox.runtime.cell_stream import cell_json

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from onebox.api import knowledge as api_knowledge
+from onebox.knowledge import tenant_service as api_knowledge
 from onebox.knowledge.service import Knowledge
 from onebox.store.db import Database, migrations
 

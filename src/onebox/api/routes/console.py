@@ -12,12 +12,12 @@ from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 
 from onebox.agent.plan import parse_plan
-from onebox.api import runs as service
 from onebox.api.auth import Caller, State
 from onebox.api.schemas import Body, text
 from onebox.bounds import load_yaml
 from onebox.errors import PlanError
 from onebox.runtime import console_views, run_files, workspace_diff
+from onebox.runtime import run_service as service
 
 router = APIRouter(tags=["console"])
 CallId = Annotated[int, PathParam(ge=1, le=2**62)]

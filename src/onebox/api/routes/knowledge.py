@@ -8,10 +8,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Query, Response, UploadFile
 
-from onebox.api import knowledge as service
 from onebox.api.auth import Caller, State
 from onebox.api.schemas import AddDocument, CacheLookup, Compact, Recall, Remember, Search
 from onebox.errors import ValidationError
+from onebox.knowledge import tenant_service as service
 
 router = APIRouter()
 Collection = Annotated[str, Form(min_length=1, max_length=120)]

@@ -14,7 +14,6 @@ from fastapi import Path as PathParam
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 
-from onebox.api import runs as service
 from onebox.api.auth import Caller, State
 from onebox.api.errors import body as error_body
 from onebox.api.events import Recheck, run_event_stream
@@ -23,6 +22,7 @@ from onebox.api.state import ApiState
 from onebox.errors import ValidationError
 from onebox.runtime import api_keys, event_log, run_outputs, tenant_sessions
 from onebox.runtime import run_files as inputs_of
+from onebox.runtime import run_service as service
 from onebox.runtime import runs as runtime_runs
 from onebox.runtime import session_service as sessions
 from onebox.runtime.api_keys import Principal

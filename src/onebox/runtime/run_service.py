@@ -1,4 +1,4 @@
-"""Runs as the API shows them: tenant checks, filters, and one run with its plan, steps and warnings.
+"""Runs as every front door shows them (HTTP, MCP): tenant checks, filters, and one run with its plan, steps and warnings.
 
 Everything here reads; state changes go through :mod:`onebox.runtime.runs`.
 """
