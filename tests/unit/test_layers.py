@@ -1,7 +1,8 @@
 """The layers hold: each package imports only what lies below it.
 
-    api/ cli/  ->  runtime/  ->  snapshots/  ->  sandbox/ store/ objects/ llm/
-                               agent/ (pure)
+    api/ cli/ mcp/  ->  runtime/  ->  snapshots/  ->  sandbox/ store/ objects/ llm/
+                                    agent/ (pure)
+    client/ (the SDK): HTTP only
 
 The sandbox runs code and touches files; it knows nothing of the database, the
 runs or the agent. The store is SQL: it neither calls the model nor knows the
@@ -32,6 +33,11 @@ RULES: dict[str, frozenset[str]] = {
                         "snapshots"}),
     "agent": frozenset({"store", "runtime", "sandbox", "api", "cli", "knowledge", "snapshots",
                         "llm.openai", "llm.registry"}),
+    # Front doors call the services, never another door (MCP once reached into api/).
+    "mcp": frozenset({"api", "cli"}),
+    # The SDK speaks HTTP only: no server module, so `from onebox import Client` stays light.
+    "client": frozenset({"store", "runtime", "sandbox", "api", "cli", "knowledge", "snapshots",
+                         "agent", "llm", "mcp", "objects"}),
 }
 MODEL_CALLS = frozenset({"complete", "chat", "embed", "embed_queries", "embed_passages"})
 
