@@ -80,7 +80,7 @@ def test_json_has_every_field(env: dict[str, str]) -> None:
 
 
 def test_blocked_hosts_are_reported(env: dict[str, str]) -> None:
-    """One-shot runs report them (the interpreter's CellResult has no such field yet)."""
+    """One-shot runs and interpreter cells report them."""
     code = ("import urllib.request\ntry:\n    urllib.request.urlopen("
             "'http://blocked.example.org/', timeout=5)\nexcept Exception as e:\n"
             "    print(type(e).__name__)")
@@ -89,6 +89,8 @@ def test_blocked_hosts_are_reported(env: dict[str, str]) -> None:
     data = json.loads(_exec(env, "--json", "--lang", "bash", "--allow-domain", "example.com",
                             "--", "curl -s -o /dev/null http://blocked.example.org/").stdout)
     assert data["blocked_hosts"] == ["blocked.example.org"], data
+    cell = json.loads(_exec(env, "--json", "--allow-domain", "example.com", "--", code).stdout)
+    assert cell["blocked_hosts"] == ["blocked.example.org"] and "results" in cell, cell
 
 
 def test_a_kept_session_keeps_its_files(env: dict[str, str], settings: Settings,

@@ -12,6 +12,7 @@ import asyncio
 import codecs
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict
 from typing import Any
 
 from onebox.sandbox.base import CellOutput, CellResult, OutputSink
@@ -37,6 +38,7 @@ def cell_json(result: CellResult) -> dict[str, Any]:
         "files_written": [{"path": f.path, "change": f.change, "size": f.size}
                           for f in result.files_written],
         "truncated": result.truncated, "ok": result.ok,
+        "blocked_network": [asdict(b) for b in result.blocked_network],
     }  # fmt: skip
 
 

@@ -199,6 +199,7 @@ class CellResult:
     memory_peak_mb: float | None = None
     files_written: tuple[FileChange, ...] = ()
     truncated: bool = False
+    blocked_network: tuple[BlockedAttempt, ...] = ()  # refused by the egress proxy this call
 
     @property
     def ok(self) -> bool:

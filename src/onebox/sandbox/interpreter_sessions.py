@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from onebox.sandbox import policy
@@ -54,16 +55,20 @@ class SessionInterpreters:
             self._live[request.session_id] = interp
         before = await state(session.path)
         interp.reset_peak()
+        egress = interp.blocked.egress
+        seen = len(egress.attempts()) if egress is not None else 0
         started = time.monotonic()
         cell = await interp.run(request, limits)
         duration_ms = round((time.monotonic() - started) * 1000, 3)
+        blocked = egress.attempts()[seen:] if egress is not None else ()
         memory_peak_mb = interp.memory_peak_mb()
         if cell.lost is not None:
             await self.stop(request.session_id, cell.lost,
                             f"the previous interpreter was killed: {interp.kill_reason}")
         changes = await changes_since(session.path, before)
         lost = cell.lost or restarted
-        return _result(cell, lost, duration_ms, memory_peak_mb, changes.files)
+        return replace(_result(cell, lost, duration_ms, memory_peak_mb, changes.files),
+                       blocked_network=blocked)
 
     async def _restart_reason(self, request: CellRequest, limits: policy.ResolvedLimits,
                               session: Session, reset: bool) -> str | None:
