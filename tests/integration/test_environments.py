@@ -3,6 +3,8 @@ and a plan step, read-only inside; same list reuses; bad package -> FAILED with 
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from onebox.agent.plan import parse_plan
@@ -129,3 +131,22 @@ async def test_an_e2b_template_names_a_built_environment(
             memory_mb=None, allow_domains=[], stdin=None)
         assert result.ok, result.stderr
         assert ("/opt/onebox/env/six.py" in result.stdout) is imports, template
+
+
+async def test_a_matplotlib_figure_comes_back_as_a_png_result(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    """The interpreter's rich output for the case users meet first: a plot, in a session
+    with an environment that has matplotlib (built from PyPI like `data`)."""
+    built = await envs.build(db, backend, settings, "default", "plots", ["matplotlib"])
+    assert built["status"] == "READY", built["log_tail"]
+    session = await session_service.create_session(db, backend, "default", environment="plots")
+    cell = await session_service.run_cell(
+        db, backend, session["id"], timeout_s=60,
+        code="import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t')\n"
+             "plt.show()")
+    assert cell.ok, (cell.error, cell.stderr)
+    pngs = [base64.b64decode(r.data["image/png"]) for r in cell.results if "image/png" in r.data]
+    assert len(pngs) == 1 and pngs[0].startswith(b"\x89PNG\r\n\x1a\n") and len(pngs[0]) > 1000
+    after = await session_service.run_cell(db, backend, session["id"],
+                                           code="len(plt.get_fignums())")
+    assert [r.data for r in after.results] == [{"text/plain": "0"}]  # shown once, then closed
