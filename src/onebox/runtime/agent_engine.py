@@ -45,7 +45,12 @@ from onebox.agent.state import AgentConfig
 from onebox.config import Settings
 from onebox.runtime.archive import finish_run
 from onebox.runtime.profiles import needs_model
-from onebox.runtime.submit import create_plan_version_once, queue_attempt, request_approval
+from onebox.runtime.submit import (
+    create_plan_version_once,
+    queue_attempt,
+    request_approval,
+    run_session_id,
+)
 from onebox.store import runs as store
 
 STORED_ACTION_KEYS = ("id", "type", "decision", "step_id", "instance", "attempt", "purpose",
@@ -268,6 +273,7 @@ async def queue_action(conn: store.Conn, run: store.Row, action: Action,
     attempt = (last["attempt"] if last else 0) + 1
     base = {"run_id": run["id"], "plan_id": plan_id, "trace_id": run["trace_id"],
             "step_id": step_id, "step_number": number, "tool_name": tool_of(action, spec),
+            "session_id": run_session_id(run),
             "input_hash": canonical_hash(_action_input(action)),
             "max_attempts": 1 if hold else attempt + _config_of(run).max_attempts - 1,
             "needs_model": needs_model(run.get("profile")) if isinstance(action, CallModel)
@@ -281,7 +287,7 @@ async def requeue(conn: store.Conn, row: store.Row, *, delay_s: float) -> uuid.U
     """The same action once more, as the row's next attempt (its worker was lost, or the
     model provider failed)."""
     base = {k: row[k] for k in ("run_id", "plan_id", "trace_id", "step_id", "step_number",
-                                "tool_name", "input_hash", "max_attempts", "needs_model")}
+                                "tool_name", "input_hash", "max_attempts", "needs_model", "session_id")}
     return await queue_attempt(conn, base, attempt=row["attempt"] + 1, delay_s=delay_s,
                                details={k: row["details"][k] for k in ("action_id", "decision")
                                         if k in row["details"]})

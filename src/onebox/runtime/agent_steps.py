@@ -49,7 +49,7 @@ from onebox.runtime.model_calls import call_model
 from onebox.runtime.profiles import allowed_tools, with_instructions, with_profile_defaults
 from onebox.runtime.sessions import touch_session
 from onebox.runtime.step_context import sandbox_facts, with_catalog_names, workspace_listing
-from onebox.runtime.submit import session_id_for
+from onebox.runtime.submit import run_session_id
 from onebox.runtime.tools import expand_tool_step, lookup_tools
 from onebox.sandbox import hostfs
 from onebox.sandbox.base import ExecRequest
@@ -147,7 +147,7 @@ class AgentWork:
         argv = ("bash", "-n", "/dev/stdin") if action.language == "bash" \
             else ("node", "--check", "/dev/stdin")
         result = await self.backend.execute(ExecRequest(
-            session_id=session_id_for(run["id"]), argv=argv, stdin=action.code.encode(),
+            session_id=run_session_id(run), argv=argv, stdin=action.code.encode(),
             trace_id=run["trace_id"]))
         text = (result.stderr or result.stdout).strip()[:2000]
         return Performed(CheckResult(action.id, result.ok, text),

@@ -64,6 +64,12 @@ def session_id_for(run_id: uuid.UUID) -> str:
     return f"run-{run_id}"
 
 
+def run_session_id(run: Mapping[str, Any]) -> str:
+    """The session a run's steps use: its thread's when the run is a thread's turn (the
+    workspace persists between turns), else the run's own."""
+    return str((run.get("request") or {}).get("session_id") or session_id_for(run["id"]))
+
+
 async def submit_plan(
     db: Database,
     settings: Settings,
@@ -372,7 +378,8 @@ async def queue_attempt(
         "max_attempts": base["max_attempts"],
     }
     await store.execute(conn, "insert_step", {
-        **base, "id": execution_id, "session_id": session_id_for(base["run_id"]),
+        **base, "id": execution_id,
+        "session_id": base.get("session_id") or session_id_for(base["run_id"]),
         "attempt": attempt, "delay_s": delay_s, "waiting_for": "approval" if hold else None,
         "needs_model": base.get("needs_model"),
         "details": Jsonb(details or {}), "payload": Jsonb(payload),

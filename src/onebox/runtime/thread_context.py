@@ -1,0 +1,163 @@
+"""What a thread's turn sees: a context built from memory, not from the whole history.
+
+:func:`build_context` is pure (no database, no model, no clock): given the profile's
+instructions, the thread's rolling summary, the memories recalled for the message, the last
+turns and the workspace's files, it fills a token budget in a fixed order of priority and
+returns every part with its token count. The I/O that gathers those inputs lives in
+:mod:`onebox.runtime.threads`; a bench feeds this function directly.
+
+Priority when the budget is short (each part is cut or dropped, never the message):
+the message, the instructions, the newest turn, the recalled memories, the summary, the
+older recent turns, the files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from onebox.llm.embedding import estimate_tokens
+
+DEFAULT_BUDGET_TOKENS = 4000
+RECENT_TURNS = 4
+MAX_LISTED_FILES = 50
+PART_ORDER = ("instructions", "summary", "memories", "recent", "files", "message")
+TITLES = {"summary": "Summary of the earlier conversation",
+          "memories": "Facts remembered from earlier turns (with the date each was learned)",
+          "recent": "The last turns, verbatim", "files": "Files in the workspace",
+          "message": "The user's message (answer this)"}
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One earlier turn: what the user said and what the agent answered."""
+
+    number: int
+    message: str
+    answer: str | None = None
+
+
+@dataclass(frozen=True)
+class RecalledMemory:
+    """A memory recalled for the message, with the date it became true."""
+
+    id: str
+    content: str
+    valid_from: datetime
+
+
+@dataclass(frozen=True)
+class ContextPart:
+    """One part of the context: its text, its token count and what it was built from
+    (memory ids, turn numbers, file paths, the summary version)."""
+
+    name: str
+    text: str
+    tokens: int
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    parts: tuple[ContextPart, ...]
+    budget_tokens: int
+    summary_version: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # part -> items left out
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(p.tokens for p in self.parts)
+
+    def part(self, name: str) -> ContextPart | None:
+        return next((p for p in self.parts if p.name == name), None)
+
+    def render(self, *, skip: Sequence[str] = ("instructions",)) -> str:
+        """The context as the task text of the turn's run. The profile's instructions are
+        skipped by default: every model call of the run gets them as its system prompt."""
+        ordered = sorted(self.parts, key=lambda p: PART_ORDER.index(p.name))
+        return "\n\n".join(f"## {TITLES.get(p.name, p.name)}\n{p.text}" for p in ordered
+                           if p.name not in skip and p.text)
+
+    def to_record(self) -> dict[str, Any]:
+        """What is stored per turn (``thread_turns.context``): ids and counts, not text."""
+        return {"budget_tokens": self.budget_tokens, "total_tokens": self.total_tokens,
+                "summary_version": self.summary_version, "dropped": dict(self.dropped),
+                "parts": {p.name: {"tokens": p.tokens, "sources": list(p.sources)}
+                          for p in self.parts}}
+
+
+def build_context(
+    *, message: str, instructions: str = "", summary: str = "", summary_version: int = 0,
+    memories: Sequence[RecalledMemory] = (), recent: Sequence[Turn] = (),
+    files: Sequence[tuple[str, int | None]] = (), budget_tokens: int = DEFAULT_BUDGET_TOKENS,
+    recent_turns: int = RECENT_TURNS,
+) -> Context:
+    """The turn's context within ``budget_tokens`` (see the module docstring for the order)."""
+    fill = _Filler(budget_tokens)
+    fill.whole("message", message.strip(), ())
+    fill.clipped("instructions", instructions.strip(), ())
+    newest = list(recent)[-recent_turns:]
+    turns = fill.items("recent", [(_turn_text(t), f"turn:{t.number}") for t in newest[-1:]])
+    fill.items("memories", [(_memory_text(m), m.id) for m in memories])
+    fill.clipped("summary", summary.strip(), (f"summary:v{summary_version}",) if summary else ())
+    older = [(_turn_text(t), f"turn:{t.number}") for t in reversed(newest[:-1])]
+    fill.items("recent", older, before=turns)
+    fill.items("files", [(f"- {p}" + (f" ({s} bytes)" if s is not None else ""), p)
+                         for p, s in list(files)[:MAX_LISTED_FILES]])
+    return Context(tuple(fill.parts.values()), budget_tokens, summary_version,
+                   {k: v for k, v in fill.dropped.items() if v})
+
+
+def _turn_text(turn: Turn) -> str:
+    answer = (turn.answer or "(no answer)").strip()
+    return f"Turn {turn.number}, user: {turn.message.strip()}\nTurn {turn.number}, agent: {answer}"
+
+
+def _memory_text(memory: RecalledMemory) -> str:
+    return f"- ({memory.valid_from.date().isoformat()}) {memory.content.strip()}"
+
+
+class _Filler:
+    """Adds parts while the budget lasts; counts what it had to leave out."""
+
+    def __init__(self, budget_tokens: int) -> None:
+        self.left = budget_tokens
+        self.parts: dict[str, ContextPart] = {}
+        self.dropped: dict[str, int] = {}
+
+    def whole(self, name: str, text: str, sources: tuple[str, ...]) -> None:
+        tokens = estimate_tokens(text)
+        self.left -= tokens
+        self.parts[name] = ContextPart(name, text, tokens, sources)
+
+    def clipped(self, name: str, text: str, sources: tuple[str, ...]) -> None:
+        if not text or self.left <= 0:
+            self.dropped[name] = int(bool(text))
+            return
+        if estimate_tokens(text) > self.left:  # keep the head: ~4 characters a token
+            text = text[: self.left * 4].rstrip() + " [...]"
+            while text and estimate_tokens(text) > self.left:
+                text = text[: int(len(text) * 0.9)]
+            self.dropped[name] = 1
+        self.whole(name, text, sources)
+
+    def items(self, name: str, items: Sequence[tuple[str, str]],
+              before: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+        """Add items while they fit; ``before`` are items of the same part added earlier
+        (older turns go in front of them). Returns the part's items."""
+        kept: list[tuple[str, str]] = []
+        for text, source in items:
+            tokens = estimate_tokens(text) + 1
+            if tokens > self.left:
+                self.dropped[name] = self.dropped.get(name, 0) + 1
+                continue
+            self.left -= tokens
+            kept.append((text, source))
+        every = [*reversed(kept), *before] if before else kept
+        if every:
+            text = "\n".join(t for t, _ in every)
+            self.parts[name] = ContextPart(name, text, estimate_tokens(text),
+                                           tuple(s for _, s in every))
+        return every

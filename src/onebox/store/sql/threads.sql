@@ -1,0 +1,78 @@
+-- Threads and their turns. See onebox.runtime.threads.
+
+-- name: insert_thread
+INSERT INTO onebox.threads (id, tenant_id, title, profile, session_id)
+VALUES (%(id)s, %(tenant_id)s, %(title)s, %(profile)s, %(session_id)s)
+RETURNING *;
+
+-- name: get_thread
+SELECT * FROM onebox.threads WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- name: lock_thread
+SELECT * FROM onebox.threads WHERE id = %(id)s AND tenant_id = %(tenant_id)s FOR UPDATE;
+
+-- name: list_threads
+SELECT * FROM onebox.threads WHERE tenant_id = %(tenant_id)s
+ORDER BY updated_at DESC, id LIMIT %(limit)s;
+
+-- name: delete_thread
+DELETE FROM onebox.threads WHERE id = %(id)s AND tenant_id = %(tenant_id)s RETURNING session_id;
+
+-- name: next_turn
+UPDATE onebox.threads SET turns = turns + 1, updated_at = now()
+WHERE id = %(id)s RETURNING turns;
+
+-- name: insert_turn
+INSERT INTO onebox.thread_turns (thread_id, turn, run_id, message, context)
+VALUES (%(thread_id)s, %(turn)s, %(run_id)s, %(message)s, %(context)s);
+
+-- name: thread_turns
+-- The thread's turns with their run's state and answer (newest last).
+SELECT t.turn, t.run_id, t.message, t.context, t.facts, t.upkept_at, t.created_at,
+       r.status, r.answer, r.error
+FROM onebox.thread_turns t LEFT JOIN onebox.runs r ON r.id = t.run_id
+WHERE t.thread_id = %(thread_id)s AND t.turn > %(after)s
+ORDER BY t.turn LIMIT %(limit)s;
+
+-- name: recent_turns
+SELECT t.turn, t.message, r.answer, r.status FROM onebox.thread_turns t
+LEFT JOIN onebox.runs r ON r.id = t.run_id
+WHERE t.thread_id = %(thread_id)s ORDER BY t.turn DESC LIMIT %(limit)s;
+
+-- name: turn_of_run
+SELECT t.*, th.tenant_id FROM onebox.thread_turns t
+JOIN onebox.threads th ON th.id = t.thread_id WHERE t.run_id = %(run_id)s;
+
+-- name: ended_turns_to_upkeep
+-- Turns whose run ended and whose facts and summary were not taken yet, oldest first.
+SELECT t.turn, t.run_id, t.message, t.created_at, r.answer, r.status FROM onebox.thread_turns t
+JOIN onebox.runs r ON r.id = t.run_id
+WHERE t.thread_id = %(thread_id)s AND t.upkept_at IS NULL
+  AND r.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'DEAD')
+ORDER BY t.turn;
+
+-- name: mark_upkept
+UPDATE onebox.thread_turns SET upkept_at = now(), facts = %(facts)s
+WHERE thread_id = %(thread_id)s AND turn = %(turn)s AND upkept_at IS NULL
+RETURNING turn;
+
+-- name: set_summary
+-- Fenced on the version read: two upkeeps racing write one summary version each, in turn.
+UPDATE onebox.threads SET summary = %(summary)s, summary_version = summary_version + 1,
+       summarized_turns = %(summarized_turns)s, updated_at = now()
+WHERE id = %(id)s AND summary_version = %(version)s
+RETURNING summary_version;
+
+-- name: thread_files
+-- The files the thread's steps wrote (newest size of each path), from the archived steps.
+SELECT DISTINCT ON (f->>'path') f->>'path' AS path, (f->>'size')::bigint AS size
+FROM onebox.thread_turns t
+JOIN onebox.task_execution e ON e.run_id = t.run_id AND e.status = 'SUCCESS'
+CROSS JOIN LATERAL jsonb_array_elements(COALESCE(e.details->'files_written', '[]'::jsonb)) f
+WHERE t.thread_id = %(thread_id)s AND f->>'path' NOT LIKE '.onebox/%%'
+ORDER BY f->>'path', e.finished_at DESC
+LIMIT %(limit)s;
+
+-- name: thread_memories
+SELECT id FROM onebox.memories WHERE scope = %(scope)s
+UNION ALL SELECT id FROM onebox.memories_archive WHERE scope = %(scope)s;
