@@ -12,6 +12,7 @@ from typing import Any
 
 from onebox.agent.explain import decision_rows
 from onebox.runtime.runs import get_run, run_events
+from onebox.runtime.threads import context_rows
 from onebox.store.db import Database
 
 
@@ -25,7 +26,7 @@ async def explain(db: Database, run_id: uuid.UUID) -> list[dict[str, Any]]:
         for seq, action in actions:
             rows += [{"seq": seq, "step": r["step"], "kind": r["kind"], "reason": r["reason"]}
                      for r in decision_rows([action])]
-        return rows + _outcome(events)
+        return await context_rows(db, events) + rows + _outcome(events)
     return [row for e in events if (row := _plan_decision(e)) is not None] + _outcome(events)
 
 

@@ -54,6 +54,8 @@ class Profile(BaseModel):
     memory_mb: int | None = Field(None, gt=0, le=1_048_576)
     allow_domains: list[str] = Field(default_factory=list, max_length=100)
     environment: str | None = Field(None, pattern=NAME)  # a built environment its steps use
+    context_tokens: int | None = Field(None, ge=200, le=1_000_000)  # a thread turn's budget
+    context_turns: int | None = Field(None, ge=0, le=50)  # a thread turn's verbatim turns
 
     @property
     def key(self) -> str:

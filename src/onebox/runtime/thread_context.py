@@ -98,7 +98,7 @@ def build_context(
     fill = _Filler(budget_tokens)
     fill.whole("message", message.strip(), ())
     fill.clipped("instructions", instructions.strip(), ())
-    newest = list(recent)[-recent_turns:]
+    newest = list(recent)[-recent_turns:] if recent_turns > 0 else []
     turns = fill.items("recent", [(_turn_text(t), f"turn:{t.number}") for t in newest[-1:]])
     fill.items("memories", [(_memory_text(m), m.id) for m in memories])
     fill.clipped("summary", summary.strip(), (f"summary:v{summary_version}",) if summary else ())

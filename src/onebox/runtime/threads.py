@@ -49,6 +49,7 @@ Q = load_queries("threads")
 MAX_MESSAGE_CHARS = 100_000
 MAX_TITLE_CHARS = 200
 RECALL_K = 8
+MAX_RECENT_TURNS = 50  # the most a profile's context_turns asks for
 ENDED = frozenset(store.TERMINAL_RUN_STATES)
 
 
@@ -214,7 +215,7 @@ async def gather_context(db: Database, knowledge: Knowledge, thread: Thread,
     async with db.connection() as conn:
         profile = await _profile_spec(conn, thread)
         recent = await _all(conn, "recent_turns", {"thread_id": thread.id,
-                                                   "limit": RECENT_TURNS})
+                                                   "limit": MAX_RECENT_TURNS})
         files = await _all(conn, "thread_files", {"thread_id": thread.id, "limit": 200})
     hits = await knowledge.memory.recall(tenant_name(thread.tenant_id, thread.memory_scope),
                                          message, k=RECALL_K)
@@ -224,7 +225,9 @@ async def gather_context(db: Database, knowledge: Knowledge, thread: Thread,
         memories=[RecalledMemory(h.id, h.content, h.valid_from) for h in hits],
         recent=[Turn(r["turn"], r["message"], r["answer"]) for r in reversed(recent)],
         files=[(f["path"], f["size"]) for f in files],
-        budget_tokens=int(profile.get("context_tokens") or DEFAULT_BUDGET_TOKENS))
+        budget_tokens=int(profile.get("context_tokens") or DEFAULT_BUDGET_TOKENS),
+        recent_turns=RECENT_TURNS if profile.get("context_turns") is None
+        else int(profile["context_turns"]))
 
 
 async def _profile_spec(conn: store.Conn, thread: Thread) -> dict[str, Any]:
@@ -262,3 +265,29 @@ async def _submit_turn(db: Database, settings: Settings, thread: Thread, message
         assert run is not None
         await agent_engine.start(conn, run)
     return Posted(thread.id, turn, submitted.run_id, context)
+
+
+async def context_rows(db: Database, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Decision rows for ``onebox explain``: what a thread turn's context held (the memories
+    recalled with their dates and the turn each came from, the summary version, tokens)."""
+    rows = []
+    for event in (e for e in events if e["type"] == "thread_context"):
+        p = event["payload"]
+        parts = p.get("parts") or {}
+        ids = list((parts.get("memories") or {}).get("sources") or [])
+        async with db.connection() as conn:
+            found = {str(r["id"]): r for r in await _all(conn, "memories_by_ids", {"ids": ids})}
+        facts = [_memory_line(found[i]) for i in ids if i in found]
+        tokens = ", ".join(f"{name} {part['tokens']}" for name, part in parts.items())
+        rows.append({"seq": event["seq"], "step": None, "kind": "context", "reason": (
+            f"turn {p.get('turn')} of thread {p.get('thread_id')}: summary "
+            f"v{p.get('summary_version')}; {p.get('total_tokens')} of {p.get('budget_tokens')}"
+            f" tokens ({tokens}); memories recalled: "
+            + ("; ".join(facts) if facts else "none"))})
+    return rows
+
+
+def _memory_line(row: dict[str, Any]) -> str:
+    turn = (row.get("metadata") or {}).get("turn")
+    origin = f", from turn {turn}" if turn is not None else ""
+    return f"[{row['id']}] ({row['valid_from'].date().isoformat()}{origin}) {row['content']}"

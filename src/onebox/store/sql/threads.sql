@@ -76,3 +76,10 @@ LIMIT %(limit)s;
 -- name: thread_memories
 SELECT id FROM onebox.memories WHERE scope = %(scope)s
 UNION ALL SELECT id FROM onebox.memories_archive WHERE scope = %(scope)s;
+
+-- name: memories_by_ids
+-- What a turn's context recalled, as it was (a memory superseded or archived since is shown too).
+SELECT id, content, valid_from, metadata FROM onebox.memories WHERE id = ANY(%(ids)s::uuid[])
+UNION ALL
+SELECT id, content, valid_from, metadata FROM onebox.memories_archive
+WHERE id = ANY(%(ids)s::uuid[]);
