@@ -32,6 +32,8 @@ COMMANDS: dict[str, str] = {
     "doctor": "onebox.cli.doctor",
     "db": "onebox.cli.db",
     "gc": "onebox.cli.gc",
+    "chat": "onebox.cli.chat",
+    "thread": "onebox.cli.thread",
 }
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 

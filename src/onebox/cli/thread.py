@@ -1,0 +1,97 @@
+"""`onebox thread list|show|rm`: the tenant's conversations and their turns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.table import Table
+
+from onebox.cli import common
+from onebox.runtime import threads
+from onebox.store.db import Database
+
+TENANT = "default"  # the CLI's tenant, as for runs, memory and knowledge
+
+
+def register(main: click.Group) -> None:
+    main.add_command(thread_group)
+
+
+@click.group("thread")
+def thread_group() -> None:
+    """Conversations that remember (`onebox chat` holds one)."""
+
+
+@thread_group.command("list")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@common.json_option
+def list_cmd(limit: int, as_json: bool) -> None:
+    """The threads, most recently used first."""
+    found = common.with_db(common.settings(), lambda db: threads.list_threads(
+        db, TENANT, limit=limit))
+    if as_json:
+        common.print_json({"threads": [t.to_dict() for t in found]})
+        return
+    table = Table("id", "title", "profile", "turns", "updated")
+    for t in found:
+        table.add_row(str(t.id), t.title or "-", t.profile or "-", str(t.turns),
+                      t.updated_at.strftime("%Y-%m-%d %H:%M"))
+    common.out.print(table if found else "no threads yet: `onebox chat` starts one")
+
+
+@thread_group.command("show")
+@click.argument("thread_id")
+@common.json_option
+def show_cmd(thread_id: str, as_json: bool) -> None:
+    """A thread's turns: message, run, status, answer and what fed each turn's context."""
+    tid = common.run_sync(lambda: threads.parse_thread_id(thread_id))
+    shown = common.with_db(common.settings(), lambda db: threads.show_thread(db, TENANT, tid))
+    if as_json:
+        common.print_json(shown)
+        return
+    t = shown["thread"]
+    common.out.print(f"thread [bold cyan]{t['id']}[/] {t['title']}  profile "
+                     f"{t['profile'] or '-'}  session {t['session_id']}  summary "
+                     f"v{t['summary_version']}")
+    if t["summary"]:
+        common.out.print(f"summary: {t['summary']}", markup=False, soft_wrap=True)
+    for turn in shown["turns"]:
+        _print_turn(turn)
+
+
+def _print_turn(turn: dict[str, Any]) -> None:
+    ctx = turn["context"]
+    mems = len((ctx["parts"].get("memories") or {}).get("sources") or [])
+    common.out.print(f"\n[bold]turn {turn['turn']}[/] run {turn['run_id']} "
+                     f"{turn['status'] or 'REMOVED'}  context {ctx['total_tokens']} tokens, "
+                     f"{mems} memories, summary v{ctx['summary_version']}")
+    common.out.print(f"user: {turn['message']}", markup=False, soft_wrap=True)
+    answer = turn["answer"] or turn["error"] or "(no answer yet)"
+    common.out.print(f"agent: {answer}", markup=False, soft_wrap=True)
+
+
+@thread_group.command("rm")
+@click.argument("thread_id")
+@common.json_option
+def rm_cmd(thread_id: str, as_json: bool) -> None:
+    """Delete a thread, its turns and its memories (its runs stay)."""
+    settings = common.settings()
+    tid = common.run_sync(lambda: threads.parse_thread_id(thread_id))
+
+    async def remove(db: Database) -> int:
+        from onebox.knowledge.service import Knowledge
+        from onebox.llm.embedding import embedding_model_from_settings
+
+        model = embedding_model_from_settings(settings)
+        try:
+            return await threads.remove_thread(db, Knowledge.build(db, model, settings),
+                                               TENANT, tid)
+        finally:
+            await model.close()
+
+    forgotten = common.with_db(settings, remove)
+    if as_json:
+        common.print_json({"thread_id": tid, "removed": True, "memories_forgotten": forgotten})
+    else:
+        common.out.print(f"thread {tid} removed ({forgotten} memories forgotten)")
