@@ -35,6 +35,7 @@ from onebox.api.routes import (
     runs,
     sessions,
     system,
+    threads,
     uploads,
 )
 from onebox.api.state import ApiState
@@ -91,6 +92,7 @@ def create_app(
     for module in (runs, sessions, knowledge, profiles, system, console, uploads,
                    environments):
         app.include_router(module.router)
+    app.include_router(threads.router)
     app.include_router(e2b_router)  # E2B compatibility: /e2b/...
     app.mount("/ui", StaticFiles(directory=web_dir(), html=True), name="ui")
 
