@@ -68,4 +68,4 @@ async def test_another_tenant_cannot_run_code_in_a_thread_session(
             assert r.status_code in (404, 422), r.text  # not its session, or not a session id
     check = await rt.backend.execute(ExecRequest(session_id=session_id,
                                                  argv=("cat", "secret.txt")))
-    assert check.stdout.decode().strip() == SECRET  # the probe aimed at a real file
+    assert check.stdout.strip() == SECRET  # the probe aimed at a real file
