@@ -19,7 +19,7 @@ from onebox.runtime import console_views, run_views
 from onebox.runtime import runs as runtime_runs
 from onebox.runtime.agent_runs import require_model, submit_task
 from onebox.runtime.run_files import RunFile
-from onebox.runtime.submit import Submitted, session_id_for, submit_plan
+from onebox.runtime.submit import Submitted, run_session_id, submit_plan
 from onebox.store.db import Database
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "DEAD")
@@ -95,7 +95,7 @@ async def run_detail(
         "warnings": run_warnings(run, await run_views.last_event(db, run_id)),
         "waiting_approvals": waiting,
         "model_calls": [_call(c) for c in calls if c["step_id"] is None],
-        "session_id": session_id_for(run_id),
+        "session_id": run_session_id(run),
     }
 
 
