@@ -110,7 +110,8 @@ async def run_speed(k: Knowledge, root: Path, args: argparse.Namespace) -> dict[
 
 
 RUNNERS = {"scifact": run_scifact, "cmrc": run_cmrc, "locomo": run_locomo,
-           "cache": run_cache, "speed": run_speed}
+           "cache": run_cache, "speed": run_speed,
+           "locomo_temporal": quality.locomo_temporal}
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:

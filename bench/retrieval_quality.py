@@ -11,7 +11,7 @@ from onebox.knowledge.fusion import fuse
 from onebox.knowledge.ingest import DocumentInput
 from onebox.knowledge.search import SearchOptions, fulltext_candidates, vector_candidates
 from onebox.knowledge.service import Knowledge
-from retrieval_data import locomo_turns
+from retrieval_data import load_locomo, locomo_turns
 from retrieval_metrics import dedupe, mean, ndcg_at, recall_at
 
 MODES: dict[str, dict[str, Any]] = {
@@ -113,6 +113,37 @@ async def locomo_recall(knowledge: Knowledge, samples: list[dict[str, Any]], k: 
     return {f"recall@{k}": mean(every), "questions": len(every),
             "by_category": {str(c): {"recall": mean(v), "n": len(v)} for c, v in sorted(per_cat.items())},
             **stats}
+
+
+async def locomo_temporal(knowledge: Knowledge, root: Any, args: Any, k: int = 10) -> dict[str, Any]:
+    """R@k on LoCoMo's temporal questions (category 2), the same memories recalled without and
+    with the time rerank; turns are stored with their session date as ``happened_at``."""
+    samples = load_locomo(getattr(args, "locomo", None) or root)[: args.locomo_conversations]
+    for table, column in (("memories", "scope"), ("fts_terms", "space"), ("fts_spaces", "space")):
+        await knowledge.db.fetch(f"DELETE FROM onebox.{table} WHERE {column} LIKE "  # noqa: S608
+                                 "'%%bench-loctime-%%' RETURNING 1")
+    before: list[float] = []
+    after: list[float] = []
+    stated = 0
+    for i, sample in enumerate(samples):
+        scope, turns = f"bench-loctime-{i}", locomo_turns(sample)
+        contexts = [None, *[t[2] for t in turns[:-1]]]
+        for (dia_id, date, content), context in zip(turns, contexts, strict=True):
+            made = await knowledge.memory.remember(scope, content, metadata={"dia_id": dia_id},
+                                                   context=context, happened_at=date)
+            row = await knowledge.memory.get(made["id"])
+            stated += bool(row and row["happened_text"])
+        for qa in sample["qa"]:
+            evidence = set(re.findall(r"D\d+:\d+", " ".join(map(str, qa["evidence"]))))
+            if qa["category"] != 2 or not evidence:
+                continue
+            for out, boost in ((before, False), (after, True)):
+                hits = await knowledge.memory.recall(scope, str(qa["question"]), k=k, time_boost=boost)
+                out.append(len({h.metadata.get("dia_id") for h in hits} & evidence) / len(evidence))
+        print(f"  locomo temporal conversation {i + 1}/{len(samples)} done", flush=True)
+    return {"conversations": len(samples), "category": 2, "questions": len(after),
+            f"recall@{k}_before": mean(before), f"recall@{k}_after": mean(after),
+            "turns_with_stated_time": stated}
 
 
 def _indexed(content: str, context: str | None) -> str:

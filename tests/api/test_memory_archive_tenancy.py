@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 from api_helpers import Api
 from click.testing import CliRunner
 
 from onebox.cli.main import main
+from onebox.knowledge.queries import sql
 
-ARCHIVE = """
-INSERT INTO onebox.memories_archive
-SELECT m.*, now(), gen_random_uuid() FROM onebox.memories m WHERE m.id = %(id)s;
-DELETE FROM onebox.memories WHERE id = %(id)s
-"""
+ARCHIVE = [sql("memory.archive"), "DELETE FROM onebox.memories WHERE id = ANY(%(ids)s)"]
 
 
 async def _cli(api: Api, *args: str) -> tuple[int, Any]:
@@ -31,8 +29,8 @@ async def _archived(api: Api, tenant: str, content: str) -> str:
     async with api.client(tenant) as c:
         made = (await c.post("/v1/memory", json={"scope": "vault", "content": content})).json()
     async with api.rt.db.transaction() as conn:
-        for statement in ARCHIVE.strip().split(";"):
-            await conn.execute(statement, {"id": made["id"]})
+        for statement in ARCHIVE:  # as compaction moves rows (columns by name)
+            await conn.execute(statement, {"ids": [made["id"]], "summary_id": uuid.uuid4()})
     return str(made["id"])
 
 

@@ -103,6 +103,7 @@ class Remember(Body):
     user_id: text(200) = ""  # type: ignore[valid-type]
     kind: Literal["short", "long"] = "short"
     metadata: JsonObject = Field(default_factory=dict)
+    happened_at: text(100) | None = None  # type: ignore[valid-type]  # when it happened (a date)
 
 
 class Recall(Body):

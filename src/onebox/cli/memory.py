@@ -58,16 +58,17 @@ def _metadata(raw: str | None) -> dict[str, Any]:
 @click.option("--kind", type=click.Choice(["short", "long"]), default="short", show_default=True)
 @click.option("--metadata", help="a JSON object stored with the memory")
 @click.option("--supersedes", help="id of the memory this one replaces")
+@click.option("--at", "happened_at", help="when it happened or was said (2023-05-08, '8 May 2023')")
 @common.json_option
 def remember_cmd(content: str, scope: str, user_id: str, kind: str, metadata: str | None,
-                 supersedes: str | None, as_json: bool) -> None:
+                 supersedes: str | None, happened_at: str | None, as_json: bool) -> None:
     """Store CONTENT; a duplicate returns the existing id with deduplicated=true."""
 
     async def go() -> dict[str, Any]:
         async with open_knowledge(common.settings()) as knowledge:
             return await knowledge.memory.remember(
                 _stored(scope), content, user_id=user_id, metadata=_metadata(metadata),
-                kind=cast(MemoryKind, kind), supersedes=supersedes)
+                kind=cast(MemoryKind, kind), supersedes=supersedes, happened_at=happened_at)
 
     result = common.run(go())
     if as_json:
@@ -100,7 +101,8 @@ def recall_cmd(query: str, scope: str, user_id: str, k: int, include_superseded:
     if not hits:
         common.out.print("nothing recalled")
     for hit in hits:
-        common.out.print(f"{hit['id']}  {hit['scores']['fused']:.3f}  {hit['content']}",
+        when = f"  [{hit['when']}]" if hit.get("when") else ""
+        common.out.print(f"{hit['id']}  {hit['scores']['fused']:.3f}  {hit['content']}{when}",
                          markup=False)
 
 

@@ -4,8 +4,8 @@
     await restore(store, result.summaries[0])      # originals back, summary gone
 
 No LLM is involved: a summary is extractive (the first sentence of each
-original, oldest first, with its date), stored as a memory of kind
-``summary`` whose metadata lists the originals. The originals move, unchanged,
+original, oldest first, with the date it happened, else the date it was stored),
+stored as a memory of kind ``summary`` whose metadata lists the originals. The originals move, unchanged,
 to ``onebox.memories_archive`` in the same transaction.
 """
 
@@ -36,7 +36,7 @@ def extractive_summary(rows: list[dict[str, Any]]) -> str:
         if line in seen:
             continue
         seen.add(line)
-        lines.append(f"[{row['created_at']:%Y-%m-%d}] {line}")
+        lines.append(f"[{row.get('happened_at') or row['created_at']:%Y-%m-%d}] {line}")
     text = "\n".join(lines)
     return text if len(text) <= MAX_SUMMARY_CHARS else text[: MAX_SUMMARY_CHARS - 1] + "…"
 

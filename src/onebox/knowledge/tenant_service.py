@@ -126,10 +126,11 @@ async def search(
 
 async def remember(
     kn: Knowledge, tenant_id: str, *, scope: str, content: str, user_id: str, kind: str,
-    metadata: dict[str, Any],
+    metadata: dict[str, Any], happened_at: str | None = None,
 ) -> dict[str, Any]:
     made = await kn.memory.remember(inner(tenant_id, scope, "scope"), content, user_id=user_id,
-                                    metadata=metadata, kind=kind)  # type: ignore[arg-type]
+                                    metadata=metadata, kind=kind,  # type: ignore[arg-type]
+                                    happened_at=happened_at)
     row = await kn.memory.get(made["id"])
     assert row is not None
     return {**memory_row(tenant_id, row), "deduplicated": made["deduplicated"],
@@ -138,7 +139,8 @@ async def remember(
 
 def memory_row(tenant_id: str, row: dict[str, Any]) -> dict[str, Any]:
     keep = ("id", "scope", "user_id", "kind", "content", "summary", "metadata", "created_at",
-            "valid_from", "invalid_at", "superseded_by", "access_count")
+            "valid_from", "invalid_at", "superseded_by", "access_count", "happened_at",
+            "happened_precision")
     out = {k: row.get(k) for k in keep}
     out["scope"] = outer(tenant_id, str(row["scope"]))
     return out

@@ -83,7 +83,7 @@ async def remember(body: Remember, state: State, caller: Caller,
                    response: Response) -> dict[str, Any]:
     record = await service.remember(await state.knowledge(), caller.tenant_id, scope=body.scope,
                                     content=body.content, user_id=body.user_id, kind=body.kind,
-                                    metadata=body.metadata)
+                                    metadata=body.metadata, happened_at=body.happened_at)
     if record["deduplicated"]:
         response.status_code = 200
     return record

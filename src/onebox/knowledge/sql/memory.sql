@@ -18,11 +18,13 @@ ORDER BY embedding <=> %(q)s::vector LIMIT %(n)s
 
 -- name: insert
 INSERT INTO onebox.memories (id, scope, user_id, kind, content, content_hash, summary, entities,
-                             metadata, embedding, tsv, fts_len, execution_id, valid_from)
+                             metadata, embedding, tsv, fts_len, execution_id, valid_from,
+                             happened_at, happened_precision, happened_text)
 SELECT %(id)s, %(scope)s, %(user_id)s, %(kind)s, %(content)s, %(hash)s, %(summary)s,
        %(entities)s, %(metadata)s, %(embedding)s::vector, tsv,
        (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(tsv) AS u),
-       %(execution_id)s, coalesce(%(valid_from)s::timestamptz, now())
+       %(execution_id)s, coalesce(%(valid_from)s::timestamptz, now()),
+       %(happened_at)s, %(happened_precision)s, %(happened_text)s
 FROM (SELECT to_tsvector('english', %(seg)s) AS tsv) t
 
 -- name: supersede
@@ -32,7 +34,8 @@ RETURNING id
 
 -- name: get
 SELECT id, scope, user_id, kind, content, summary, entities, metadata, valid_from, invalid_at,
-       superseded_by, access_count, last_accessed_at, created_at, execution_id
+       superseded_by, access_count, last_accessed_at, created_at, execution_id,
+       happened_at, happened_precision, happened_text
 FROM onebox.memories WHERE id = %(id)s
 
 -- name: fulltext
@@ -77,23 +80,31 @@ WHERE id = %(id)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
 RETURNING id
 
 -- name: compactable
-SELECT id, scope, user_id, content, summary, created_at FROM onebox.memories
+SELECT id, scope, user_id, content, summary, created_at, happened_at FROM onebox.memories
 WHERE (%(scope)s::text IS NULL OR scope = %(scope)s) AND kind <> 'summary'
   AND invalid_at IS NULL AND created_at < %(before)s AND access_count <= %(max_access)s
 ORDER BY scope, user_id, created_at
 
 -- name: archive
-INSERT INTO onebox.memories_archive SELECT m.*, now(), %(summary_id)s
+INSERT INTO onebox.memories_archive (id, scope, user_id, kind, content, content_hash, summary, entities, metadata, embedding,
+    tsv, fts_len, execution_id, valid_from, invalid_at, superseded_by, access_count,
+    last_accessed_at, created_at, happened_at, happened_precision, happened_text,
+    archived_at, summary_id)
+SELECT id, scope, user_id, kind, content, content_hash, summary, entities, metadata, embedding,
+       tsv, fts_len, execution_id, valid_from, invalid_at, superseded_by, access_count,
+       last_accessed_at, created_at, happened_at, happened_precision, happened_text, now(), %(summary_id)s
 FROM onebox.memories m WHERE m.id = ANY(%(ids)s)
 
 -- name: archived_of
 SELECT id, scope FROM onebox.memories_archive WHERE summary_id = %(summary_id)s
 
 -- name: unarchive
-INSERT INTO onebox.memories
+INSERT INTO onebox.memories (id, scope, user_id, kind, content, content_hash, summary, entities, metadata, embedding,
+    tsv, fts_len, execution_id, valid_from, invalid_at, superseded_by, access_count,
+    last_accessed_at, created_at, happened_at, happened_precision, happened_text)
 SELECT id, scope, user_id, kind, content, content_hash, summary, entities, metadata, embedding,
        tsv, fts_len, execution_id, valid_from, invalid_at, superseded_by, access_count,
-       last_accessed_at, created_at
+       last_accessed_at, created_at, happened_at, happened_precision, happened_text
 FROM onebox.memories_archive WHERE summary_id = %(summary_id)s
 RETURNING id, scope
 
@@ -104,8 +115,13 @@ DELETE FROM onebox.memories_archive WHERE summary_id = %(summary_id)s
 DELETE FROM onebox.memories WHERE id = ANY(%(ids)s)
 
 -- name: by_ids
-SELECT id, content, summary, kind, metadata, created_at, valid_from
+SELECT id, content, summary, kind, metadata, created_at, valid_from,
+       happened_at, happened_precision, happened_text
 FROM onebox.memories WHERE id = ANY(%(ids)s)
+
+-- name: times
+SELECT id, happened_at, happened_precision, happened_text
+FROM onebox.memories WHERE id = ANY(%(ids)s) AND happened_at IS NOT NULL
 
 -- name: scope_of
 SELECT scope FROM onebox.memories
