@@ -261,7 +261,9 @@ LIMIT %(limit)s;
 SELECT * FROM onebox.agent_events WHERE run_id = %(run_id)s AND seq > %(after_seq)s ORDER BY seq;
 
 -- name: upsert_session
-INSERT INTO onebox.sessions (id, run_id, backend) VALUES (%(id)s, %(run_id)s, %(backend)s)
+-- The session belongs to its run's tenant (the sessions service checks it).
+INSERT INTO onebox.sessions (id, run_id, backend, tenant_id)
+SELECT %(id)s, %(run_id)s, %(backend)s, r.tenant_id FROM onebox.runs r WHERE r.id = %(run_id)s
 ON CONFLICT (id) DO UPDATE SET last_used_at = now(), status = 'ACTIVE', released_at = NULL;
 
 -- name: release_session
