@@ -192,6 +192,10 @@ class KnowledgeSettings(BaseModel):
     dedup_similarity: float = Field(0.97, gt=0, le=1, description="raw cosine for a duplicate memory")
     cache_similarity: float = Field(0.92, gt=0, le=1, description="raw cosine for a cache hit")
     cache_ttl_s: float = Field(7 * 24 * 3600.0, gt=0)
+    cache_verify: bool = Field(False, description="confirm a borderline cache hit with one "
+                               "recorded call to the configured chat model (llm.model)")
+    cache_verify_below: float = Field(0.97, gt=0, le=1.0001, description="raw cosine below "
+                                      "which a hit the guard accepted is borderline")
     parse_timeout_s: float = Field(30.0, gt=0, le=3600,
                                    description="wall clock to parse one PDF/DOCX/HTML document")
     parse_memory_mb: int = Field(512, ge=128, le=65536,

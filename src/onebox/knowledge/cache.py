@@ -5,9 +5,12 @@
     hit = await cache.lookup("Which port is the server on?")   # CacheHit or None
 
 A lookup hits only when the raw cosine similarity of the two questions is at
-least ``min_similarity`` AND the contradiction guard finds no cue that they
-ask opposite things (numbers, negation, antonyms): e5 scores "X lacks Y" vs
-"X shows Y" above 0.95, so similarity alone would serve wrong answers.
+least ``min_similarity`` AND the guard reads them as the same question
+(:func:`onebox.knowledge.guard.different_question`: the same numbers, negations,
+content terms up to synonyms, and roles): e5 scores "did James offer John" vs
+"did John offer James" at 0.998, so similarity alone would serve wrong answers.
+With a :class:`~onebox.knowledge.cache_verify.CacheVerifier`, a hit below its
+similarity band is confirmed by a recorded model call first.
 Entries expire after their TTL and are invalidated when a knowledge document
 they were answered from changes or is removed (``source_doc_ids``).
 """
@@ -19,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from onebox.errors import ValidationError
+from onebox.knowledge.cache_verify import CacheVerifier
 from onebox.knowledge.embedder import CachedEmbedder, content_hash, vector_literal
-from onebox.knowledge.guard import contradiction
+from onebox.knowledge.guard import different_question
 from onebox.knowledge.queries import sql
 from onebox.store.db import Database
 
@@ -51,12 +55,14 @@ class AnswerCache:
     def __init__(
         self, db: Database, embedder: CachedEmbedder, min_similarity: float = 0.92,
         ttl_s: float = 7 * 24 * 3600.0, candidates: int = 5,
+        verifier: CacheVerifier | None = None,
     ) -> None:
         self.db = db
         self.embedder = embedder
         self.min_similarity = min_similarity
         self.ttl_s = ttl_s
         self.candidates = candidates
+        self.verifier = verifier
 
     async def put(
         self, question: str, answer: str, scope: str = "default",
@@ -90,12 +96,20 @@ class AnswerCache:
         for row in rows:
             if row["similarity"] < self.min_similarity:
                 break
-            reason = contradiction(text, row["question"])
+            reason = await self._refusal(text, row)
             if reason is None:
                 return await self._hit(row)
             refused = refused or reason
         best = float(rows[0]["similarity"]) if rows else None
         return CacheMiss(best, refused)
+
+    async def _refusal(self, text: str, row: dict[str, Any]) -> str | None:
+        reason = different_question(row["question"], text)
+        if reason is None and self.verifier is not None:
+            similarity = float(row["similarity"])
+            if not await self.verifier.confirm(row["question"], text, similarity):
+                return "the verification model did not confirm the same question"
+        return reason
 
     async def _hit(self, row: dict[str, Any]) -> CacheHit:
         updated = await self.db.fetchone(sql("cache.hit"), {"id": row["id"]})

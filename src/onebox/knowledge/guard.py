@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import re
 
+from onebox.knowledge.question import parse_question
 from onebox.knowledge.text import numbers_in
 
 
@@ -155,3 +156,25 @@ def small_edit(a: str, b: str, max_words: int = 4) -> bool:
     """True when ``b`` is ``a`` with at most ``max_words`` words changed (a revision)."""
     diff = set(map(stem, tokens(a))) ^ set(map(stem, tokens(b)))
     return 0 < len(diff) <= max_words
+
+
+def different_question(a: str, b: str) -> str | None:
+    """Why ``a`` and ``b`` are not the same question, or None when they are.
+
+    The answer cache's rule: the same numbers (normalised), the same count of
+    negation words, the same content terms (up to the synonym list), and the same
+    order of those terms once free words (time, place) are set aside, so the roles
+    (who did what to whom) agree. See :mod:`onebox.knowledge.question`.
+    """
+    fa, fb = parse_question(a), parse_question(b)
+    if fa.numbers != fb.numbers:
+        return f"numbers differ: {list(fa.numbers)} vs {list(fb.numbers)}"
+    if fa.negations != fb.negations:
+        return "negation differs"
+    if fa.terms != fb.terms:
+        only_a = sorted(set(fa.terms) - set(fb.terms)) or list(fa.terms)
+        only_b = sorted(set(fb.terms) - set(fa.terms)) or list(fb.terms)
+        return f"terms differ: {' '.join(only_a)!r} vs {' '.join(only_b)!r}"
+    if fa.order != fb.order and (fa.copula_sides is None or fa.copula_sides != fb.copula_sides):
+        return f"roles differ: {' '.join(fa.order)!r} vs {' '.join(fb.order)!r}"
+    return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from onebox.config import Settings
 from onebox.knowledge.cache import AnswerCache
+from onebox.knowledge.cache_verify import CacheVerifier
 from onebox.knowledge.chunking import ChunkingConfig
 from onebox.knowledge.docparse import ParseLimits
 from onebox.knowledge.embedder import CachedEmbedder
@@ -21,6 +22,7 @@ from onebox.knowledge.ingest import KnowledgeBase
 from onebox.knowledge.memory import MemoryStore
 from onebox.knowledge.search import Reranker, SearchFilters, SearchHit, SearchOptions, search
 from onebox.llm.embedding import EmbeddingModel, embedding_model_from_settings
+from onebox.llm.registry import chat_model_from_settings, price_table
 from onebox.store.db import Database
 
 
@@ -44,7 +46,9 @@ class Knowledge:
             db=db, embedder=embedder, kb=KnowledgeBase(
                 db, embedder, chunking, ParseLimits.from_settings(ks) if ks else None),
             memory=MemoryStore(db, embedder, dedup_similarity=ks.dedup_similarity if ks else 0.97),
-            cache=AnswerCache(db, embedder, min_similarity=ks.cache_similarity if ks else 0.92),
+            cache=AnswerCache(db, embedder, min_similarity=ks.cache_similarity if ks else 0.92,
+                              ttl_s=ks.cache_ttl_s if ks else 7 * 24 * 3600.0,
+                              verifier=cache_verifier(db, settings)),
         )
 
     async def search(
@@ -52,6 +56,14 @@ class Knowledge:
         options: SearchOptions | None = None, reranker: Reranker | None = None,
     ) -> list[SearchHit]:
         return await search(self.db, self.embedder, query, k, filters, options, reranker)
+
+
+def cache_verifier(db: Database, settings: Settings | None) -> CacheVerifier | None:
+    """The model check of borderline cache hits, when ``knowledge.cache_verify`` is on."""
+    if settings is None or not settings.knowledge.cache_verify:
+        return None
+    return CacheVerifier(db, chat_model_from_settings(settings.llm),
+                         settings.knowledge.cache_verify_below, price_table(settings.llm))
 
 
 @asynccontextmanager

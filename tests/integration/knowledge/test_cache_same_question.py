@@ -1,0 +1,63 @@
+"""The answer cache on the real database and model: the same question hits, another does not.
+
+e5 puts "Did James offer John the job?" and "Did John offer James the job?" at 0.998
+cosine, so before the same-question guard the swapped question got the first one's answer.
+"""
+
+from __future__ import annotations
+
+from onebox.knowledge.cache import AnswerCache, CacheHit, CacheMiss
+from onebox.knowledge.cache_verify import CacheVerifier
+from onebox.knowledge.service import Knowledge
+from onebox.testing import ScriptedModel
+
+
+async def test_swapped_roles_are_refused_and_a_synonym_rewording_hits(knowledge: Knowledge) -> None:
+    cache = knowledge.cache
+    await cache.put("Did James offer John the job?", "yes, in May")
+    miss = await cache.explain("Did John offer James the job?")
+    assert isinstance(miss, CacheMiss)
+    assert miss.best_similarity is not None and miss.best_similarity >= cache.min_similarity
+    assert miss.refused_by_guard is not None and miss.refused_by_guard.startswith("roles differ")
+    hit = await cache.lookup("Did James give John the job?")
+    assert hit is None  # another verb is another question
+    await cache.put("When does the meeting begin?", "at nine")
+    reworded = await cache.lookup("When does the meeting start?")
+    assert reworded is not None and reworded.answer == "at nine"
+
+
+async def test_chinese_title_and_role_changes_are_refused(knowledge: Knowledge) -> None:
+    cache = knowledge.cache
+    await cache.put("谁是公司的总裁？", "张伟", scope="zh")
+    await cache.put("张伟给李娜发了邮件吗？", "发了", scope="zh")
+    assert await cache.lookup("谁是公司的副总裁？", scope="zh") is None
+    assert await cache.lookup("李娜给张伟发了邮件吗？", scope="zh") is None
+    hit = await cache.lookup("请问公司的总裁是谁？", scope="zh")
+    assert hit is not None and hit.answer == "张伟"
+
+
+async def test_a_borderline_hit_is_confirmed_by_a_recorded_model_call(knowledge: Knowledge) -> None:
+    model = ScriptedModel(["no", "yes"])
+    cache = AnswerCache(knowledge.db, knowledge.embedder,
+                        verifier=CacheVerifier(knowledge.db, model, below_similarity=1.01))
+    await cache.put("When does the meeting begin?", "at nine", scope="verify")
+    refused = await cache.explain("When does the meeting start?", scope="verify")
+    assert isinstance(refused, CacheMiss) and "verification" in (refused.refused_by_guard or "")
+    confirmed = await cache.explain("When does the meeting start?", scope="verify")
+    assert isinstance(confirmed, CacheHit) and confirmed.answer == "at nine"
+    assert "When does the meeting begin?" in (model.requests[0].messages[0].content or "")
+    rows = await knowledge.db.fetch(
+        "SELECT run_id, purpose, prompt_tokens FROM onebox.llm_calls WHERE purpose = 'cache_verify'"
+        " ORDER BY id", {})
+    assert [(r["run_id"], r["purpose"], r["prompt_tokens"]) for r in rows] == [
+        (None, "cache_verify", 10), (None, "cache_verify", 10)]
+
+
+async def test_a_clear_hit_and_a_guard_refusal_make_no_model_call(knowledge: Knowledge) -> None:
+    model = ScriptedModel([])
+    cache = AnswerCache(knowledge.db, knowledge.embedder,
+                        verifier=CacheVerifier(knowledge.db, model, below_similarity=0.5))
+    await cache.put("Did James offer John the job?", "yes", scope="verify2")
+    assert await cache.lookup("did james offer john the job", scope="verify2") is not None
+    assert await cache.lookup("Did John offer James the job?", scope="verify2") is None
+    assert model.requests == []
