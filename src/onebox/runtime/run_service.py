@@ -31,6 +31,14 @@ async def require_run(db: Database, run_id: uuid.UUID, tenant_id: str) -> None:
         raise NotFound(f"run {run_id} does not exist", field="run_id")
 
 
+async def workspace_session(db: Database, run_id: uuid.UUID, tenant_id: str) -> str:
+    """The session of the run's workspace; NotFound unless the tenant owns the run."""
+    session_id = await run_views.run_session(db, run_id, tenant_id)
+    if session_id is None:
+        raise NotFound(f"run {run_id} does not exist", field="run_id")
+    return session_id
+
+
 async def create_run(
     db: Database, settings: Settings, tenant_id: str, *, plan: dict[str, Any] | None,
     task: str | None, name: str | None, idempotency_key: str | None,

@@ -11,6 +11,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from onebox.runtime.submit import run_session_id
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
 
@@ -22,6 +23,13 @@ async def run_tenant(db: Database, run_id: uuid.UUID) -> str | None:
     """The tenant that owns the run, or None when no run has this id."""
     row = await db.fetchone(Q["run_tenant"], {"run_id": run_id})
     return None if row is None else str(row["tenant_id"])
+
+
+async def run_session(db: Database, run_id: uuid.UUID, tenant_id: str) -> str | None:
+    """The sandbox session that holds the run's workspace (a thread's turns share the
+    thread's), or None when the tenant has no such run."""
+    row = await db.fetchone(Q["run_session"], {"run_id": run_id, "tenant_id": tenant_id})
+    return None if row is None else run_session_id(row)
 
 
 async def search_runs(

@@ -27,7 +27,6 @@ from onebox.runtime import runs as runtime_runs
 from onebox.runtime import session_service as sessions
 from onebox.runtime.api_keys import Principal
 from onebox.runtime.runs import PAGE_STEPS
-from onebox.runtime.submit import session_id_for
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 MAX_PAGE_STEPS = 1000
@@ -180,16 +179,16 @@ async def retry(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, An
 
 @router.get("/{run_id}/files", summary="Files in the run's workspace")
 async def run_files(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
-    await service.require_run(state.db, run_id, caller.tenant_id)
-    return {"files": await sessions.files_of(state.backend, session_id_for(run_id))}
+    session_id = await service.workspace_session(state.db, run_id, caller.tenant_id)
+    return {"files": await sessions.files_of(state.backend, session_id)}
 
 
 @router.get("/{run_id}/files/{path:path}", summary="Download a file of the run's workspace",
             response_class=Response,
             responses={200: {"content": {"application/octet-stream": {}}}})
 async def run_file(run_id: uuid.UUID, path: str, state: State, caller: Caller) -> Response:
-    await service.require_run(state.db, run_id, caller.tenant_id)
-    data = await sessions.download(state.backend, session_id_for(run_id), path)
+    session_id = await service.workspace_session(state.db, run_id, caller.tenant_id)
+    data = await sessions.download(state.backend, session_id, path)
     return Response(data, media_type="application/octet-stream")
 
 

@@ -51,3 +51,6 @@ ORDER BY seq;
 SELECT step_id FROM onebox.task_execution
 WHERE run_id = %(run_id)s AND status = 'PENDING' AND waiting_for = 'approval'
 ORDER BY step_number;
+
+-- name: run_session
+SELECT id, request FROM onebox.runs WHERE id = %(run_id)s AND tenant_id = %(tenant_id)s;
