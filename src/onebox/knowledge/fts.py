@@ -44,39 +44,38 @@ def quote_lexeme(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-async def lexemes_of(db: Database, text: str) -> list[str]:
-    row = await db.fetchone(sql("fts.lexemes"), {"text": segment_for_fts(text)})
-    return list(row["lexemes"]) if row else []
-
-
 async def build_fts_query(
     db: Database, text: str, spaces: list[str], max_df_ratio: float = 0.25,
     candidate_budget: int = 2_000,
 ) -> FtsQuery | None:
     """The BM25 query for ``text`` over ``spaces``; None when no lexeme occurs there."""
-    lexemes = await lexemes_of(db, text)
-    if not lexemes:
-        return None
-    rows = await db.fetch(sql("fts.idf"), {"lexemes": lexemes, "spaces": spaces})
+    rows = await db.fetch(sql("search.fts_terms"), {"text": segment_for_fts(text), "spaces": spaces})
     present = [r for r in rows if r["df"] > 0]
     if not present:
         return None
-    rare_first = sorted(present, key=lambda r: r["df"])
-    selective = [r for r in rare_first if r["df"] <= max(max_df_ratio * r["n"], 1000)]
+    selective = _candidate_lexemes(present, max_df_ratio, candidate_budget)
     if not selective:  # every lexeme is in most rows: lexical matching carries no signal
         return None
+    return FtsQuery(
+        lexemes=[r["lexeme"] for r in present],
+        idfs=[float(r["idf"]) for r in present],
+        tsquery=" | ".join(quote_lexeme(r["lexeme"]) for r in selective),
+        avgdl=float(present[0]["avgdl"]),
+    )
+
+
+def _candidate_lexemes(
+    present: list[dict[str, Any]], max_df_ratio: float, candidate_budget: int
+) -> list[dict[str, Any]]:
+    """The rarest lexemes, each selective enough, until their df adds up to the budget."""
+    rare_first = sorted(present, key=lambda r: r["df"])
     chosen: list[dict[str, Any]] = []
     budget_used = 0
-    for r in selective:
+    for r in rare_first:
+        if r["df"] > max(max_df_ratio * r["n"], 1000):
+            break  # sorted by df: every later lexeme is as common
         if chosen and budget_used + r["df"] > candidate_budget:
             break
         chosen.append(r)
         budget_used += r["df"]
-    selective = chosen
-    tsquery = " | ".join(quote_lexeme(r["lexeme"]) for r in selective)
-    return FtsQuery(
-        lexemes=[r["lexeme"] for r in present],
-        idfs=[float(r["idf"]) for r in present],
-        tsquery=tsquery,
-        avgdl=float(present[0]["avgdl"]),
-    )
+    return chosen

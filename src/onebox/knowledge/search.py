@@ -4,16 +4,23 @@
                         filters=SearchFilters(collections=["docs"], metadata={"lang": "en"}))
 
 A filtered vector search must return k hits whenever k matching chunks exist.
-pgvector 0.6 filters *after* the HNSW scan, so a selective filter would
-silently return fewer rows. The filter's size is counted first (capped): a
-small filtered set is searched exactly (a sequential scan of a few thousand
-vectors is fast); a large one uses HNSW with a widened ``ef_search`` and falls
-back to the exact scan if it still comes back short.
+An HNSW scan stops after ``ef_search`` candidates and the filter runs after it,
+so a selective filter could silently return fewer rows. With pgvector >= 0.8
+the scan is iterative (``hnsw.iterative_scan = relaxed_order``): it goes on
+until enough rows pass the filter. A metadata or date filter is counted first
+(capped at ``EXACT_SCAN_MAX_ROWS``): so small a set is scanned exactly, which
+is cheaper than walking the graph for it. On pgvector 0.6 a short HNSW result
+falls back to the exact scan. A filter on collections alone skips the count
+(``fts_spaces`` holds the sizes).
+
+Each retriever returns at most ``candidates`` rows before fusion; the full-text
+arm is one round trip for the query's terms and one for BM25 (``fts.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,15 +28,16 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from onebox.errors import ValidationError
-from onebox.knowledge.collections import check_model, get_collection, list_collections, space_of
+from onebox.errors import NotFound, ValidationError
+from onebox.knowledge.collections import check_model, space_of
 from onebox.knowledge.embedder import CachedEmbedder, vector_literal
 from onebox.knowledge.fts import build_fts_query
 from onebox.knowledge.fusion import FusionMethod, fuse
 from onebox.knowledge.queries import sql
 from onebox.store.db import Database
 
-EXACT_SCAN_MAX_ROWS = 20_000
+EXACT_SCAN_MAX_ROWS = 2_000  # an exact scan reads every filtered vector (~10 us each, TOASTed)
+_ITERATIVE: weakref.WeakKeyDictionary[Database, bool] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -109,7 +117,10 @@ async def _vector_stage(
 async def _collections(
     db: Database, embedder: CachedEmbedder, names: list[str] | None
 ) -> list[str]:
-    rows = [await get_collection(db, n) for n in names] if names else await list_collections(db)
+    rows = await db.fetch(sql("search.collections"), {"names": names or None})
+    missing = sorted(set(names or []) - {r["name"] for r in rows})
+    if missing:
+        raise NotFound(f"collection {missing[0]!r} does not exist; add documents with `onebox kb add`")
     for row in rows:
         check_model(row, embedder.model)
     return [r["name"] for r in rows]
@@ -124,7 +135,7 @@ async def _needs_filter_check(
         return True
     if not filters.collections:
         return False
-    rows = await db.fetch(sql("kb.collection_sizes"), {})
+    rows = await db.fetch(sql("search.collection_sizes"), {})
     sizes = {r["space"]: int(r["n_rows"]) for r in rows}
     chosen = sum(sizes.get(space_of(c), 0) for c in collections)
     return chosen <= EXACT_SCAN_MAX_ROWS or chosen < sum(sizes.values()) / 2
@@ -145,7 +156,7 @@ async def fulltext_candidates(
     fts = await build_fts_query(db, query, spaces)
     if fts is None:
         return []
-    rows = await db.fetch(sql("kb.fulltext"), {**params, **fts.params(), "n": n})
+    rows = await db.fetch(sql("search.fulltext"), {**params, **fts.params(), "n": n})
     return [(r["id"], float(r["score"])) for r in rows]
 
 
@@ -153,21 +164,43 @@ async def vector_candidates(
     db: Database, vector: list[float], params: dict[str, Any], n: int, filtered: bool
 ) -> list[tuple[Any, float]]:
     args = {**params, "q": vector_literal(vector), "n": n}
-    if filtered:
-        row = await db.fetchone(sql("kb.count_filtered"), {**params, "cap": EXACT_SCAN_MAX_ROWS + 1})
+    iterative = await iterative_scans(db)
+    if filtered and (not iterative or _row_filter(params)):
+        row = await db.fetchone(sql("search.count_filtered"), {**params, "cap": EXACT_SCAN_MAX_ROWS + 1})
         if row and row["n"] <= EXACT_SCAN_MAX_ROWS:
             return await _exact(db, args)
     async with db.transaction() as conn:
-        await conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(40, 2 * n))}")
-        cur = await conn.execute(sql("kb.vector_ann"), args)
+        await conn.execute(
+            "SELECT set_config('hnsw.ef_search', %(ef)s, true)"
+            + (", set_config('hnsw.iterative_scan', 'relaxed_order', true)" if iterative else ""),
+            {"ef": str(min(1000, max(40, 2 * n)))})
+        cur = await conn.execute(sql("search.vector_ann"), args)
         rows = await cur.fetchall()
-    if len(rows) < n and filtered:
+    if len(rows) < n and filtered:  # iterative scans stop at hnsw.max_scan_tuples; 0.6 earlier
         return await _exact(db, args)
     return [(r["id"], float(r["score"])) for r in rows]
 
 
+def _row_filter(params: dict[str, Any]) -> bool:
+    """A metadata or date filter (its size is unknown without counting)."""
+    return any(params.get(k) is not None for k in ("meta", "since", "until"))
+
+
+async def iterative_scans(db: Database) -> bool:
+    """Whether the server's pgvector (>= 0.8) scans HNSW iteratively under a filter."""
+    features = getattr(db, "features", None)
+    if features is not None:
+        return bool(features.iterative_index_scan)
+    if db not in _ITERATIVE:
+        row = await db.fetchone(sql("search.pgvector_version"))
+        version = tuple(int(p) for p in str(row["extversion"] if row else "0").split(".")[:2]
+                        if p.isdigit())
+        _ITERATIVE[db] = version >= (0, 8)
+    return _ITERATIVE[db]
+
+
 async def _exact(db: Database, args: dict[str, Any]) -> list[tuple[Any, float]]:
-    rows = await db.fetch(sql("kb.vector_exact"), args)
+    rows = await db.fetch(sql("search.vector_exact"), args)
     return [(r["id"], float(r["score"])) for r in rows]
 
 

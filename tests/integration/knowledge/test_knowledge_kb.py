@@ -103,7 +103,7 @@ async def test_selective_filter_still_returns_k(
         await conn.execute("SET LOCAL enable_seqscan = off")
         await conn.execute("SET LOCAL enable_bitmapscan = off")
         await conn.execute("SET LOCAL enable_sort = off")
-        cur = await conn.execute(sql("kb.vector_ann"), {
+        cur = await conn.execute(sql("search.vector_ann"), {
             "q": vector_literal(q), "n": 2, "collections": ["default"],
             "meta": Jsonb({"tenant": "small"}), "since": None, "until": None})
         assert len(await cur.fetchall()) < 2
