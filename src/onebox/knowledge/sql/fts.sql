@@ -1,9 +1,5 @@
 -- Term statistics for BM25, per search space ('kb:<collection>' / 'mem:<scope>').
 
--- name: lexemes
-SELECT coalesce(array_agg(lx ORDER BY lx), '{}') AS lexemes
-FROM unnest(tsvector_to_array(to_tsvector('english', %(text)s))) AS lx
-
 -- name: add_kb_terms
 WITH rows AS (SELECT tsv, fts_len FROM onebox.kb_chunks WHERE id = ANY(%(ids)s)),
 terms AS (
@@ -57,18 +53,3 @@ terms AS (
 UPDATE onebox.fts_spaces s SET n_rows = s.n_rows - d.n, total_len = s.total_len - d.len
 FROM (SELECT count(*) AS n, coalesce(sum(fts_len), 0) AS len FROM rows) d
 WHERE s.space = %(space)s
-
--- name: idf
--- BM25 idf of each query lexeme over the given spaces, with the average row length.
-WITH stats AS (
-    SELECT greatest(coalesce(sum(n_rows), 0), 1)::float8 AS n,
-           greatest(coalesce(sum(total_len), 0)::float8 / greatest(coalesce(sum(n_rows), 0), 1), 1) AS avgdl
-    FROM onebox.fts_spaces WHERE space = ANY(%(spaces)s)
-)
-SELECT l.lexeme, ln(1 + (stats.n - coalesce(t.df, 0) + 0.5) / (coalesce(t.df, 0) + 0.5)) AS idf,
-       coalesce(t.df, 0) AS df, stats.n, stats.avgdl
-FROM unnest(%(lexemes)s::text[]) AS l(lexeme)
-CROSS JOIN stats
-LEFT JOIN (SELECT lexeme, sum(df) AS df FROM onebox.fts_terms
-           WHERE space = ANY(%(spaces)s) AND lexeme = ANY(%(lexemes)s) GROUP BY lexeme) t
-       ON t.lexeme = l.lexeme

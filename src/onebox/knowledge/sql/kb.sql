@@ -1,5 +1,4 @@
 -- Knowledge base: collections, documents, chunks and their search.
--- Filters shared by the search statements: collection list, metadata containment, date range.
 
 -- name: get_collection
 SELECT name, embedding_model, embedding_dim, created_at, updated_at
@@ -98,46 +97,6 @@ ORDER BY id
 UPDATE onebox.kb_chunks c SET embedding = u.e::vector
 FROM unnest(%(ids)s::bigint[], %(embeddings)s::text[]) AS u(id, e) WHERE c.id = u.id
 
--- name: fulltext
-SELECT c.id, sum(w.idf * x.tf * (%(k1)s + 1)
-                 / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * c.fts_len / %(avgdl)s))) AS score
-FROM (SELECT k.id, k.tsv, k.fts_len FROM onebox.kb_chunks k
-      WHERE k.tsv @@ %(tsquery)s::tsquery AND k.collection = ANY(%(collections)s)
-        AND (%(meta)s::jsonb IS NULL OR k.metadata @> %(meta)s::jsonb)
-        AND (%(since)s::timestamptz IS NULL OR k.created_at >= %(since)s::timestamptz)
-        AND (%(until)s::timestamptz IS NULL OR k.created_at < %(until)s::timestamptz)
-      LIMIT %(cap)s) c
-CROSS JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions)::float8 AS tf
-                    FROM unnest(c.tsv) AS u) x
-JOIN unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS w(lexeme, idf) ON w.lexeme = x.lexeme
-GROUP BY c.id ORDER BY score DESC LIMIT %(n)s
-
--- name: count_filtered
-SELECT count(*) AS n FROM (
-    SELECT 1 FROM onebox.kb_chunks c
-    WHERE c.collection = ANY(%(collections)s)
-      AND (%(meta)s::jsonb IS NULL OR c.metadata @> %(meta)s::jsonb)
-      AND (%(since)s::timestamptz IS NULL OR c.created_at >= %(since)s::timestamptz)
-      AND (%(until)s::timestamptz IS NULL OR c.created_at < %(until)s::timestamptz)
-    LIMIT %(cap)s) s
-
--- name: vector_ann
-SELECT c.id, 1 - (c.embedding <=> %(q)s::vector) AS score FROM onebox.kb_chunks c
-WHERE c.collection = ANY(%(collections)s)
-  AND (%(meta)s::jsonb IS NULL OR c.metadata @> %(meta)s::jsonb)
-  AND (%(since)s::timestamptz IS NULL OR c.created_at >= %(since)s::timestamptz)
-  AND (%(until)s::timestamptz IS NULL OR c.created_at < %(until)s::timestamptz)
-ORDER BY c.embedding <=> %(q)s::vector LIMIT %(n)s
-
--- name: vector_exact
--- The "+ 0" hides the ordering from the HNSW index: an exact scan over the filtered rows.
-SELECT c.id, 1 - (c.embedding <=> %(q)s::vector) AS score FROM onebox.kb_chunks c
-WHERE c.collection = ANY(%(collections)s)
-  AND (%(meta)s::jsonb IS NULL OR c.metadata @> %(meta)s::jsonb)
-  AND (%(since)s::timestamptz IS NULL OR c.created_at >= %(since)s::timestamptz)
-  AND (%(until)s::timestamptz IS NULL OR c.created_at < %(until)s::timestamptz)
-ORDER BY (c.embedding <=> %(q)s::vector) + 0 LIMIT %(n)s
-
 -- name: hits
 SELECT c.id AS chunk_id, c.ordinal, c.content, c.heading, c.metadata AS chunk_metadata,
        c.created_at, d.id AS document_id, d.collection, d.source, d.source_type, d.title,
@@ -149,6 +108,3 @@ WHERE c.id = ANY(%(ids)s)
 -- name: invalidate_cache
 UPDATE onebox.answer_cache SET invalidated_at = now()
 WHERE source_doc_ids && %(doc_ids)s::uuid[] AND invalidated_at IS NULL
-
--- name: collection_sizes
-SELECT space, n_rows FROM onebox.fts_spaces WHERE space LIKE 'kb:%%'
