@@ -41,11 +41,34 @@ def cmrc_sentence_text(doc: dict[str, Any]) -> str:
     return doc["text"].strip()
 
 
-def load_scifact(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, int]]]:
-    corpus = read_jsonl(root / "scifact" / "corpus.jsonl")
-    queries = {q["_id"]: q["text"] for q in read_jsonl(root / "scifact" / "queries.jsonl")}
-    qrels = read_qrels(root / "scifact" / "qrels" / "train.tsv")
+Beir = tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, int]]]
+
+
+def load_scifact(folder: Path) -> Beir:
+    """SciFact (a BEIR folder) with its train judgements, the split the bench has always used."""
+    if (folder / "scifact").is_dir():  # the eval-data root, as callers passed before --beir
+        folder = folder / "scifact"
+    corpus, queries, qrels, _ = load_beir(folder, "train")
     return corpus, queries, qrels
+
+
+def load_beir(folder: Path, split: str = "") -> tuple[list[dict[str, Any]], dict[str, str],
+                                                      dict[str, dict[str, int]], str]:
+    """Any BEIR-layout folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (default: test,
+    else the first qrels file by name)."""
+    qrels_dir = folder / "qrels"
+    if not split:
+        names = sorted(p.stem for p in qrels_dir.glob("*.tsv"))
+        if not names:
+            raise SystemExit(f"{folder}: no qrels/*.tsv; a BEIR folder needs qrels/<split>.tsv")
+        split = "test" if "test" in names else names[0]
+    for name in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
+        if not (folder / name).exists():
+            raise SystemExit(f"{folder}: missing {name} (BEIR layout: corpus.jsonl, queries.jsonl, "
+                             "qrels/<split>.tsv)")
+    corpus = read_jsonl(folder / "corpus.jsonl")
+    queries = {q["_id"]: q["text"] for q in read_jsonl(folder / "queries.jsonl")}
+    return corpus, queries, read_qrels(qrels_dir / f"{split}.tsv"), split
 
 
 def order_relevant_first(corpus: list[dict[str, Any]], qrels: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
@@ -53,16 +76,20 @@ def order_relevant_first(corpus: list[dict[str, Any]], qrels: dict[str, dict[str
     return [d for d in corpus if d["_id"] in relevant] + [d for d in corpus if d["_id"] not in relevant]
 
 
-def load_cmrc_sentences(root: Path) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, int]]]:
-    base = root / "cmrc2018"
+def load_cmrc_sentences(base: Path) -> Beir:
+    """A CMRC-style folder: corpus_sentences.jsonl (title, text), queries.jsonl,
+    qrels/sentences_trial.tsv."""
     corpus = read_jsonl(base / "corpus_sentences.jsonl")
     queries = {q["_id"]: q["text"] for q in read_jsonl(base / "queries.jsonl")}
     qrels = read_qrels(base / "qrels" / "sentences_trial.tsv")
     return corpus, queries, qrels
 
 
-def load_locomo(root: Path) -> list[dict[str, Any]]:
-    with (root / "locomo" / "locomo_dev.json").open(encoding="utf-8") as fh:
+def load_locomo(path: Path) -> list[dict[str, Any]]:
+    """A LoCoMo-style JSON file: a list of {conversation: {session_<n>, ...}, qa: [...]}."""
+    if path.is_dir():  # the eval-data root, as callers passed before --locomo
+        path = path / "locomo" / "locomo_dev.json"
+    with path.open(encoding="utf-8") as fh:
         data: list[dict[str, Any]] = json.load(fh)
     return data
 

@@ -1,150 +1,171 @@
-"""Speed runs: hybrid search at scale (synthetic vectors/text), memory at 10k, embedding throughput."""
+"""Speed runs: hybrid search at 100k chunks, memory recall at 10k memories, embedding throughput.
+
+Text is real (SciFact abstracts, LoCoMo turns); vectors are derived from real embeddings
+(retrieval_scale.py says how); queries are real SciFact claims / LoCoMo questions whose
+vectors come from the real model. Each search is timed twice: end to end with a query the
+embedding cache has never seen, and with the query vector cached (the database's share).
+"""
 
 from __future__ import annotations
 
-import random
+import os
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
 from psycopg.types.json import Jsonb
 
+import retrieval_scale as scale
 from onebox.knowledge.collections import ensure_collection, space_of
 from onebox.knowledge.embedder import vector_literal
 from onebox.knowledge.memory import space_of as memory_space
 from onebox.knowledge.queries import sql
 from onebox.knowledge.search import SearchFilters
 from onebox.knowledge.service import Knowledge
-from onebox.knowledge.text import first_sentence
+from onebox.knowledge.text import first_sentence, segment_for_fts
+from retrieval_data import locomo_turns
 from retrieval_metrics import p95
 
 E5_LAYERS, E5_HIDDEN, E5_FFN = 12, 384, 1536
+FILTERS = {  # name -> (metadata filter, share of the collection it selects)
+    "collection_only": None,
+    "metadata_10pct": {"group": 3},
+    "metadata_1pct": {"tenant": "t7"},
+}
 
 
-def _vocab(n: int = 20000) -> list[str]:
-    rng = random.Random(7)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    return ["".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(n)]
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
-def _sentence(rng: random.Random, vocab: list[str], n: int) -> str:
-    idx = np.minimum(rng_zipf(rng, n), len(vocab)) - 1
-    return " ".join(vocab[i] for i in idx) + "."
-
-
-def rng_zipf(rng: random.Random, n: int) -> np.ndarray:
-    return np.random.default_rng(rng.randint(0, 2**31)).zipf(1.3, n)
-
-
-def _unit_vectors(n: int, seed: int) -> np.ndarray:
-    m = np.random.default_rng(seed).standard_normal((n, 384)).astype(np.float32)
-    return m / np.linalg.norm(m, axis=1, keepdims=True)
-
-
-async def build_scale_collection(knowledge: Knowledge, collection: str, n_chunks: int) -> dict[str, Any]:
-    """Synthetic chunks inserted in batches straight through the chunk SQL (no model)."""
+async def build_scale_collection(knowledge: Knowledge, collection: str, corpus: list[dict[str, Any]],
+                                 n_chunks: int, n_base: int) -> dict[str, Any]:
+    """``n_base`` documents of ``n_chunks / n_base`` chunks each, inserted through the chunk SQL."""
     db = knowledge.db
     await ensure_collection(db, collection, knowledge.embedder.model)
     have = await db.fetchone("SELECT count(*) AS n FROM onebox.kb_chunks WHERE collection = %s",
                              (collection,))
-    if have and have["n"] >= n_chunks:
-        return {"chunks": have["n"], "reused": True}
-    rng, vocab = random.Random(1), _vocab()
-    started, batch = time.perf_counter(), 1000
-    for start in range(int(have["n"] if have else 0), n_chunks, batch):
-        doc_id = str(uuid.uuid4())
-        texts = [_sentence(rng, vocab, 60) for _ in range(batch)]
-        vectors = _unit_vectors(batch, start)
-        async with db.transaction() as conn:
-            await conn.execute(sql("kb.upsert_document"), {
-                "id": doc_id, "collection": collection, "source": f"synthetic-{start}",
-                "source_type": "text", "title": None, "content_hash": "0" * 64,
-                "metadata": Jsonb({"batch": start // batch}), "execution_id": None,
-                "snapshot_id": None, "n_chunks": batch})
-            cur = await conn.execute(sql("kb.insert_chunks"), {
-                "document_id": doc_id, "collection": collection,
-                "metadata": Jsonb({"batch": start // batch}),
-                "ordinals": list(range(batch)), "contents": texts,
-                "hashes": [f"{start + i:064d}" for i in range(batch)], "headings": [None] * batch,
-                "n_tokens": [80] * batch, "segs": texts,
-                "embeddings": [vector_literal(v) for v in vectors]})
-            ids = [r["id"] for r in await cur.fetchall()]
-            await conn.execute(sql("fts.add_kb_terms"), {"ids": ids, "space": space_of(collection)})
-        if start % 10000 == 0:
-            print(f"  scale: {start + batch}/{n_chunks} chunks", flush=True)
-    async with db.connection() as conn:
-        await conn.execute("ANALYZE onebox.kb_chunks")
-    seconds = time.perf_counter() - started
-    return {"chunks": n_chunks, "reused": False, "insert_seconds": round(seconds, 1)}
+    per_doc = max(1, n_chunks // n_base)
+    rows = scale.scifact_windows(corpus, n_base, per_doc)
+    base = np.asarray(await knowledge.embedder.passages(scale.base_texts(corpus, n_base)), np.float32)
+    vectors, stats = scale.derive_vectors(base, [r[0] for r in rows], seed=1)
+    info = {"chunks": len(rows), "documents": n_base, "vectors": scale.describe(n_base, "SciFact "
+            "passages (title + first sentence)"), **stats}
+    if have and have["n"] >= len(rows):
+        return {**info, "reused": True}
+    await db.fetch("DELETE FROM onebox.kb_documents WHERE collection = %s RETURNING 1", (collection,))
+    started = time.perf_counter()
+    for doc in range(n_base):
+        part = slice(doc * per_doc, (doc + 1) * per_doc)
+        await _insert_document(knowledge, collection, doc, [r[1] for r in rows[part]], vectors[part])
+        if doc % 100 == 99:
+            print(f"  scale: {(doc + 1) * per_doc}/{len(rows)} chunks", flush=True)
+    await db.fetch("ANALYZE onebox.kb_chunks")
+    return {**info, "reused": False, "insert_seconds": round(time.perf_counter() - started, 1)}
 
 
-async def search_latency(knowledge: Knowledge, collection: str, n_queries: int = 60) -> dict[str, Any]:
-    rng, vocab = random.Random(99), _vocab()
-    filters = SearchFilters(collections=[collection])
-    total, without_embedding = [], []
-    for i in range(n_queries):
-        query = f"{_sentence(rng, vocab, 8)} q{i}-{uuid.uuid4().hex[:6]}"  # never cached
-        started = time.perf_counter()
-        await knowledge.search(query, k=10, filters=filters)
-        total.append((time.perf_counter() - started) * 1000)
-        started = time.perf_counter()  # same query again: its embedding is now cached
-        await knowledge.search(query, k=10, filters=filters)
-        without_embedding.append((time.perf_counter() - started) * 1000)
-    return {"queries": n_queries, "k": 10,
-            "p95_ms_including_query_embedding": round(p95(total), 1),
-            "p50_ms_including_query_embedding": round(float(np.median(total)), 1),
-            "p95_ms_excluding_query_embedding": round(p95(without_embedding), 1)}
+async def _insert_document(knowledge: Knowledge, collection: str, doc: int, texts: list[str],
+                           vectors: np.ndarray) -> None:
+    meta = Jsonb({"group": doc % 10, "tenant": f"t{doc % 100}"})
+    doc_id, n = str(uuid.uuid4()), len(texts)
+    async with knowledge.db.transaction() as conn:
+        await conn.execute(sql("kb.upsert_document"), {
+            "id": doc_id, "collection": collection, "source": f"scale-{doc}",
+            "source_type": "text", "title": None, "content_hash": "0" * 64, "metadata": meta,
+            "execution_id": None, "snapshot_id": None, "n_chunks": n, "text": None, "text_bytes": 0})
+        cur = await conn.execute(sql("kb.insert_chunks"), {
+            "document_id": doc_id, "collection": collection, "metadata": meta,
+            "ordinals": list(range(n)), "contents": texts,
+            "hashes": [f"{doc:032d}{i:032d}" for i in range(n)], "headings": [None] * n,
+            "n_tokens": [80] * n, "segs": [segment_for_fts(t) for t in texts],
+            "embeddings": [vector_literal(v) for v in vectors]})
+        ids = [r["id"] for r in await cur.fetchall()]
+        await conn.execute(sql("fts.add_kb_terms"), {"ids": ids, "space": space_of(collection)})
 
 
-async def memory_latency(knowledge: Knowledge, scope: str, n_memories: int = 10000,
-                         n_ops: int = 100) -> dict[str, Any]:
-    db, rng, vocab = knowledge.db, random.Random(5), _vocab()
-    have = await db.fetchone("SELECT count(*) AS n FROM onebox.memories WHERE scope = %s", (scope,))
-    if not have or have["n"] < n_memories:
-        await _bulk_memories(knowledge, scope, n_memories, rng, vocab)
-    contents = [f"{_sentence(rng, vocab, 20)} r{uuid.uuid4().hex[:8]}" for _ in range(n_ops)]
-    await knowledge.embedder.passages(contents)  # embedding excluded from the timing below
-    remember = []
-    for content in contents:
-        started = time.perf_counter()
-        await knowledge.memory.remember(scope, content)
-        remember.append((time.perf_counter() - started) * 1000)
-    recall, recall_cached = [], []
-    for i in range(n_ops):
-        query = f"{_sentence(rng, vocab, 6)} m{i}-{uuid.uuid4().hex[:6]}"
-        started = time.perf_counter()
-        await knowledge.memory.recall(scope, query, k=10)
-        recall.append((time.perf_counter() - started) * 1000)
-        started = time.perf_counter()
-        await knowledge.memory.recall(scope, query, k=10)
-        recall_cached.append((time.perf_counter() - started) * 1000)
-    return {"memories": n_memories, "operations": n_ops,
-            "remember_p95_ms_excluding_embedding": round(p95(remember), 1),
-            "recall_p95_ms_including_query_embedding": round(p95(recall), 1),
-            "recall_p95_ms_excluding_query_embedding": round(p95(recall_cached), 1)}
+async def _timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = await call()
+    return (time.perf_counter() - started) * 1000, result
 
 
-async def _bulk_memories(knowledge: Knowledge, scope: str, n: int, rng: random.Random,
-                         vocab: list[str]) -> None:
-    vectors = _unit_vectors(n, 11)
+def _summary(name: str, values: list[float]) -> dict[str, float]:
+    return {f"{name}_p50_ms": round(float(np.median(values)), 1), f"{name}_p95_ms": round(p95(values), 1)}
+
+
+async def search_latency(knowledge: Knowledge, collection: str, queries: list[str]) -> dict[str, Any]:
+    """p50/p95 per filter: end to end (fresh query text) and with the query vector cached."""
+    await knowledge.embedder.queries(queries)  # the cached half of each pair
+    out: dict[str, Any] = {"queries": len(queries), "k": 10, "load_average_before": load_average()}
+    for name, meta in FILTERS.items():
+        filters = SearchFilters(collections=[collection], metadata=meta)
+        fresh, cached, short = [], [], 0
+        for q in queries:
+            ms, _ = await _timed(lambda q=q, f=filters: knowledge.search(
+                f"{q} #{uuid.uuid4().hex[:6]}", k=10, filters=f))
+            fresh.append(ms)
+            ms, hits = await _timed(lambda q=q, f=filters: knowledge.search(q, k=10, filters=f))
+            cached.append(ms)
+            short += len(hits) < 10
+        out[name] = {**_summary("end_to_end", fresh), **_summary("query_vector_cached", cached),
+                     "queries_with_fewer_than_k_hits": short}
+    out["query_embedding"] = await _embedding_latency(knowledge, queries)
+    out["load_average_after"] = load_average()
+    return out
+
+
+async def _embedding_latency(knowledge: Knowledge, queries: list[str]) -> dict[str, float]:
+    model = knowledge.embedder.model
+    times = [(await _timed(lambda q=q: model.embed_queries([f"{q} #{uuid.uuid4().hex[:6]}"])))[0]
+             for q in queries[:30]]
+    return _summary("model", times)
+
+
+async def build_memories(knowledge: Knowledge, scope: str, samples: list[dict[str, Any]],
+                         n_memories: int, n_base: int) -> dict[str, Any]:
+    turns = [t[2] for s in samples for t in locomo_turns(s)]
+    base = np.asarray(await knowledge.embedder.passages(turns[:n_base]), np.float32)
+    owners = [i % n_base for i in range(n_memories)]
+    vectors, stats = scale.derive_vectors(base, owners, seed=11)
+    info = {"memories": n_memories, "vectors": scale.describe(n_base, "LoCoMo turns"), **stats,
+            "text": f"LoCoMo turns ({len(turns)} distinct, cycled)"}
+    have = await knowledge.db.fetchone("SELECT count(*) AS n FROM onebox.memories WHERE scope = %s",
+                                       (scope,))
+    if have and have["n"] >= n_memories:
+        return {**info, "reused": True}
     async with knowledge.db.transaction() as conn:
         ids = []
-        for i in range(n):
-            content = _sentence(rng, vocab, 20)
+        for i in range(n_memories):
+            content = f"{turns[i % len(turns)]} ({i})"
             ids.append(str(uuid.uuid4()))
             await conn.execute(sql("memory.insert"), {
                 "id": ids[-1], "scope": scope, "user_id": "", "kind": "short",
                 "content": content, "hash": f"{i:064d}", "summary": first_sentence(content),
                 "entities": [], "metadata": Jsonb({}), "embedding": vector_literal(vectors[i]),
-                "seg": content, "execution_id": None, "valid_from": None})
+                "seg": segment_for_fts(content), "execution_id": None, "valid_from": None})
         await conn.execute(sql("fts.add_memory_terms"), {"ids": ids, "space": memory_space(scope)})
+    await knowledge.db.fetch("ANALYZE onebox.memories")
+    return {**info, "reused": False}
+
+
+async def memory_latency(knowledge: Knowledge, scope: str, questions: list[str]) -> dict[str, Any]:
+    await knowledge.embedder.queries(questions)
+    fresh, cached = [], []
+    for q in questions:
+        fresh.append((await _timed(lambda q=q: knowledge.memory.recall(
+            scope, f"{q} #{uuid.uuid4().hex[:6]}", k=10)))[0])
+        cached.append((await _timed(lambda q=q: knowledge.memory.recall(scope, q, k=10)))[0])
+    return {"operations": len(questions), "k": 10, **_summary("recall_end_to_end", fresh),
+            **_summary("recall_query_vector_cached", cached), "load_average": load_average()}
 
 
 async def embedding_throughput(knowledge: Knowledge, n: int = 8) -> dict[str, Any]:
     """Fresh ~300-token passages through the model, against a measured matrix-multiply peak."""
-    rng, vocab = random.Random(uuid.uuid4().int), _vocab()
-    texts = [" ".join(rng.choice(vocab[:3000]) for _ in range(110)) for _ in range(n)]
+    rng = np.random.default_rng()
+    vocab = [f"w{i}x" for i in range(3000)]
+    texts = [" ".join(rng.choice(vocab, 110)) for _ in range(n)]
     tokens = [knowledge.embedder.model.count_tokens(t) for t in texts]
     started = time.perf_counter()
     await knowledge.embedder.model.embed_passages(texts)
