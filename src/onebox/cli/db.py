@@ -22,14 +22,15 @@ def db_group() -> None:
 def status_cmd(as_json: bool) -> None:
     """Is the embedded server running, and where."""
     settings = common.settings()
-    status = embedded_status(settings.pg_dir)
+    status = embedded_status(settings.pg_dir, settings.db_embedded)
     status["external"] = settings.database_url is not None
     if as_json:
         common.print_json(status)
     elif status["external"]:
         click.echo("DATABASE_URL is set: onebox uses that server, not the embedded one")
     elif status["running"]:
-        click.echo(f"running (pid {status['pid']}) in {status['data_dir']}\n{status['url']}")
+        click.echo(f"{status['engine']} (PostgreSQL {status['engine_version']}) running "
+                   f"(pid {status['pid']}) in {status['data_dir']}\n{status['url']}")
     else:
         click.echo(f"not running; data dir {status['data_dir']}; any onebox command starts it")
 
@@ -43,7 +44,8 @@ def url_cmd() -> None:
         return
     from onebox.store.embedded import start_embedded
 
-    _, url = common.run_sync(lambda: start_embedded(settings.pg_dir, keep_running=True))
+    _, url = common.run_sync(lambda: start_embedded(
+        settings.pg_dir, keep_running=True, engine_name=settings.db_embedded))
     click.echo(url)
 
 
@@ -51,5 +53,5 @@ def url_cmd() -> None:
 def stop_cmd() -> None:
     """Stop the embedded server (the next onebox command starts it again)."""
     settings = common.settings()
-    stopped = common.run_sync(lambda: stop_embedded(settings.pg_dir))
+    stopped = common.run_sync(lambda: stop_embedded(settings.pg_dir, settings.db_embedded))
     click.echo("stopped" if stopped else "was not running")

@@ -163,9 +163,9 @@ def _print_submitted(submitted: Any, as_json: bool) -> None:
 def _print_sql_hint(db: Database, run_id: uuid.UUID) -> None:
     psql = "psql"
     if db.embedded:
-        from pgserver._commands import POSTGRES_BIN_PATH
+        from onebox.store.embedded import psql_path
 
-        psql = str(POSTGRES_BIN_PATH / "psql")
+        psql = str(psql_path(db.server))
     common.out.print("\nThe same rows in SQL:", style="bold")
     common.out.print(f"{psql} '{db.url}' -c \"{SQL_HINT.format(run_id=run_id)}\"",
                      soft_wrap=True, markup=False)

@@ -35,12 +35,13 @@ async def check_database(settings: Settings) -> Check:
         return Check("database", False, exc.message,
                      "unset DATABASE_URL to use the embedded PostgreSQL, or fix the URL")
     try:
-        row = await db.fetchone(
-            "SELECT current_setting('server_version') AS v,"
-            " (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS vec")
-        assert row is not None
-        kind = "embedded (pgserver)" if db.embedded else "external"
-        return Check("database", True, f"PostgreSQL {row['v']} {kind}, pgvector {row['vec']}")
+        f = db.features
+        assert f is not None
+        kind = f"embedded ({settings.db_embedded})" if db.embedded else "external"
+        scans = "iterative index scans" if f.iterative_index_scan else (
+            "no iterative index scans (pgvector < 0.8: filtered vector search may return fewer rows)")
+        return Check("database", True,
+                     f"PostgreSQL {f.server_version} {kind}, pgvector {f.pgvector_version}, {scans}")
     finally:
         await db.close()
 

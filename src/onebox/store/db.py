@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 from onebox.config import Settings
 from onebox.errors import ConfigError, StorageError
 from onebox.store.embedded import start_embedded
+from onebox.store.features import ServerFeatures, check_minimum, read_features
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ async def _ensure_pgvector(conn: psycopg.AsyncConnection[Any]) -> None:
             "pgvector is available but not enabled, and this user may not enable it. "
             + PGVECTOR_HINT
         ) from exc
+    check_minimum(await read_features(conn))
 
 
 class Database:
@@ -105,6 +107,7 @@ class Database:
         self.pool = pool
         self.server = server
         self.embedded = server is not None
+        self.features: ServerFeatures | None = None  # set by open(): versions, capabilities
 
     @classmethod
     async def open(cls, settings: Settings, *, run_migrations: bool = True) -> Database:
@@ -113,11 +116,13 @@ class Database:
             url = settings.database_url.get_secret_value()
         else:
             server, url = await asyncio.to_thread(
-                start_embedded, settings.pg_dir, keep_running=settings.db_keep_running)
+                start_embedded, settings.pg_dir, keep_running=settings.db_keep_running,
+                engine_name=settings.db_embedded)
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                 if run_migrations:
                     await migrate(conn)
+                features = await read_features(conn)
         except psycopg.OperationalError as exc:
             raise StorageError(
                 f"cannot connect to PostgreSQL ({_redact(url)}): {exc}. "
@@ -128,7 +133,9 @@ class Database:
             kwargs={"row_factory": dict_row, "autocommit": True},
         )
         await pool.open(wait=True, timeout=30)
-        return cls(url, pool, server)
+        database = cls(url, pool, server)
+        database.features = features
+        return database
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
