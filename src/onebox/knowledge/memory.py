@@ -37,6 +37,7 @@ from onebox.knowledge.fts import build_fts_query
 from onebox.knowledge.fusion import FusionMethod, fuse
 from onebox.knowledge.guard import contradiction, small_edit
 from onebox.knowledge.queries import sql
+from onebox.knowledge.search import iterative_scans, set_hnsw_scan
 from onebox.knowledge.text import first_sentence, segment_for_fts
 from onebox.knowledge.timeparse import TimeMention, asks_when, describe, find_time, parse_when
 from onebox.store.db import Database
@@ -224,7 +225,8 @@ class MemoryStore:
                                        {**args, "cap": EXACT_SCAN_MAX_ROWS + 1})
         if count and count["n"] > EXACT_SCAN_MAX_ROWS:
             async with self.db.transaction() as conn:
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {min(1000, max(40, 4 * args['n']))}")
+                await set_hnsw_scan(conn, min(1000, max(40, 4 * args["n"])),
+                                    iterative=await iterative_scans(self.db))
                 cur = await conn.execute(sql(ann), args)
                 rows = await cur.fetchall()
             if len(rows) >= args["n"]:

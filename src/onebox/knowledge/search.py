@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from onebox.errors import NotFound, ValidationError
@@ -170,15 +171,21 @@ async def vector_candidates(
         if row and row["n"] <= EXACT_SCAN_MAX_ROWS:
             return await _exact(db, args)
     async with db.transaction() as conn:
-        await conn.execute(
-            "SELECT set_config('hnsw.ef_search', %(ef)s, true)"
-            + (", set_config('hnsw.iterative_scan', 'relaxed_order', true)" if iterative else ""),
-            {"ef": str(min(1000, max(40, 2 * n)))})
+        await set_hnsw_scan(conn, min(1000, max(40, 2 * n)), iterative)
         cur = await conn.execute(sql("search.vector_ann"), args)
         rows = await cur.fetchall()
     if len(rows) < n and filtered:  # iterative scans stop at hnsw.max_scan_tuples; 0.6 earlier
         return await _exact(db, args)
     return [(r["id"], float(r["score"])) for r in rows]
+
+
+async def set_hnsw_scan(conn: AsyncConnection[Any], ef_search: int, iterative: bool) -> None:
+    """For the current transaction: the HNSW candidate list, and iterative scans when the
+    server has them (a filtered scan then continues until enough rows pass)."""
+    await conn.execute(
+        "SELECT set_config('hnsw.ef_search', %(ef)s, true)"
+        + (", set_config('hnsw.iterative_scan', 'relaxed_order', true)" if iterative else ""),
+        {"ef": str(ef_search)})
 
 
 def _row_filter(params: dict[str, Any]) -> bool:

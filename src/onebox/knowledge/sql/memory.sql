@@ -12,9 +12,14 @@ WHERE scope = %(scope)s AND user_id = %(user_id)s AND invalid_at IS NULL
 ORDER BY (embedding <=> %(q)s::vector) + 0 LIMIT %(n)s
 
 -- name: nearest_ann
-SELECT id, content, 1 - (embedding <=> %(q)s::vector) AS similarity FROM onebox.memories
-WHERE scope = %(scope)s AND user_id = %(user_id)s AND invalid_at IS NULL
-ORDER BY embedding <=> %(q)s::vector LIMIT %(n)s
+-- HNSW over every scope's rows; with pgvector >= 0.8 the caller scans iteratively
+-- (relaxed order) until n rows of this scope pass, and the rows are re-sorted here.
+WITH ann AS MATERIALIZED (
+    SELECT id, content, embedding <=> %(q)s::vector AS distance FROM onebox.memories
+    WHERE scope = %(scope)s AND user_id = %(user_id)s AND invalid_at IS NULL
+    ORDER BY distance LIMIT %(n)s
+)
+SELECT id, content, 1 - distance AS similarity FROM ann ORDER BY distance
 
 -- name: insert
 INSERT INTO onebox.memories (id, scope, user_id, kind, content, content_hash, summary, entities,
@@ -60,9 +65,13 @@ WHERE scope = %(scope)s AND user_id = %(user_id)s AND (%(current)s = false OR in
 ORDER BY (embedding <=> %(q)s::vector) + 0 LIMIT %(n)s
 
 -- name: vector_ann
-SELECT id, 1 - (embedding <=> %(q)s::vector) AS score FROM onebox.memories
-WHERE scope = %(scope)s AND user_id = %(user_id)s AND (%(current)s = false OR invalid_at IS NULL)
-ORDER BY embedding <=> %(q)s::vector LIMIT %(n)s
+-- As nearest_ann: iterative under pgvector >= 0.8, re-sorted.
+WITH ann AS MATERIALIZED (
+    SELECT id, embedding <=> %(q)s::vector AS distance FROM onebox.memories
+    WHERE scope = %(scope)s AND user_id = %(user_id)s AND (%(current)s = false OR invalid_at IS NULL)
+    ORDER BY distance LIMIT %(n)s
+)
+SELECT id, 1 - distance AS score FROM ann ORDER BY distance
 
 -- name: touch
 UPDATE onebox.memories SET access_count = access_count + 1, last_accessed_at = now()
