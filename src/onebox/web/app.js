@@ -110,6 +110,8 @@ function route() {
   document.getElementById("who").textContent = apiKey() ? `key ${apiKey().slice(0, 12)}…` : "";
   if (section === "new") return newRunPage(signal);
   if (section === "runs" && id) return runPage(decodeURIComponent(id), signal);
+  if (section === "threads" && id) return threadPage(decodeURIComponent(id), signal);
+  if (section === "threads") return threadsPage(signal);
   if (section === "knowledge") return knowledgePage(signal);
   if (section === "memory") return memoryPage(signal);
   return runsPage(signal);
