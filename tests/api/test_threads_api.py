@@ -16,7 +16,7 @@ SAVE = {"name": "save", "steps": [
 
 
 async def test_a_message_is_a_turn_whose_run_streams_over_sse(agent_api: Api) -> None:
-    agent_api.model.add(INTENT, SAVE)
+    agent_api.model.add(INTENT, SAVE, {"facts": []}, {"summary": "A code is in notes.txt."})
     async with agent_api.client("acme") as a:
         thread = (await a.post("/v1/threads", json={"title": "notes"})).json()
         url = f"/v1/threads/{thread['id']}/messages"
@@ -27,6 +27,7 @@ async def test_a_message_is_a_turn_whose_run_streams_over_sse(agent_api: Api) ->
             events = await read_sse(r, until="run_succeeded")
         types = [e["event"] for e in events]
         assert types[0] == "run_submitted" and "thread_context" in types
+        assert types.index("agent_finished") < types.index("thread_summary")  # upkeep, then end
         assert "step_succeeded" in types or "agent_finished" in types
         shown = (await a.get(f"/v1/threads/{thread['id']}")).json()
         (turn,) = shown["turns"]

@@ -84,12 +84,11 @@ async def test_two_turns_share_the_workspace_and_remember_through_memory(
     thread = await memory_only_thread(db, settings)
     first = await threads.post_message(db, settings, knowledge, "default", thread.id,
                                        "please keep my launch code 4417 in a file")
-    run = await drive(db, backend, settings, first.run_id, ScriptedModel([INTENT, SAVE]))
+    run = await drive(db, backend, settings, first.run_id, ScriptedModel([
+        INTENT, SAVE, {"facts": [FACT]}, {"summary": "The user keeps notes in the workspace."}]))
     assert run["status"] == "SUCCEEDED", run["error"]
-    upkeep = ScriptedModel([{"facts": [FACT]},
-                            {"summary": "The user keeps notes in the workspace."}])
     second = await threads.post_message(db, settings, knowledge, "default", thread.id,
-                                        "what is my launch code?", model=upkeep)
+                                        "what is my launch code?")
     agent = ScriptedModel([INTENT, READ])
     run = await drive(db, backend, settings, second.run_id, agent)
     assert run["status"] == "SUCCEEDED", run["error"]
@@ -111,10 +110,10 @@ async def test_the_stored_context_explains_what_the_agent_believed(
     thread = await memory_only_thread(db, settings)
     first = await threads.post_message(db, settings, knowledge, "default", thread.id,
                                        "please keep my launch code 4417 in a file")
-    await drive(db, backend, settings, first.run_id, ScriptedModel([INTENT, SAVE]))
-    upkeep = ScriptedModel([{"facts": [FACT]}, {"summary": "Notes are in notes.txt."}])
+    await drive(db, backend, settings, first.run_id, ScriptedModel([
+        INTENT, SAVE, {"facts": [FACT]}, {"summary": "Notes are in notes.txt."}]))
     second = await threads.post_message(db, settings, knowledge, "default", thread.id,
-                                        "what is my launch code?", model=upkeep)
+                                        "what is my launch code?")
     shown = await threads.show_thread(db, "default", thread.id)
     turn1, turn2 = shown["turns"]
     fact_id = turn1["facts"][0]["id"]

@@ -1,9 +1,9 @@
 """`onebox chat`: a conversation in the terminal, each message a turn of a thread.
 
 Each turn runs here as `onebox run` does in the foreground (the steps table with the running
-steps' live output; Ctrl-C cancels the turn), in the thread's workspace, then its answer is
-printed and its facts and summary are taken (:mod:`onebox.runtime.thread_upkeep`) before
-the next prompt. ``--thread`` continues a thread (days later too); an empty line or
+steps' live output; Ctrl-C cancels the turn), in the thread's workspace, up to the end of its
+run: the agent's answer, then the turn's upkeep steps (its facts and the summary, see
+:mod:`onebox.runtime.thread_steps`), then its answer is printed and the next prompt shown. ``--thread`` continues a thread (days later too); an empty line or
 ``/exit`` (or end of input) leaves.
 """
 
@@ -23,7 +23,6 @@ from onebox.llm.embedding import embedding_model_from_settings
 from onebox.llm.registry import chat_model_from_settings
 from onebox.runtime import threads
 from onebox.runtime.service import Runtime
-from onebox.runtime.thread_upkeep import upkeep_thread
 
 TENANT = "default"
 LEAVE = ("", "/exit", "/quit")
@@ -77,8 +76,6 @@ async def _converse(rt: Runtime, settings: Settings, knowledge: Knowledge,
                                             message)
         if await _turn(rt, posted) == "INTERRUPTED":
             return INTERRUPTED_EXIT
-        with common.out.status("remembering..."):
-            thread = await upkeep_thread(rt.db, settings, knowledge, thread)
 
 
 async def _turn(rt: Runtime, posted: threads.Posted) -> str:

@@ -69,6 +69,9 @@ def _print_turn(turn: dict[str, Any]) -> None:
     common.out.print(f"user: {turn['message']}", markup=False, soft_wrap=True)
     answer = turn["answer"] or turn["error"] or "(no answer yet)"
     common.out.print(f"agent: {answer}", markup=False, soft_wrap=True)
+    if turn.get("upkeep_error"):
+        common.out.print(f"not remembered (upkeep failed): {turn['upkeep_error']}",
+                         markup=False, soft_wrap=True)
 
 
 @thread_group.command("rm")

@@ -43,6 +43,7 @@ from onebox.agent.loop import Agent
 from onebox.agent.plan import parse_plan
 from onebox.agent.state import AgentConfig
 from onebox.config import Settings
+from onebox.runtime import thread_steps
 from onebox.runtime.archive import finish_run
 from onebox.runtime.profiles import needs_model
 from onebox.runtime.submit import (
@@ -214,16 +215,26 @@ async def _notice(conn: store.Conn, run: store.Row, action: Action,
     return None
 
 
-async def _finish(conn: store.Conn, run: store.Row, action: Finish, agent: Agent) -> str:
+async def _finish(conn: store.Conn, run: store.Row, action: Finish, agent: Agent) -> str | None:
+    """End the run with the agent's answer; a thread turn's run first takes its upkeep
+    steps (:mod:`onebox.runtime.thread_steps`), which end it with this answer."""
     status = "SUCCEEDED" if action.ok else "FAILED"
+    if thread_steps.is_thread_turn(run):
+        await _finished_event(conn, run, action)
+        await thread_steps.queue_upkeep(conn, run, "facts")
+        return None
     current = await store.fetch_one(conn, "get_run", {"run_id": run["id"]})
     assert current is not None
     await finish_run(conn, current, status, action.error, answer=run_answer(run, action, agent))
+    await _finished_event(conn, run, action)
+    return status
+
+
+async def _finished_event(conn: store.Conn, run: store.Row, action: Finish) -> None:
     await store.append_event(conn, run["id"], "agent_finished", {
         "ok": action.ok, "answer": action.answer, "error": action.error,
         "outputs": {str(k): v for k, v in dict(action.outputs or {}).items()}},
         trace_id=run["trace_id"])
-    return status
 
 
 def run_answer(run: store.Row, action: Finish, agent: Agent) -> str | None:
@@ -319,6 +330,8 @@ async def after_failure(conn: store.Conn, run: store.Row, row: store.Row,
     """An agent action's attempt ended without an observation (its worker was lost, the
     model provider failed): try it again, and past its attempts tell the agent, or, for
     model work, end the run with the reason."""
+    if thread_steps.is_upkeep_row(row):
+        return await thread_steps.after_failure(conn, run, row)
     replayed = await replay(conn, run)
     action = replayed.waiting(row["details"]["action_id"])
     if action is None:  # observed already: nothing is waiting for this attempt

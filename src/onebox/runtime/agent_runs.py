@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from onebox.agent.plan import Plan
 from onebox.config import Settings
 from onebox.errors import LLMNotConfigured
-from onebox.runtime import agent_engine
+from onebox.runtime import agent_engine, thread_steps
 from onebox.runtime.agent_steps import Performed
 from onebox.runtime.archive import archive_attempt, finish_run
 from onebox.runtime.profiles import run_profile
@@ -117,6 +117,8 @@ async def archive_agent_step(
     outcome = performed.outcome
 
     async def then(conn: store.Conn, run: store.Row, row: store.Row) -> str | None:
+        if thread_steps.is_upkeep_row(row):
+            return await thread_steps.archived(conn, run, row, outcome.details)
         if performed.observation is not None:
             if row["tool_name"] == "model" and run["status"] == "WAITING":
                 await _provider_back(conn, run)

@@ -1,36 +1,36 @@
 """After a turn: its facts go into the thread's memory, and the rolling summary takes it in.
 
-Both are model calls recorded in ``llm_calls`` under the turn's run (purposes
-``thread_facts`` and ``thread_summary``, action ids ``thread:facts#<turn>`` and
-``thread:summary#<turn>``), each followed by a ``thread_facts`` / ``thread_summary`` event
-on the run. They are durable steps: a turn is marked done (``thread_turns.upkept_at``) in
-the transaction that ends its upkeep; one that was interrupted is taken again, and a call
-already recorded is not made again (its recorded reply is used). Facts are remembered in
-the thread's scope, deduplicated and superseded as memory does for every memory; the
-summary update is fenced on the version it read.
-
-Upkeep runs when the next message is posted (before its context is built) and in
-``onebox chat`` as soon as a turn ends.
+This is the worker's side of a turn's upkeep steps (``upkeep:facts`` then
+``upkeep:summary``, queued when the turn's agent finishes: see
+:mod:`onebox.runtime.thread_steps`). Each step is one model call recorded in ``llm_calls``
+under the turn's run (purposes ``thread_facts`` and ``thread_summary``, action ids
+``thread:facts#<turn>`` and ``thread:summary#<turn>``): a step retried after its worker
+was lost uses the recorded reply and pays for no second call. The facts step remembers the
+facts in the thread's scope (deduplicated and superseded as memory does for every memory,
+so remembering them again on a retry adds nothing); the summary step returns the new
+summary, which the step's archive writes, fenced on the version it read.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
 from onebox.agent.actions import CallModel, Decision
+from onebox.agent.hashing import canonical_hash
 from onebox.agent.prompting import extract_json, prompt
 from onebox.config import Settings
+from onebox.errors import ConfigError, NotFound, OneboxError, ProviderError
 from onebox.knowledge.collections import tenant_name
 from onebox.knowledge.service import Knowledge
 from onebox.llm.base import ChatModel, ChatRequest, ChatResponse, Message
-from onebox.llm.registry import chat_model_from_settings, price_table
+from onebox.llm.registry import price_table
+from onebox.runtime.archive import Outcome
 from onebox.runtime.model_calls import call_model
-from onebox.runtime.profiles import get_profile, llm_settings_for
 from onebox.runtime.threads import Q, Thread, get_thread
 from onebox.store import runs as store
 from onebox.store.db import Database
@@ -43,58 +43,68 @@ MAX_FACT_CHARS = 1000
 SUMMARY_WORDS = 250
 
 
-async def upkeep_thread(db: Database, settings: Settings, knowledge: Knowledge, thread: Thread,
-                        *, model: ChatModel | None = None) -> Thread:
-    """Take the facts and the summary of every ended turn not taken yet; the thread as it is
-    afterwards."""
+@dataclasses.dataclass(frozen=True)
+class Upkeep:
+    """What an upkeep step needs: the database, settings, memory and the run's model."""
+
+    db: Database
+    settings: Settings
+    knowledge: Knowledge
+    model: ChatModel
+
+
+async def perform(up: Upkeep, run: store.Row, row: store.Row) -> Outcome:
+    """Perform one claimed upkeep step of a turn's run; its outcome carries what the archive
+    writes (the remembered facts, or the new summary and the version it replaces). A
+    failure is a FAILED outcome (``final`` when no model is configured or the thread was
+    removed: retrying cannot help)."""
+    try:
+        thread, turn = await _turn(up.db, run)
+        if row["details"]["upkeep"] == "facts":
+            details = await _facts_step(up, thread, turn)
+        else:
+            details = await _summary_step(up, thread, turn)
+    except OneboxError as exc:
+        return Outcome("FAILED", error=f"{exc.code}: {exc.message}", details={
+            "upkeep": row["details"]["upkeep"], "final": isinstance(exc, ConfigError | NotFound),
+            "provider": isinstance(exc, ProviderError)})
+    text = json.dumps(details, default=str, ensure_ascii=False)
+    return Outcome("SUCCESS", exit_code=0, stdout=text[-64_000:], details=details,
+                   output_hash=canonical_hash({"result": json.loads(text)}))
+
+
+async def _turn(db: Database, run: store.Row) -> tuple[Thread, dict[str, Any]]:
     async with db.connection() as conn:
-        pending = await _rows(conn, "ended_turns_to_upkeep", {"thread_id": thread.id})
-    if not pending:
-        return thread
-    chat = model or await thread_model(db, settings, thread)
-    for turn in pending:
-        await upkeep_turn(db, settings, knowledge, chat, thread, turn)
-        thread = await get_thread(db, thread.tenant_id, thread.id)
-    return thread
+        cur = await conn.execute(Q["turn_of_run"], {"run_id": run["id"]})
+        turn: dict[str, Any] | None = await cur.fetchone()
+    if turn is None:
+        raise NotFound(f"run {run['id']} is no turn of a thread (its thread was removed)",
+                       field="thread_id")
+    turn = {**turn, "answer": await _agent_answer(db, run["id"])}
+    return await get_thread(db, turn["tenant_id"], turn["thread_id"]), turn
 
 
-async def thread_model(db: Database, settings: Settings, thread: Thread) -> ChatModel:
-    """The chat model of the thread's profile (the configured one when it has none)."""
-    if thread.profile is None:
-        return chat_model_from_settings(settings.llm)
+async def _agent_answer(db: Database, run_id: uuid.UUID) -> str:
     async with db.connection() as conn:
-        spec = (await get_profile(conn, thread.tenant_id, thread.profile))["spec"]
-    return chat_model_from_settings(llm_settings_for(spec, settings.llm))
+        cur = await conn.execute(Q["agent_finished_of"], {"run_id": run_id})
+        done = await cur.fetchone()
+    payload = dict(done["payload"]) if done else {}
+    if payload.get("ok") and payload.get("answer"):
+        return str(payload["answer"])
+    return f"(the turn ended without an answer: {payload.get('error') or 'no reason given'})"
 
 
-async def upkeep_turn(db: Database, settings: Settings, knowledge: Knowledge, model: ChatModel,
-                      thread: Thread, turn: Mapping[str, Any]) -> None:
-    """The facts of one ended turn, then the summary with it, then the turn marked done."""
-    run_id, number = turn["run_id"], int(turn["turn"])
-    answer = _answer_of(turn)
-    facts = await _facts(db, settings, model, run_id, number, turn["message"], answer)
-    remembered = [await _remember(knowledge, thread, turn, fact) for fact in facts]
-    summary = await _summary(db, settings, model, thread, run_id, number, turn["message"],
-                             answer)
-    async with db.transaction() as conn:
-        await conn.execute(Q["set_summary"], {"id": thread.id, "summary": summary,
-                                              "version": thread.summary_version,
-                                              "summarized_turns": number})
-        marked = await conn.execute(Q["mark_upkept"], {
-            "thread_id": thread.id, "turn": number, "facts": Jsonb(remembered)})
-        if marked.rowcount:
-            trace = await _trace(conn, run_id)
-            await store.append_event(conn, run_id, "thread_facts", {
-                "turn": number, "memories": remembered}, trace_id=trace)
-            await store.append_event(conn, run_id, "thread_summary", {
-                "turn": number, "version": thread.summary_version + 1,
-                "tokens": len(summary.split())}, trace_id=trace)
+async def _facts_step(up: Upkeep, thread: Thread, turn: dict[str, Any]) -> dict[str, Any]:
+    facts = await _facts(up.db, up.settings, up.model, turn["run_id"], int(turn["turn"]),
+                         turn["message"], turn["answer"])
+    remembered = [await _remember(up.knowledge, thread, turn, fact) for fact in facts]
+    return {"upkeep": "facts", "memories": remembered}
 
 
-def _answer_of(turn: Mapping[str, Any]) -> str:
-    if turn.get("answer"):
-        return str(turn["answer"])
-    return f"(the turn ended {str(turn.get('status') or 'without an answer').lower()})"
+async def _summary_step(up: Upkeep, thread: Thread, turn: dict[str, Any]) -> dict[str, Any]:
+    summary = await _summary(up.db, up.settings, up.model, thread, turn["run_id"],
+                             int(turn["turn"]), turn["message"], turn["answer"])
+    return {"upkeep": "summary", "summary": summary, "version": thread.summary_version}
 
 
 async def _facts(db: Database, settings: Settings, model: ChatModel, run_id: uuid.UUID,
@@ -161,13 +171,3 @@ async def _remember(knowledge: Knowledge, thread: Thread, turn: Mapping[str, Any
     return {"id": stored["id"], "content": fact,
             "deduplicated": bool(stored.get("deduplicated")),
             "superseded": list(stored.get("superseded") or [])}
-
-
-async def _rows(conn: store.Conn, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    cur = await conn.execute(Q[name], params)
-    return list(await cur.fetchall())
-
-
-async def _trace(conn: store.Conn, run_id: uuid.UUID) -> str | None:
-    run = await store.fetch_one(conn, "get_run", {"run_id": run_id})
-    return str(run["trace_id"]).strip() if run else None

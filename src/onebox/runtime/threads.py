@@ -7,8 +7,10 @@ later turn finds it gone). A turn's task is the context built for its message
 (:func:`onebox.runtime.thread_context.build_context`: the summary, the memories recalled for
 the message with their dates, the last turns, the files), not the whole history; what went
 into it is stored per turn (``thread_turns.context``) and as the run's ``thread_context``
-event, which ``onebox explain RUN`` shows. After a turn ends, its facts go into the
-thread's memory scope and the summary is updated (:mod:`onebox.runtime.thread_upkeep`).
+event, which ``onebox explain RUN`` shows. When a turn's agent finishes, its run takes two
+more durable steps before it ends: its facts go into the thread's memory scope and the
+summary is updated (:mod:`onebox.runtime.thread_steps`, :mod:`onebox.runtime.thread_upkeep`),
+on a worker serving the model; posting a message calls no model.
 
     thread = await threads.create_thread(db, settings, "default", title="sales")
     posted = await threads.post_message(db, settings, knowledge, "default", thread.id,
@@ -29,7 +31,6 @@ from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.knowledge.collections import tenant_name
 from onebox.knowledge.service import Knowledge
-from onebox.llm.base import ChatModel
 from onebox.runtime import agent_engine
 from onebox.runtime.profiles import get_profile, run_profile
 from onebox.runtime.submit import insert_run
@@ -185,17 +186,14 @@ def check_message(message: str) -> str:
 
 async def post_message(
     db: Database, settings: Settings, knowledge: Knowledge, tenant_id: str,
-    thread_id: uuid.UUID, message: str, *, model: ChatModel | None = None,
+    thread_id: uuid.UUID, message: str,
 ) -> Posted:
-    """Submit the next turn: the earlier turns' facts and summary are taken first (with
-    ``model``, else the thread profile's model), then the context is built and the run
-    queued in the thread's session. Conflict while the previous turn still runs."""
-    from onebox.runtime.thread_upkeep import upkeep_thread  # upkeep builds on this module
-
+    """Submit the next turn: build its context and queue its run in the thread's session.
+    No model is called here (the earlier turns' facts and summary were taken by their own
+    runs' upkeep steps). Conflict while the previous turn (upkeep included) still runs."""
     text = check_message(message)
     thread = await get_thread(db, tenant_id, thread_id)
     await _require_idle(db, thread)
-    thread = await upkeep_thread(db, settings, knowledge, thread, model=model)
     context = await gather_context(db, knowledge, thread, text)
     return await _submit_turn(db, settings, thread, text, context)
 
@@ -217,17 +215,29 @@ async def gather_context(db: Database, knowledge: Knowledge, thread: Thread,
         recent = await _all(conn, "recent_turns", {"thread_id": thread.id,
                                                    "limit": MAX_RECENT_TURNS})
         files = await _all(conn, "thread_files", {"thread_id": thread.id, "limit": 200})
+        behind = [r["turn"] for r in await _all(conn, "turns_behind", {"thread_id": thread.id})]
     hits = await knowledge.memory.recall(tenant_name(thread.tenant_id, thread.memory_scope),
                                          message, k=RECALL_K)
     return build_context(
         message=message, instructions=str(profile.get("instructions") or ""),
-        summary=thread.summary, summary_version=thread.summary_version,
+        summary=summary_with_gaps(thread.summary, behind),
+        summary_version=thread.summary_version,
         memories=[RecalledMemory(h.id, h.content, h.valid_from) for h in hits],
         recent=[Turn(r["turn"], r["message"], r["answer"]) for r in reversed(recent)],
         files=[(f["path"], f["size"]) for f in files],
         budget_tokens=int(profile.get("context_tokens") or DEFAULT_BUDGET_TOKENS),
         recent_turns=RECENT_TURNS if profile.get("context_turns") is None
         else int(profile["context_turns"]))
+
+
+def summary_with_gaps(summary: str, behind: list[int]) -> str:
+    """The summary, saying which turns it lacks (their upkeep failed past its attempts)."""
+    if not behind:
+        return summary
+    listed = ", ".join(str(n) for n in behind[-10:])
+    note = (f"(The summary is behind: turn(s) {listed} are not in it, and their facts were "
+            "not remembered; ask the user if something from them matters.)")
+    return f"{summary}\n{note}".strip()
 
 
 async def _profile_spec(conn: store.Conn, thread: Thread) -> dict[str, Any]:

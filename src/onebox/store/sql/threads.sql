@@ -27,9 +27,13 @@ INSERT INTO onebox.thread_turns (thread_id, turn, run_id, message, context)
 VALUES (%(thread_id)s, %(turn)s, %(run_id)s, %(message)s, %(context)s);
 
 -- name: thread_turns
--- The thread's turns with their run's state and answer (newest last).
+-- The thread's turns with their run's state and answer (newest last); upkeep_error says why
+-- a turn's facts and summary were not taken (its upkeep failed past its attempts).
 SELECT t.turn, t.run_id, t.message, t.context, t.facts, t.upkept_at, t.created_at,
-       r.status, r.answer, r.error
+       r.status, r.answer, r.error,
+       (SELECT e.payload->>'error' FROM onebox.agent_events e
+        WHERE e.run_id = t.run_id AND e.type = 'thread_upkeep_failed'
+        ORDER BY e.seq DESC LIMIT 1) AS upkeep_error
 FROM onebox.thread_turns t LEFT JOIN onebox.runs r ON r.id = t.run_id
 WHERE t.thread_id = %(thread_id)s AND t.turn > %(after)s
 ORDER BY t.turn LIMIT %(limit)s;
@@ -43,18 +47,29 @@ WHERE t.thread_id = %(thread_id)s ORDER BY t.turn DESC LIMIT %(limit)s;
 SELECT t.*, th.tenant_id FROM onebox.thread_turns t
 JOIN onebox.threads th ON th.id = t.thread_id WHERE t.run_id = %(run_id)s;
 
--- name: ended_turns_to_upkeep
--- Turns whose run ended and whose facts and summary were not taken yet, oldest first.
-SELECT t.turn, t.run_id, t.message, t.created_at, r.answer, r.status FROM onebox.thread_turns t
-JOIN onebox.runs r ON r.id = t.run_id
-WHERE t.thread_id = %(thread_id)s AND t.upkept_at IS NULL
-  AND r.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'DEAD')
-ORDER BY t.turn;
+-- name: set_turn_facts
+-- The memories a turn's facts step remembered (written when that step is archived).
+UPDATE onebox.thread_turns SET facts = %(facts)s
+WHERE thread_id = %(thread_id)s AND turn = %(turn)s;
 
--- name: mark_upkept
-UPDATE onebox.thread_turns SET upkept_at = now(), facts = %(facts)s
+-- name: mark_turn_upkept
+-- Once per turn: the summary step that marks it writes the summary.
+UPDATE onebox.thread_turns SET upkept_at = now()
 WHERE thread_id = %(thread_id)s AND turn = %(turn)s AND upkept_at IS NULL
 RETURNING turn;
+
+-- name: agent_finished_of
+-- How the turn's agent finished (its answer), read when the turn's upkeep ends its run.
+SELECT payload FROM onebox.agent_events
+WHERE run_id = %(run_id)s AND type = 'agent_finished' ORDER BY seq DESC LIMIT 1;
+
+-- name: turns_behind
+-- Turns the summary and memory lack: their upkeep failed past its attempts.
+SELECT t.turn FROM onebox.thread_turns t
+WHERE t.thread_id = %(thread_id)s AND t.upkept_at IS NULL
+  AND EXISTS (SELECT 1 FROM onebox.agent_events e
+              WHERE e.run_id = t.run_id AND e.type = 'thread_upkeep_failed')
+ORDER BY t.turn;
 
 -- name: set_summary
 -- Fenced on the version read: two upkeeps racing write one summary version each, in turn.
