@@ -136,3 +136,27 @@ def test_one_word_synonyms_are_accepted(a: str, b: str) -> None:
 ])
 def test_politeness_punctuation_and_case_are_ignored(a: str, b: str) -> None:
     accepted(a, b)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("Does Anna's brother like Tom?", "Does Anna like Tom's brother?"),
+    ("Is Lyon north of Marseille?", "Is Marseille north of Lyon?"),
+    ("张三的老师喜欢李四吗？", "张三喜欢李四的老师吗？"),
+    ("谁是张伟的老板？", "张伟是谁的老板？"),
+    ("What did the dog chase?", "What chased the dog?"),
+    ("妈妈为什么批评了儿子？", "儿子为什么批评了妈妈？"),
+])
+def test_owners_and_question_roles_are_compared(a: str, b: str) -> None:
+    assert refused(a, b).startswith("roles differ")
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("What is the maximum upload size?", "What's the maximum size for an upload?"),
+    ("Who is the current CEO of the company?", "Who is the company's current CEO?"),
+    ("How do I reset my password?", "How can I reset my password?"),
+    ("What time does the office open?", "When does the office open?"),
+    ("哪个行星离太阳最近？", "离太阳最近的是哪个行星？"),
+    ("2019年谁获得了诺贝尔物理学奖？", "谁获得了2019年的诺贝尔物理学奖？"),
+])
+def test_moving_one_block_keeps_the_question(a: str, b: str) -> None:
+    accepted(a, b)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from onebox.knowledge.question import parse_question
+from onebox.knowledge.question import parse_question, possessors_differ, roles_differ
 from onebox.knowledge.text import numbers_in
 
 
@@ -175,6 +175,7 @@ def different_question(a: str, b: str) -> str | None:
         only_a = sorted(set(fa.terms) - set(fb.terms)) or list(fa.terms)
         only_b = sorted(set(fb.terms) - set(fa.terms)) or list(fb.terms)
         return f"terms differ: {' '.join(only_a)!r} vs {' '.join(only_b)!r}"
-    if fa.order != fb.order and (fa.copula_sides is None or fa.copula_sides != fb.copula_sides):
+    if (fa.wh_object != fb.wh_object or possessors_differ(fa.possessors, fb.possessors)
+            or roles_differ(fa.order, fb.order)):
         return f"roles differ: {' '.join(fa.order)!r} vs {' '.join(fb.order)!r}"
     return None

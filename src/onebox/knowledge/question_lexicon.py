@@ -23,6 +23,31 @@ EN_SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("use", "utilize", "utilise"), ("show", "display"), ("answer", "reply"),
     ("car", "automobile"), ("now", "currently", "presently", "nowadays"),
 )
+# Two-word phrases read as one word (after fillers are dropped).
+EN_PHRASES = {("what", "time"): "when", ("turn", "on"): "enable", ("turn", "off"): "disable",
+              ("how", "come"): "why"}
+# Irregular past forms, read as the verb (the stemmer handles -ed).
+EN_IRREGULAR = {past: verb for verb, forms in (
+    ("write", "wrote written"), ("begin", "began begun"), ("buy", "bought"), ("win", "won"),
+    ("run", "ran"), ("take", "took taken"), ("give", "gave given"), ("make", "made"),
+    ("find", "found"), ("go", "went gone"), ("see", "saw seen"), ("get", "got gotten"),
+    ("tell", "told"), ("think", "thought"), ("sell", "sold"), ("build", "built"),
+    ("pay", "paid"), ("leave", "left"), ("hold", "held"), ("lead", "led"), ("meet", "met"),
+    ("speak", "spoke spoken"), ("choose", "chose chosen"), ("become", "became"),
+    ("come", "came"), ("know", "knew known"), ("grow", "grew grown"), ("fly", "flew flown"),
+    ("drive", "drove driven"), ("eat", "ate eaten"), ("fall", "fell fallen"),
+    ("break", "broke broken"), ("steal", "stole stolen"), ("lose", "lost"), ("send", "sent"),
+    ("spend", "spent"), ("teach", "taught"), ("catch", "caught"), ("bring", "brought"),
+    ("fight", "fought"), ("sing", "sang sung"), ("drink", "drank drunk"), ("swim", "swam swum"),
+    ("rise", "rose risen"), ("wear", "wore worn"), ("hide", "hid hidden"),
+    ("forget", "forgot forgotten"), ("understand", "understood"), ("stand", "stood"),
+    ("sit", "sat"), ("shake", "shook shaken"), ("draw", "drew drawn"), ("throw", "threw thrown"),
+) for past in _words(forms)}
+# Modals that ask for a way or a place, not a permission, after a question word:
+# "how can I reset" is "how do I reset".
+EN_WAY_MODALS = frozenset({"can", "could", "may"})
+EN_SUBJECT_PRONOUNS = frozenset({"i", "we", "you", "one"})
+EN_DO = frozenset({"do", "does", "did"})
 # Polite or empty phrases, removed as whole token runs before comparing.
 EN_FILLERS: tuple[tuple[str, ...], ...] = tuple(_words(p) for p in (
     "could you please tell me", "could you tell me", "can you tell me", "please tell me",
@@ -34,7 +59,9 @@ EN_FILLERS: tuple[tuple[str, ...], ...] = tuple(_words(p) for p in (
 # Words that carry no content of their own (auxiliaries, articles, pronouns,
 # prepositions without direction). Question words, modals, comparatives and
 # directional prepositions (to, from, before...) are content and stay.
-EN_STOPWORDS = frozenset(["a", "an", "the", "is", "are", "was", "were", "be", "been", "being", "am", "do", "does", "did", "done", "of", "in", "on", "at", "for", "with", "by", "about", "as", "and", "or", "it", "its", "this", "that", "these", "those", "there", "here", "i", "me", "my", "we", "us", "our", "you", "your", "he", "him", "his", "she", "her", "they", "them", "their", "one's", "'s"])
+EN_STOPWORDS = frozenset(_words("""a an the is are was were be been being am do does did done
+of in on at for with by about as and or it its this that these those there here i me my
+we us our you your he him his she her they them their have has had"""))
 EN_NEGATIONS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither",
                           "nor", "without", "cannot", "nowhere", "lack", "lacks", "lacking",
                           "lacked"})

@@ -23,6 +23,19 @@ _ZH_NUMERAL = "".join([*lex.ZH_DIGITS, *lex.ZH_SMALL_UNITS, *lex.ZH_BIG_UNITS])
 _NUMBER = re.compile(
     rf"(\d+(?:[.,]\d+)*|[{_ZH_NUMERAL}]+)(%?)\s*([{lex.ZH_DATE_UNITS}]?)([{lex.ZH_COUNTERS}]?)")
 _PROTECT = "\ue000"
+# Inside Chinese text a number leaves a mark, so the run stays whole (张三的老师).
+NUMBER_MARK = "\ue001"
+DATE_MARK = "\ue002"
+_CJK_CHAR = re.compile("[\u3400-\u4dbf\u4e00-\u9fff]")
+_MARK_BASE = 0xE010  # each character of the number, shifted into the private-use area
+
+
+def encode_mark(number: str) -> str:
+    return "".join(chr(_MARK_BASE + ord(ch) - 0x20) for ch in number)
+
+
+def decode_mark(mark: str) -> str:
+    return "".join(chr(ord(ch) - _MARK_BASE + 0x20) for ch in mark)
 
 
 def english_number(words: str) -> int:
@@ -72,7 +85,10 @@ def _restore(text: str) -> str:
 
 
 def extract_numbers(text: str) -> tuple[str, list[str]]:
-    """``text`` with its numbers cut out (a space each), and the numbers as normalised strings."""
+    """``text`` with its numbers cut out, and the numbers as normalised strings.
+
+    A number is replaced by a space, or next to Chinese by NUMBER_MARK or DATE_MARK and the
+    number in private-use characters (:func:`encode_mark`), so the run stays whole."""
     found: list[str] = []
 
     def english(match: re.Match[str]) -> str:
@@ -82,7 +98,12 @@ def extract_numbers(text: str) -> tuple[str, list[str]]:
     def other(match: re.Match[str]) -> str:
         number, percent, date_unit, _counter = match.groups()
         found.append(_value(number) + date_unit)
-        return " percent " if percent else " "
+        if percent:
+            return " percent "
+        near = match.string[max(match.start() - 1, 0) : match.end() + 1]
+        if not _CJK_CHAR.search(near):
+            return " "
+        return (DATE_MARK if date_unit else NUMBER_MARK) + encode_mark(found[-1])
 
     text = _EN_NUMBER.sub(english, _protect(text))
     return _restore(_NUMBER.sub(other, text)), found
