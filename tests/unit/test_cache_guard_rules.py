@@ -144,6 +144,7 @@ def test_politeness_punctuation_and_case_are_ignored(a: str, b: str) -> None:
     ("张三的老师喜欢李四吗？", "张三喜欢李四的老师吗？"),
     ("谁是张伟的老板？", "张伟是谁的老板？"),
     ("What did the dog chase?", "What chased the dog?"),
+    ("Who is older than Tom?", "Who is Tom older than?"),
     ("妈妈为什么批评了儿子？", "儿子为什么批评了妈妈？"),
 ])
 def test_owners_and_question_roles_are_compared(a: str, b: str) -> None:

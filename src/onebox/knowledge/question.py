@@ -254,13 +254,17 @@ def _clause_order(tokens: list[Token], passive_marker: str | None) -> tuple[str,
 
 
 def possessors(tokens: list[Token]) -> tuple[str, ...]:
-    """Whose: the term before ``'s`` or ``的``, the last term of the phrase after ``of``;
+    """Whose: the term before ``'s`` or ``的``, the last term of the phrase after ``of``,
+    and what follows ``than``/``比``;
     "?" when a time word or a date stands before ``的`` (今天的, 2019年的)."""
     found: list[str] = []
     for i, tok in enumerate(tokens):
         if tok.text in ("'s", "的"):
             before = [t for t in tokens[:i] if t.text not in _MARKERS and t.text not in _PUNCT]
             found += ["?" if before[-1].free else before[-1].text] if before else []
+        elif tok.text in ("than", "比"):  # what is compared with: "older than Tom"
+            after = [t.text for t in tokens[i + 1 :] if t.text not in _MARKERS][:1]
+            found.append("than:" + "".join(after).strip(_PUNCT))
         elif tok.text == "of":
             run: list[str] = []
             for t in tokens[i + 1 :]:
