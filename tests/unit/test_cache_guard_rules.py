@@ -161,3 +161,18 @@ def test_owners_and_question_roles_are_compared(a: str, b: str) -> None:
 ])
 def test_moving_one_block_keeps_the_question(a: str, b: str) -> None:
     accepted(a, b)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("서울의 인구는?", "부산의 인구는?"),
+    ("население Москвы?", "население Киева?"),
+    ("東京の人口は何人ですか", "大阪の人口は何人ですか"),
+])
+def test_other_scripts_are_compared_word_for_word(a: str, b: str) -> None:
+    assert refused(a, b).startswith("terms differ")
+
+
+def test_a_question_without_words_never_matches() -> None:
+    assert refused("???", "!!!").startswith("nothing to compare")
+    assert refused("ok?", "???").startswith("nothing to compare")
+    accepted("42 ?", " 42  ?")  # the same text is the same question

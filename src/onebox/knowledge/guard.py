@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from onebox.knowledge.question import parse_question, possessors_differ, roles_differ
+from onebox.knowledge.question import normalise, parse_question, possessors_differ, roles_differ
 from onebox.knowledge.text import numbers_in
 
 
@@ -166,7 +166,11 @@ def different_question(a: str, b: str) -> str | None:
     order of those terms once free words (time, place) are set aside, so the roles
     (who did what to whom) agree. See :mod:`onebox.knowledge.question`.
     """
+    if normalise(a).split() == normalise(b).split():
+        return None
     fa, fb = parse_question(a), parse_question(b)
+    if not fa.terms or not fb.terms:
+        return "nothing to compare: a question without words is never the same question"
     if fa.numbers != fb.numbers:
         return f"numbers differ: {list(fa.numbers)} vs {list(fb.numbers)}"
     if fa.negations != fb.negations:

@@ -30,7 +30,9 @@ from onebox.knowledge.question_numbers import DATE_MARK, NUMBER_MARK, decode_mar
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\ue001\ue002\ue010-\ue07f"
 _PUNCT = ",.;:!?"
 _SEGMENT = re.compile(f"《[^》]*》|[{_CJK}]+[{_PUNCT}]?|[^{_CJK}《]+")
-_EN_TOKEN = re.compile(r"[a-z]+(?:'[a-z]+)*|[,.;:!?]")
+# Words of any script (English rules apply to English words; any other word, Korean or
+# Russian say, is a term as written), and the punctuation that ends a clause.
+_EN_TOKEN = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*|[,.;:!?]")
 _MARKERS = frozenset({"of", "'s", "的", "and", "or", "by", lex.ZH_COPULA, lex.ZH_PASSIVE,
                       "和", "与", "跟"})
 _PASSIVE_AUX = frozenset({"was", "were", "is", "are", "been", "being", "be", "got", "get"})
