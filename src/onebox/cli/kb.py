@@ -7,14 +7,25 @@ tenant ``default``, so the console, the API and runs see what the CLI added, and
 
 from __future__ import annotations
 
+import functools
 import json
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from onebox.cli import common
 from onebox.knowledge.collections import (
@@ -28,6 +39,7 @@ from onebox.knowledge.collections import (
     tenant_visible,
 )
 from onebox.knowledge.ingest import IngestProgress
+from onebox.knowledge.reembed import reembed_memories
 from onebox.knowledge.search import SearchFilters
 from onebox.knowledge.service import open_knowledge
 from onebox.knowledge.tenants import tenant_documents
@@ -93,11 +105,46 @@ def add_cmd(paths: tuple[Path, ...], collection: str, meta: tuple[str, ...],
                      f"; {sum(r.chunks_added for r in results)} chunks indexed")
 
 
+class RateColumn(ProgressColumn):
+    """Chunks per second, from rich's own speed estimate."""
+
+    def render(self, task: Task) -> Text:
+        return Text(f"{task.speed:.1f}/s" if task.speed else "", style="progress.data.speed")
+
+
+class PlainProgress:
+    """Progress as plain lines on stderr (no TTY): one every ``every_s`` seconds and the last."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s = every_s
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, state: IngestProgress) -> None:
+        now = time.monotonic()
+        finished = state.files_done == state.files_total
+        if now - self.last < self.every_s and not finished:
+            return
+        self.last = now
+        common.err.print(plain_line(state, now - self.started), markup=False, highlight=False)
+
+
+def plain_line(state: IngestProgress, elapsed_s: float) -> str:
+    rate = state.chunks_embedded / elapsed_s if elapsed_s > 0 else 0.0
+    left = max(state.chunks_total - state.chunks_embedded, 0)
+    eta = f"ETA {left / rate:.0f} s" if rate > 0 and left else "ETA -"
+    return (f"kb add: {state.files_done}/{state.files_total} files, {state.chunks_embedded}/"
+            f"{state.chunks_total} chunks embedded, {rate:.1f} chunks/s, {eta}")
+
+
 async def _add(paths: list[Path], collection: str, meta: dict[str, Any],
                execution_id: str | None, snapshot_id: str | None, show_progress: bool) -> Any:
     async with open_knowledge(common.settings()) as knowledge:
+        add = functools.partial(knowledge.kb.add_paths, paths, _stored(collection), meta,
+                                execution_id, snapshot_id)
+        if show_progress and not common.err.is_terminal:
+            return await add(progress=PlainProgress())
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[file]}"), TimeRemainingColumn())
+                   RateColumn(), TimeRemainingColumn(), TextColumn("{task.fields[file]}"))
         with Progress(*columns, console=common.err, disable=not show_progress) as bar:
             files = bar.add_task("files", total=None, file="")
             chunks = bar.add_task("chunks embedded", total=None, file="")
@@ -108,8 +155,7 @@ async def _add(paths: list[Path], collection: str, meta: dict[str, Any],
                 bar.update(chunks, total=state.chunks_total or None,
                            completed=state.chunks_embedded)
 
-            return await knowledge.kb.add_paths(
-                paths, _stored(collection), meta, execution_id, snapshot_id, progress=report)
+            return await add(progress=report)
 
 
 @kb.command("search")
@@ -204,24 +250,31 @@ def remove_cmd(sources: tuple[str, ...], collection: str, as_json: bool) -> None
 
 @kb.command("reembed")
 @click.option("--collection", "-c", "collections", multiple=True,
-              help="default: every collection of every tenant")
+              help="default: every collection of every tenant, and every memory")
 @common.json_option
 def reembed_cmd(collections: tuple[str, ...], as_json: bool) -> None:
     """Re-compute vectors with the configured embedding model and rebind the collections.
 
     The embedding model is the installation's, so without --collection every tenant's
-    collections are re-embedded (another tenant's shown as ``<tenant>/<name>``)."""
+    collections and every tenant's memories are re-embedded (another tenant's collection
+    shown as ``<tenant>/<name>``); with --collection only those collections."""
 
-    async def go() -> dict[str, int]:
+    async def go() -> dict[str, Any]:
         async with open_knowledge(common.settings()) as knowledge:
             names = [_stored(c) for c in collections] or [
                 c["name"] for c in await list_collections(knowledge.db)]
-            return {_shown(n): await reembed_collection(knowledge.db, knowledge.embedder, n)
-                    for n in names}
+            done: dict[str, Any] = {"reembedded": {
+                _shown(n): await reembed_collection(knowledge.db, knowledge.embedder, n)
+                for n in names}}
+            if not collections:
+                done["memories"] = await reembed_memories(knowledge.db, knowledge.embedder)
+            return done
 
     done = common.run(go())
     if as_json:
-        common.print_json({"reembedded": done})
-    else:
-        for name, n in done.items():
-            common.out.print(f"{name}: {n} chunks re-embedded")
+        common.print_json(done)
+        return
+    for name, n in done["reembedded"].items():
+        common.out.print(f"{name}: {n} chunks re-embedded")
+    if "memories" in done:
+        common.out.print(f"memories: {done['memories']} re-embedded")

