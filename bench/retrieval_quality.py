@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import Any
@@ -143,7 +144,8 @@ async def locomo_temporal(knowledge: Knowledge, root: Any, args: Any, k: int = 1
         print(f"  locomo temporal conversation {i + 1}/{len(samples)} done", flush=True)
     return {"conversations": len(samples), "category": 2, "questions": len(after),
             f"recall@{k}_before": mean(before), f"recall@{k}_after": mean(after),
-            "turns_with_stated_time": stated}
+            "turns_with_stated_time": stated,
+            "load_average_1_5_15m": [round(x, 2) for x in os.getloadavg()]}
 
 
 def _indexed(content: str, context: str | None) -> str:
