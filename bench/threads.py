@@ -1,0 +1,200 @@
+"""Threads bench: LoCoMo conversations replayed as threads, context from memory vs whole history.
+
+    .venv/bin/python bench/threads.py                          # 5 conversations, both variants
+    .venv/bin/python bench/threads.py --conversations 1 --facts turns --questions 30   # a look
+
+Each conversation of the LoCoMo data (read in place: --eval-data or ONEBOX_EVAL_DATA) becomes
+a real thread; each session's turns are its messages, dated with the session. One agent run
+per turn (2,760 sandboxed runs) is too slow for a bench, so each turn's upkeep is replayed
+directly: the facts the scripted model extracts (--facts: LoCoMo's own observations of the
+turn, or the turn's raw text) are remembered as upkeep remembers them, and LoCoMo's session
+summaries stand in for the rolling summary. The context is threads.gather_context, the
+function a turn calls. Measured:
+- at turns 50, 100, 200, 300, ...: prompt tokens of the built context vs the whole history a
+  client would resend (target: >= 5x fewer by turn 300);
+- for every LoCoMo question (categories 1-4) at the end of the conversation: do all its
+  evidence turns reach the built context (as recalled memories or verbatim recent turns;
+  target >= 0.8 of questions), and the p95 time to build it (target <= 100 ms), at the
+  runtime's recall k and a sweep of larger k.
+Writes bench/results/threads.json with the machine's load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import threads_replay as replay  # noqa: E402
+import threads_setup as setup  # noqa: E402
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "threads.json"
+CHECKPOINTS = (50, 100, 200, 300, 400, 500, 600)
+TARGETS = {"token_ratio_at_turn_300": 5.0, "evidence_reach": 0.8, "context_build_p95_ms": 100.0}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--eval-data", help="path to eval-data (default: $ONEBOX_EVAL_DATA or ../shared/eval-data)")
+    p.add_argument("--conversations", type=int, default=5)
+    p.add_argument("--questions", type=int, default=0, help="questions per conversation; 0 = all")
+    p.add_argument("--recall-k", type=int, action="append", default=[],
+                   help="also measure reach with this many recalled memories (repeatable; "
+                        "the runtime's own k is always measured); default 16, 32")
+    p.add_argument("--facts", choices=sorted(setup.FACTS), action="append", default=[],
+                   help="what the scripted fact extraction returns after each turn (repeatable; "
+                        "default: observations, then turns; the first is the headline)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    return p.parse_args(argv)
+
+
+def eval_root(arg: str | None) -> Path:
+    root = Path(arg or os.environ.get("ONEBOX_EVAL_DATA") or
+                Path(__file__).resolve().parents[2] / "shared" / "eval-data")
+    if not (root / "locomo" / "locomo_dev.json").exists():
+        raise SystemExit(f"no locomo/locomo_dev.json under {root}: pass --eval-data")
+    return root
+
+
+async def replay_conversation(bench: setup.ThreadBench, index: int, sample: dict[str, Any],
+                              max_questions: int, recall_ks: list[int]) -> dict[str, Any]:
+    thread = await bench.new_thread(f"locomo-{index}")
+    turns = replay.turns(sample)
+    facts = turn_facts(bench.facts, sample, turns)
+    await bench.prime_embeddings([f for t in turns for f in facts[t.dia_id]])
+    summaries = replay.session_summaries(sample)
+    done: list[replay.Turn] = []
+    tokens: dict[int, list[dict[str, int]]] = {k: [] for k in recall_ks}
+    for n, turn in enumerate(turns, start=1):
+        for k in recall_ks if n in CHECKPOINTS else ():
+            built = await bench.context(thread, turn.message, done, recall_k=k)
+            tokens[k].append({"turn": n, "context_tokens": built.tokens,
+                              "whole_history_tokens": replay.history_tokens(done, turn.message)})
+        await bench.add_turn(thread, n, turn, summaries, facts[turn.dia_id])
+        done.append(turn)
+    asked = replay.questions(sample)[: max_questions or None]
+    by_k = {k: await ask(bench, thread, asked, done, k) for k in recall_ks}
+    await bench.drop(thread)
+    print(f"  conversation {index + 1}: {len(turns)} turns, {len(asked)} questions", flush=True)
+    return {"sample_id": sample.get("sample_id"), "turns": len(turns), "tokens": tokens,
+            "by_k": by_k}
+
+
+def turn_facts(kind: str, sample: dict[str, Any], turns: list[replay.Turn]) -> dict[str, list[str]]:
+    """What the scripted fact extraction returns after each turn, by dia_id."""
+    if kind == "turns":
+        return {t.dia_id: [t.message] for t in turns}
+    observed = replay.observations(sample)
+    return {t.dia_id: observed.get(t.dia_id, []) for t in turns}
+
+
+async def ask(bench: setup.ThreadBench, thread: setup.Thread, asked: list[replay.Question],
+              done: list[replay.Turn], k: int) -> tuple[list[dict[str, Any]], list[float]]:
+    reach, timings_ms = [], []
+    for q in asked:
+        started = time.perf_counter()
+        built = await bench.context(thread, q.text, done, recall_k=k)
+        timings_ms.append((time.perf_counter() - started) * 1000)
+        got = built.dia_ids & q.evidence
+        reach.append({"category": q.category, "share": len(got) / len(q.evidence),
+                      "all": got == q.evidence, "tokens": built.tokens})
+    return reach, timings_ms
+
+
+def token_ratios(conversations: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    """Whole history / built context at each checkpoint turn: the smallest over the
+    conversations that reach the turn (and the mean), with the tokens behind them."""
+    by_turn: dict[int, list[dict[str, int]]] = {}
+    for c in conversations:
+        for t in c["tokens"][k]:
+            by_turn.setdefault(t["turn"], []).append(t)
+    out = {}
+    for n, points in sorted(by_turn.items()):
+        ratios = [p["whole_history_tokens"] / max(1, p["context_tokens"]) for p in points]
+        out[str(n)] = {"min_ratio": round(min(ratios), 2), "mean_ratio": round(sum(ratios) / len(ratios), 2),
+                       "context_tokens_max": max(p["context_tokens"] for p in points),
+                       "whole_history_tokens_min": min(p["whole_history_tokens"] for p in points),
+                       "conversations": len(points)}
+    return out
+
+
+def reach_summary(results: list[tuple[list[dict[str, Any]], list[float]]]) -> dict[str, Any]:
+    reach = [r for rs, _ in results for r in rs]
+    timings = [t for _, ts in results for t in ts]
+    cats = sorted({r["category"] for r in reach})
+    return {
+        "evidence_reach": replay.mean([float(r["all"]) for r in reach]),
+        "evidence_reach_share_of_ids": replay.mean([r["share"] for r in reach]),
+        "evidence_reach_by_category": {str(c): replay.mean([float(r["all"]) for r in reach if r["category"] == c]) for c in cats},
+        "questions": len(reach),
+        "context_tokens_per_question_mean": replay.mean([float(r["tokens"]) for r in reach]),
+        "context_build_ms": {"p50": round(replay.percentile(timings, 50), 2),
+                             "p95": round(replay.percentile(timings, 95), 2),
+                             "max": round(max(timings, default=0.0), 2), "calls": len(timings)},
+    }
+
+
+async def run_variant(args: argparse.Namespace, samples: list[dict[str, Any]], facts: str) -> dict[str, Any]:
+    """The replay with one kind of scripted fact extraction."""
+    async with setup.open_bench(facts) as bench:
+        ks = sorted({setup.runtime_recall_k(), *args.recall_k})
+        conversations = [await replay_conversation(bench, i, s, args.questions, ks)
+                         for i, s in enumerate(samples)]
+        method = bench.describe()
+    k_runtime = setup.runtime_recall_k()
+    ratios = token_ratios(conversations, k_runtime)
+    sweep = {str(k): {**reach_summary([c["by_k"][k] for c in conversations]),
+                      "token_ratio_at_turn_300": token_ratios(conversations, k).get("300", {}).get("min_ratio")}
+             for k in ks}
+    headline = sweep[str(k_runtime)]
+    return {
+        "method": method,
+        "token_ratio_at_turn_300": ratios.get("300", {}).get("min_ratio"),
+        "evidence_reach": headline["evidence_reach"],
+        "context_build_p95_ms": headline["context_build_ms"]["p95"],
+        "at_runtime_recall_k": headline,
+        "token_ratio_by_turn": ratios,
+        "recall_k_sweep": sweep,
+        "per_conversation": [{"sample_id": c["sample_id"], "turns": c["turns"],
+                              "tokens": c["tokens"][k_runtime]} for c in conversations],
+    }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    samples = replay.load(eval_root(args.eval_data))[: args.conversations]
+    started = time.monotonic()
+    variants = {kind: await run_variant(args, samples, kind) for kind in args.facts}
+    first = variants[args.facts[0]]
+    return {
+        "benchmark": "LoCoMo conversations replayed as threads: built context vs whole history",
+        "targets": TARGETS, "headline_facts": args.facts[0],
+        **{k: first[k] for k in ("token_ratio_at_turn_300", "evidence_reach", "context_build_p95_ms")},
+        "timing_note": ("build time is threads.gather_context end to end (profile, recent turns, "
+                        "files, recall with the message embedded, build_context); the runtime's "
+                        "k runs first, so its calls embed each question; the sweep's other k "
+                        "reuse the cached query vector"),
+        "variants": variants,
+        "run_seconds": round(time.monotonic() - started, 1),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                    "load_average": [round(x, 2) for x in os.getloadavg()]},
+    }
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    arguments.recall_k = arguments.recall_k or [16, 32]
+    arguments.facts = arguments.facts or ["observations", "turns"]
+    result = asyncio.run(main(arguments))
+    arguments.out.parent.mkdir(parents=True, exist_ok=True)
+    arguments.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps({k: v for k, v in result.items() if k != "variants"}, indent=2))
