@@ -18,7 +18,7 @@ from onebox.knowledge.search import SearchFilters, SearchOptions
 from onebox.knowledge.service import Knowledge
 from onebox.store.db import Database
 
-N_COMMON, N_RARE, K = 1500, 12, 10
+N_COMMON, N_RARE, K = 800, 12, 10
 
 
 async def _corpus(knowledge: Knowledge) -> None:

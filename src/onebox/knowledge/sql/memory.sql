@@ -44,16 +44,18 @@ SELECT id, scope, user_id, kind, content, summary, entities, metadata, valid_fro
 FROM onebox.memories WHERE id = %(id)s
 
 -- name: fulltext
--- BM25 as search.fulltext: each candidate's tsvector unnested in the select list, one join.
-SELECT x.id, sum(w.idf * x.tf * (%(k1)s + 1)
-                 / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * x.fts_len / %(avgdl)s))) AS score
-FROM (SELECT m.id, m.fts_len, (m.u).lexeme, cardinality((m.u).positions)::float8 AS tf
-      FROM (SELECT r.id, r.fts_len, unnest(r.tsv) AS u FROM onebox.memories r
-            WHERE r.tsv @@ %(tsquery)s::tsquery AND r.scope = %(scope)s AND r.user_id = %(user_id)s
-              AND (%(current)s = false OR r.invalid_at IS NULL)
-            LIMIT %(cap)s) m) x
+-- BM25 as search.fulltext: each candidate's tsvector cut to the query's lexemes first.
+SELECT m.id, sum(w.idf * x.tf * (%(k1)s + 1)
+                 / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * m.fts_len / %(avgdl)s))) AS score
+FROM (SELECT r.id, r.tsv, r.fts_len FROM onebox.memories r
+      WHERE r.tsv @@ %(tsquery)s::tsquery AND r.scope = %(scope)s AND r.user_id = %(user_id)s
+        AND (%(current)s = false OR r.invalid_at IS NULL)
+      LIMIT %(cap)s) m
+CROSS JOIN LATERAL (
+    SELECT u.lexeme, cardinality(u.positions)::float8 AS tf
+    FROM unnest(ts_delete(m.tsv, tsvector_to_array(ts_delete(m.tsv, %(lexemes)s::text[])))) AS u) x
 JOIN unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS w(lexeme, idf) ON w.lexeme = x.lexeme
-GROUP BY x.id ORDER BY score DESC LIMIT %(n)s
+GROUP BY m.id ORDER BY score DESC LIMIT %(n)s
 
 -- name: count_scope
 SELECT count(*) AS n FROM (SELECT 1 FROM onebox.memories

@@ -25,20 +25,22 @@ LEFT JOIN (SELECT lexeme, sum(df) AS df FROM onebox.fts_terms
 ORDER BY l.lexeme
 
 -- name: fulltext
--- BM25 over at most %(cap)s rows the GIN index selects. Each candidate's tsvector is unnested
--- in the select list (one ProjectSet) and joined once to the query's terms: a LATERAL unnest
--- per candidate with its own join cost ~2.5x more on 1,000 candidates.
-SELECT x.id, sum(w.idf * x.tf * (%(k1)s + 1)
-                 / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * x.fts_len / %(avgdl)s))) AS score
-FROM (SELECT c.id, c.fts_len, (c.u).lexeme, cardinality((c.u).positions)::float8 AS tf
-      FROM (SELECT k.id, k.fts_len, unnest(k.tsv) AS u FROM onebox.kb_chunks k
-            WHERE k.tsv @@ %(tsquery)s::tsquery AND k.collection = ANY(%(collections)s)
-              AND (%(meta)s::jsonb IS NULL OR k.metadata @> %(meta)s::jsonb)
-              AND (%(since)s::timestamptz IS NULL OR k.created_at >= %(since)s::timestamptz)
-              AND (%(until)s::timestamptz IS NULL OR k.created_at < %(until)s::timestamptz)
-            LIMIT %(cap)s) c) x
+-- BM25 over at most %(cap)s rows the GIN index selects. Each candidate's tsvector is first cut
+-- down to the query's lexemes (ts_delete of everything else, in C) so the per-candidate unnest
+-- and join handle a few terms, not every word of the chunk (~1.6x faster at 1,000 candidates).
+SELECT c.id, sum(w.idf * x.tf * (%(k1)s + 1)
+                 / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * c.fts_len / %(avgdl)s))) AS score
+FROM (SELECT k.id, k.tsv, k.fts_len FROM onebox.kb_chunks k
+      WHERE k.tsv @@ %(tsquery)s::tsquery AND k.collection = ANY(%(collections)s)
+        AND (%(meta)s::jsonb IS NULL OR k.metadata @> %(meta)s::jsonb)
+        AND (%(since)s::timestamptz IS NULL OR k.created_at >= %(since)s::timestamptz)
+        AND (%(until)s::timestamptz IS NULL OR k.created_at < %(until)s::timestamptz)
+      LIMIT %(cap)s) c
+CROSS JOIN LATERAL (
+    SELECT u.lexeme, cardinality(u.positions)::float8 AS tf
+    FROM unnest(ts_delete(c.tsv, tsvector_to_array(ts_delete(c.tsv, %(lexemes)s::text[])))) AS u) x
 JOIN unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS w(lexeme, idf) ON w.lexeme = x.lexeme
-GROUP BY x.id ORDER BY score DESC LIMIT %(n)s
+GROUP BY c.id ORDER BY score DESC LIMIT %(n)s
 
 -- name: count_filtered
 SELECT count(*) AS n FROM (
