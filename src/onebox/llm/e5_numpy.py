@@ -120,18 +120,35 @@ class NumpyE5Encoder:
         batch, length, hidden = x.shape
         heads = self.config.heads
         qkv = x @ layer.qkv_w + layer.qkv_b
-        qkv = np.ascontiguousarray(  # [3, batch, heads, length, head_dim] for BLAS
+        qkv = np.ascontiguousarray(  # [3, batch, heads, length, head_dim]
             qkv.reshape(batch, length, 3, heads, hidden // heads).transpose(2, 0, 3, 1, 4))
-        scores = qkv[0] @ qkv[1].transpose(0, 1, 3, 2)
-        scores *= np.float32((hidden // heads) ** -0.5)
-        scores += key_bias
-        _in_slices(scores, _softmax_inplace)
-        context = (scores @ qkv[2]).transpose(0, 2, 1, 3).reshape(batch, length, hidden)
+        context = np.empty((batch, length, hidden), np.float32)
+        for row in range(batch):
+            _attend(qkv[:, row], key_bias[row, 0, 0], context[row])
         x = _layer_norm(x + (context @ layer.out_w + layer.out_b), *layer.ln1, self.config.eps)
         middle = x @ layer.ffn_in_w + layer.ffn_in_b
         _in_slices(middle, _gelu_inplace)
         return _layer_norm(x + (middle @ layer.ffn_out_w + layer.ffn_out_b), *layer.ln2,
                            self.config.eps)
+
+
+def _attend(qkv: F32, key_bias: F32, out: F32) -> None:
+    """One sequence's attention, head by head: plain 2-D products run at BLAS speed
+    (numpy's stacked matmul of [heads, length, 32] runs several times slower), each
+    head's score matrix stays in cache, and the softmax's division is applied to the
+    [length, 32] result instead of the [length, length] scores."""
+    q, k, v = qkv
+    heads, _, head_dim = q.shape
+    q = q * np.float32(head_dim ** -0.5)
+    padded = bool(key_bias.min() < 0)
+    for head in range(heads):
+        scores = q[head] @ k[head].T
+        if padded:
+            scores += key_bias
+        scores -= scores.max(axis=1, keepdims=True)
+        np.exp(scores, out=scores)  # masked keys: exp(-1e30) is exactly 0
+        total = scores.sum(axis=1, keepdims=True)
+        out[:, head * head_dim : (head + 1) * head_dim] = (scores @ v[head]) / total
 
 
 def _prefixed(text: str, is_query: bool) -> str:
@@ -179,13 +196,6 @@ def _in_slices(x: F32, fn: Callable[[F32], None], max_elements: int = CACHE_ELEM
     step = max(1, max_elements // x.shape[-1])
     for start in range(0, rows.shape[0], step):
         fn(rows[start : start + step])
-
-
-def _softmax_inplace(scores: F32) -> None:
-    scores -= scores.max(axis=-1, keepdims=True)
-    np.maximum(scores, np.float32(-80.0), out=scores)  # exp() of less is subnormal (slow)
-    np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
 
 
 def _gelu_inplace(x: F32) -> None:
