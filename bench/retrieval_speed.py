@@ -62,8 +62,13 @@ async def build_scale_collection(knowledge: Knowledge, collection: str, corpus: 
         await _insert_document(knowledge, collection, doc, [r[1] for r in rows[part]], vectors[part])
         if doc % 100 == 99:
             print(f"  scale: {(doc + 1) * per_doc}/{len(rows)} chunks", flush=True)
-    await db.fetch("ANALYZE onebox.kb_chunks")
+    await _analyze(knowledge, "kb_chunks")
     return {**info, "reused": False, "insert_seconds": round(time.perf_counter() - started, 1)}
+
+
+async def _analyze(knowledge: Knowledge, table: str) -> None:
+    async with knowledge.db.connection() as conn:
+        await conn.execute(f"ANALYZE onebox.{table}")
 
 
 async def _insert_document(knowledge: Knowledge, collection: str, doc: int, texts: list[str],
@@ -98,7 +103,8 @@ def _summary(name: str, values: list[float]) -> dict[str, float]:
 async def search_latency(knowledge: Knowledge, collection: str, queries: list[str]) -> dict[str, Any]:
     """p50/p95 per filter: end to end (fresh query text) and with the query vector cached."""
     await knowledge.embedder.queries(queries)  # the cached half of each pair
-    out: dict[str, Any] = {"queries": len(queries), "k": 10, "load_average_before": load_average()}
+    out: dict[str, Any] = {"queries": len(queries), "k": 10, "load_average_before": load_average(),
+                           "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}
     for name, meta in FILTERS.items():
         filters = SearchFilters(collections=[collection], metadata=meta)
         fresh, cached, short = [], [], 0
@@ -144,9 +150,10 @@ async def build_memories(knowledge: Knowledge, scope: str, samples: list[dict[st
                 "id": ids[-1], "scope": scope, "user_id": "", "kind": "short",
                 "content": content, "hash": f"{i:064d}", "summary": first_sentence(content),
                 "entities": [], "metadata": Jsonb({}), "embedding": vector_literal(vectors[i]),
-                "seg": segment_for_fts(content), "execution_id": None, "valid_from": None})
+                "seg": segment_for_fts(content), "execution_id": None, "valid_from": None,
+                "happened_at": None, "happened_precision": None, "happened_text": None})
         await conn.execute(sql("fts.add_memory_terms"), {"ids": ids, "space": memory_space(scope)})
-    await knowledge.db.fetch("ANALYZE onebox.memories")
+    await _analyze(knowledge, "memories")
     return {**info, "reused": False}
 
 
