@@ -10,6 +10,7 @@ files, build_context within the profile's budget).
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -110,6 +111,15 @@ class ThreadBench:
                 "summarized_turns": n - 1})
         thread.thread = await threads.get_thread(self.db, TENANT, t.id)
         self.writes["summaries"] += 1
+
+    async def embed_query_ms(self, text: str) -> float:
+        """Milliseconds the model takes to embed ``text`` as a query (bypassing the cache);
+        the cached embedder then holds the vector for the recall."""
+        started = time.perf_counter()
+        await self.knowledge.embedder.model.embed_queries([text])
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        await self.knowledge.embedder.query(text)
+        return elapsed_ms
 
     async def context(self, thread: Thread, message: str, done: list[replay.Turn],
                       recall_k: int | None = None) -> Built:
