@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
@@ -19,6 +19,8 @@ from onebox.sandbox.base import CellOutput, CellResult, OutputSink
 
 ResultSink = Callable[[CellOutput], None]
 CellCall = Callable[[OutputSink, ResultSink], Awaitable[CellResult]]
+
+log = logging.getLogger(__name__)
 
 
 def output_json(output: CellOutput) -> dict[str, Any]:
@@ -62,10 +64,14 @@ async def cell_events(call: CellCall) -> AsyncIterator[dict[str, Any]]:
             yield event
         yield {"type": "end", "result": cell_json(task.result())}
     finally:
-        if not task.done():
+        if not task.done():  # the client went away mid-cell: stop the call, keep its cause
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            try:
                 await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("an interpreter call ended with an error after its client left")
 
 
 async def _until_done(queue: asyncio.Queue[dict[str, Any]],

@@ -81,7 +81,7 @@ def _recv() -> object:
 
 def _flush_streams() -> None:
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # user code replaced or closed it
+        with contextlib.suppress(Exception):  # swallow-ok: user code replaced or closed it
             stream.flush()
 
 
@@ -107,7 +107,7 @@ def formats(obj: object) -> dict[str, str]:
     """Every representation the object offers, by MIME type (text/plain always)."""
     try:
         data = {"text/plain": repr(obj)}
-    except Exception as exc:
+    except Exception as exc:  # swallow-ok: a user object's broken __repr__ is shown as such
         data = {"text/plain": f"<unrepresentable {type(obj).__name__}: {exc!r}>"}
     if isinstance(obj, type):
         return data
@@ -117,7 +117,7 @@ def formats(obj: object) -> dict[str, str]:
             continue
         try:
             encoded = _encode(mime, method())
-        except Exception:
+        except Exception:  # swallow-ok: a user object's broken _repr_*_ only drops that MIME type
             continue
         if encoded is not None:
             data[mime] = encoded
@@ -137,7 +137,7 @@ def _figures() -> None:
         return
     try:
         numbers = list(plt.get_fignums())
-    except Exception:
+    except Exception:  # swallow-ok: user code broke pyplot's state; no figures to show
         return
     for number in numbers:
         try:
@@ -147,7 +147,7 @@ def _figures() -> None:
             png = base64.b64encode(buffer.getvalue()).decode("ascii")
             _send({"type": "result", "data": {"image/png": png, "text/plain": repr(figure)},
                    "main": False}, wait_ack=True)
-        except Exception as exc:
+        except Exception as exc:  # swallow-ok: said on the cell's stderr
             print(f"[onebox] could not render figure {number}: {exc!r}", file=sys.stderr)
     plt.close("all")
 
@@ -184,7 +184,7 @@ def run_cell(code: str, namespace: dict[str, Any], count: int) -> None:
         body, last = _compile(code, filename)
         exec(body, namespace)
         value = eval(last, namespace) if last is not None else None
-    except BaseException as exc:  # noqa: BLE001 - SystemExit too: the interpreter lives on
+    except BaseException as exc:  # noqa: BLE001 # swallow-ok: SystemExit too; sent as the cell's error
         _figures()
         _report(exc)
         return

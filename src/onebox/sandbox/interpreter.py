@@ -237,7 +237,7 @@ class SandboxInterpreter:
         usage = self.backend._usage(self.blocked.tag)
         if usage.oom_killed:
             return f"it ran out of memory (limit {limits.memory_mb} MB)"
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(TimeoutError, ChildProcessError):
             code = await asyncio.wait_for(asyncio.to_thread(self.blocked.proc.wait), 2.0)
             return f"it exited unexpectedly (exit code {code})"
         return "it exited unexpectedly"

@@ -7,6 +7,7 @@ end-of-stream envelope (flag 2) that carries the error, if any."""
 from __future__ import annotations
 
 import json
+import logging
 import struct
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,6 +16,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from onebox.errors import Conflict, NotFound, OneboxError, PolicyViolation, ValidationError
+
+log = logging.getLogger(__name__)
 
 STREAM_TYPE = "application/connect+json"
 END_STREAM = 0x02
@@ -102,7 +105,7 @@ async def _framed(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[byte
     try:
         async for message in messages:
             yield envelope(message)
-    except Exception as exc:  # noqa: BLE001 - every failure ends the stream as a Connect error
+    except Exception as exc:  # noqa: BLE001 # swallow-ok: ends the stream as a Connect error; unknown ones logged
         yield envelope({"error": _stream_error(exc).to_dict()}, END_STREAM)
         return
     yield envelope({}, END_STREAM)
@@ -111,7 +114,8 @@ async def _framed(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[byte
 def _stream_error(exc: Exception) -> RpcError:
     try:
         return rpc_error(exc)
-    except Exception:  # noqa: BLE001 - unexpected: said as internal, without a traceback
+    except Exception:  # noqa: BLE001 - unexpected: the client gets no traceback, the log does
+        log.exception("E2B call failed")
         return RpcError("internal", f"the call failed ({type(exc).__name__})")
 
 

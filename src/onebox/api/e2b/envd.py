@@ -95,7 +95,7 @@ async def filesystem_rpc(method: str, request: Request) -> Response:
                                    "onebox (watching directories is not; see docs/e2b.md)")
         t = await target(request, ENVD_PORT)
         return JSONResponse(await handler(t, await connect.unary_body(request)))
-    except Exception as exc:  # noqa: BLE001 - rpc_error re-raises what is not an error we know
+    except Exception as exc:  # noqa: BLE001 # swallow-ok: unary_error re-raises what it does not know (then logged as a 500)
         return connect.unary_error(exc)
 
 

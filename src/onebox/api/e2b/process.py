@@ -65,7 +65,7 @@ async def start(request: Request) -> Response:
         t = await target(request, ENVD_PORT)
         proc, listener = _start(t, await connect.stream_body(request),
                                  connect.timeout_s(request))
-    except Exception as exc:  # noqa: BLE001 - said as a Connect error at the stream's end
+    except Exception as exc:  # noqa: BLE001 # swallow-ok: a Connect error at the stream's end; unknown ones logged
         return connect.error_stream(exc)
     return connect.stream_response(_messages(proc, listener))
 
@@ -86,7 +86,7 @@ async def reconnect(request: Request) -> Response:
         proc = t.e2b.processes.get(pid, t.sandbox_id, t.tenant_id)
         if proc is None:
             raise connect.RpcError("not_found", f"process {pid} is not running")
-    except Exception as exc:  # noqa: BLE001 - said as a Connect error at the stream's end
+    except Exception as exc:  # noqa: BLE001 # swallow-ok: a Connect error at the stream's end; unknown ones logged
         return connect.error_stream(exc)
     return connect.stream_response(_messages(proc, proc.subscribe()))
 
@@ -105,7 +105,7 @@ async def send_signal(request: Request) -> Response:
         if not t.e2b.processes.kill(pid, t.sandbox_id, t.tenant_id):
             raise connect.RpcError("not_found", f"process {pid} is not running")
         return JSONResponse({})
-    except Exception as exc:  # noqa: BLE001 - rpc_error re-raises what it does not know
+    except Exception as exc:  # noqa: BLE001 # swallow-ok: unary_error re-raises what it does not know (then logged as a 500)
         return connect.unary_error(exc)
 
 
@@ -118,7 +118,7 @@ async def list_processes(request: Request) -> Response:
             {"pid": p.pid, "config": {"cmd": "/bin/bash", "args": ["-l", "-c", p.cmd],
                                       "envs": {}, "cwd": e2b_files.to_e2b(p.cwd.strip("."))}}
             for p in running]})
-    except Exception as exc:  # noqa: BLE001 - rpc_error re-raises what it does not know
+    except Exception as exc:  # noqa: BLE001 # swallow-ok: unary_error re-raises what it does not know (then logged as a 500)
         return connect.unary_error(exc)
 
 
