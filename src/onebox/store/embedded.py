@@ -157,6 +157,9 @@ def _start(pgdata: Path, eng: EmbeddedEngine, *, keep_running: bool) -> tuple[An
         with server_cls._lock:
             if pgdata.exists():
                 _prune_dead_handles(pgdata)
+        # The launcher checks for the dir, then creates it without exist_ok: two processes
+        # starting a new home at once raced there (FileExistsError). Make it here, idempotently.
+        pgdata.mkdir(exist_ok=True)
         server = module.get_server(pgdata, cleanup_mode=None if keep_running else "stop")
         # get_server hands back the handle this process opened before for the same data dir;
         # its server may have been stopped or have crashed since, so make sure it runs.
