@@ -25,13 +25,18 @@ async def principal(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     header_key: Annotated[str | None, Depends(_header)],
 ) -> Principal:
-    state: ApiState = get_state(request)
+    key = bearer.credentials if bearer is not None else header_key
+    return await principal_of_key(get_state(request), key, "send 'Authorization: Bearer <key>' "
+                                  "(create one with `onebox keys create`)")
+
+
+async def principal_of_key(state: ApiState, key: str | None, how_to_send: str) -> Principal:
+    """The key's principal (``default`` with auth off); Unauthorized, saying ``how_to_send``
+    a key, when there is none, or when it is unknown or revoked. Every door checks keys here."""
     if not state.settings.api.auth:
         return Principal(None, DEFAULT_TENANT)
-    key = bearer.credentials if bearer is not None else header_key
     if not key:
-        raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>' "
-                           "(create one with `onebox keys create`)")
+        raise Unauthorized(f"an API key is required: {how_to_send}")
     found = await authenticate(state.db, key)
     if found is None:
         raise Unauthorized("this API key is unknown or revoked; `onebox keys list` shows the "

@@ -15,12 +15,10 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from onebox.api.auth import DEFAULT_TENANT
-from onebox.api.errors import Unauthorized
+from onebox.api.auth import principal_of_key
 from onebox.api.state import ApiState, get_state
 from onebox.errors import NotFound, ValidationError
 from onebox.runtime import e2b_sandboxes
-from onebox.runtime.api_keys import authenticate
 from onebox.runtime.e2b_commands import E2bProcesses
 from onebox.runtime.e2b_sandboxes import E2bSandboxes
 
@@ -63,16 +61,8 @@ def key_of(request: Request) -> str | None:
 
 
 async def tenant_of(request: Request, api: ApiState) -> str:
-    if not api.settings.api.auth:
-        return DEFAULT_TENANT
-    key = key_of(request)
-    if not key:
-        raise Unauthorized("an API key is required: set E2B_API_KEY to a onebox API key "
-                           "(`onebox keys create`)")
-    found = await authenticate(api.db, key)
-    if found is None:
-        raise Unauthorized("this API key is unknown or revoked; `onebox keys list` shows the "
-                           "active ones")
+    found = await principal_of_key(api, key_of(request), "set E2B_API_KEY to a onebox API key "
+                                   "(`onebox keys create`)")
     return found.tenant_id
 
 
