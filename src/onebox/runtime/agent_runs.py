@@ -118,7 +118,8 @@ async def archive_agent_step(
 
     async def then(conn: store.Conn, run: store.Row, row: store.Row) -> str | None:
         if thread_steps.is_upkeep_row(row):
-            return await thread_steps.archived(conn, run, row, outcome.details)
+            return await thread_steps.archived(conn, run, row, outcome.details, outage=(
+                thread_steps.Outage(settings.llm.outage_attempts, outage_backoff_s)))
         if performed.observation is not None:
             if row["tool_name"] == "model" and run["status"] == "WAITING":
                 await _provider_back(conn, run)

@@ -9,8 +9,12 @@ transaction, what follows: the facts' step stores the turn's facts and queues th
 the summary's step writes the summary (fenced on the version it read), marks the turn
 upkept, and ends the run with the agent's answer, unchanged.
 
-An upkeep step that fails past its attempts (or cannot run at all: no model configured) does
-not lose the answer nor block the thread: the turn gets a ``thread_upkeep_failed`` event
+A provider outage takes the agent's outage path (:class:`Outage`, given by the engine): the
+run WAITS with the reason (its answer is already recorded: ``agent_finished``) and the step
+is tried again with the outage's growing delays, up to ``llm.outage_attempts`` calls, not
+spending the step's own attempts; when the provider answers again the run is RUNNING again
+(``run_resumed``). An upkeep step that fails past its attempts (or past the outage's, or
+cannot run at all: no model configured) does not lose the answer nor block the thread: the turn gets a ``thread_upkeep_failed`` event
 (``onebox thread show`` lists it; the next turn's context says the summary is behind) and
 the run ends as the agent ended it.
 
@@ -20,6 +24,8 @@ that imports the engine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -37,6 +43,15 @@ PARTS = ("facts", "summary")
 DEFAULT_ATTEMPTS = 3
 
 
+@dataclass(frozen=True)
+class Outage:
+    """How the engine rides out a model provider outage: at most ``attempts`` calls, the
+    ``n``-th retried after ``backoff_s(n)`` seconds."""
+
+    attempts: int
+    backoff_s: Callable[[int], float]
+
+
 def is_thread_turn(run: store.Row) -> bool:
     """Whether a run is a turn of a thread (its request names the thread and turn)."""
     return isinstance((run.get("request") or {}).get("thread"), dict)
@@ -52,10 +67,12 @@ def upkeep_step_id(part: str) -> str:
 
 
 async def queue_upkeep(conn: store.Conn, run: store.Row, part: str, *, attempt: int = 1,
-                       delay_s: float = 0.0) -> None:
-    """Queue one upkeep step of the turn (its ``attempt``-th try)."""
+                       delay_s: float = 0.0, max_attempts: int = 0) -> None:
+    """Queue one upkeep step of the turn (its ``attempt``-th try, of at least
+    ``max_attempts``)."""
     turn = int(run["request"]["thread"]["turn"])
     attempts = int((run["request"].get("agent") or {}).get("max_attempts") or DEFAULT_ATTEMPTS)
+    attempts = max(attempts, max_attempts)
     base = {"run_id": run["id"], "plan_id": None, "trace_id": run["trace_id"],
             "step_id": upkeep_step_id(part), "step_number": 0, "tool_name": "model",
             "session_id": run_session_id(run),
@@ -66,12 +83,17 @@ async def queue_upkeep(conn: store.Conn, run: store.Row, part: str, *, attempt: 
 
 
 async def archived(conn: store.Conn, run: store.Row, row: store.Row,
-                   details: dict[str, Any]) -> str | None:
+                   details: dict[str, Any], *, outage: Outage | None = None) -> str | None:
     """After an upkeep attempt was archived (in its transaction): the next upkeep step, a
-    retry, or the run's end. Returns the run's terminal state, if it ended."""
+    retry (a wait, in a provider ``outage``), or the run's end. Returns the run's terminal
+    state, if it ended."""
     part = row["details"]["upkeep"]
     if row["status"] != "SUCCESS":
+        if outage is not None and details.get("provider") and not details.get("final"):
+            return await provider_down(conn, run, row, outage)
         return await after_failure(conn, run, row, final=bool(details.get("final")))
+    if run["status"] == "WAITING":
+        await _provider_back(conn, run)
     turn = {"thread_id": run["request"]["thread"]["id"], "turn": row["details"]["turn"]}
     if part == "facts":
         memories = list(details.get("memories") or [])
@@ -103,6 +125,31 @@ async def after_failure(conn: store.Conn, run: store.Row, row: store.Row, *,
         "turn": row["details"]["turn"], "step": row["step_id"], "attempts": row["attempt"],
         "error": row["error"]})
     return await end_turn(conn, run)
+
+
+async def provider_down(conn: store.Conn, run: store.Row, row: store.Row,
+                        outage: Outage) -> str | None:
+    """The model provider failed the upkeep's call: the run WAITS with the reason and the
+    step is tried again later, up to ``outage.attempts`` calls; then the turn is marked
+    and its run ends with its answer (:func:`after_failure`)."""
+    if row["attempt"] >= outage.attempts:
+        return await after_failure(conn, run, row, final=True)
+    delay_s = outage.backoff_s(row["attempt"])
+    reason = (f"waiting for the model provider for the turn's {row['step_id']} (the answer "
+              f"is in; call {row['attempt']} of {outage.attempts} failed: {row['error']}); "
+              f"the next try is in {delay_s:.0f} s")
+    await queue_upkeep(conn, run, row["details"]["upkeep"], attempt=row["attempt"] + 1,
+                       delay_s=delay_s, max_attempts=outage.attempts)
+    await store.execute(conn, "wait_for_provider", {"run_id": run["id"], "reason": reason})
+    await _event(conn, run, "run_waiting", {
+        "reason": reason, "retry_in_s": delay_s, "attempt": row["attempt"],
+        "limit": outage.attempts})
+    return None
+
+
+async def _provider_back(conn: store.Conn, run: store.Row) -> None:
+    if await store.fetch_one(conn, "provider_back", {"run_id": run["id"]}) is not None:
+        await _event(conn, run, "run_resumed", {"reason": "the model provider answered again"})
 
 
 async def end_turn(conn: store.Conn, run: store.Row) -> str:
