@@ -20,6 +20,9 @@ from typing import Literal
 from onebox.errors import ValidationError
 
 Precision = Literal["minute", "day", "week", "month", "year"]
+Relation = Literal["in", "before", "after", "since", "until"]
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 MONTHS = {m: i + 1 for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug",
                                            "sep", "oct", "nov", "dec"))}
 WEEKDAYS = {d: i for i, d in enumerate(("monday", "tuesday", "wednesday", "thursday", "friday",
@@ -44,10 +47,14 @@ class TimeMention:
     at: datetime
     precision: Precision
     text: str
+    relation: Relation = "in"  # "before May 2023", "2023年5月之后", "since last year"
 
     def window(self) -> tuple[datetime, datetime]:
-        """The span this mention stands for: [start, end)."""
-        return span(self.at, self.precision)
+        """The span this mention stands for, [start, end): its period, or the open span
+        before/after it ("before May 2023" is everything up to 1 May 2023)."""
+        start, end = span(self.at, self.precision)
+        return {"in": (start, end), "before": (EARLIEST, start), "after": (end, LATEST),
+                "since": (start, LATEST), "until": (EARLIEST, end)}[self.relation]
 
 
 def span(at: datetime, precision: str) -> tuple[datetime, datetime]:
@@ -125,7 +132,8 @@ ABSOLUTE: list[tuple[re.Pattern[str], Precision]] = [
     (re.compile(r"\b(?P<mon>" + _MON[1:-1] + r")\.?,?\s+(?:of\s+)?(?P<year>\d{4})\b", re.I), "month"),
     (re.compile(r"(?P<year>\d{4})\s*年\s*(?P<month>\d{1,2})\s*月\s*(?:(?P<day>\d{1,2})\s*[日号])?"), "month"),
     (re.compile(r"(?P<year>\d{4})\s*年(?![\d\s]*月)"), "year"),
-    (re.compile(r"\b(?:in|since|during|of)\s+(?P<year>(?:19|20)\d{2})\b", re.I), "year"),
+    (re.compile(r"\b(?:in|since|during|of|before|after|until|by)\s+(?P<year>(?:19|20)\d{2})\b", re.I),
+     "year"),
 ]
 
 
@@ -177,10 +185,6 @@ def _en_in(m: re.Match[str], anchor: datetime) -> Resolved:
     return shift(anchor, unit, _en_count(m.group(1))), UNIT_PRECISION[unit]
 
 
-def _en_weekday(m: re.Match[str], anchor: datetime) -> Resolved:
-    return _previous_weekday(anchor, WEEKDAYS[m.group(1).lower()]), "day"
-
-
 def _zh_ago(m: re.Match[str], anchor: datetime) -> Resolved:
     unit = ZH_UNITS[m.group(2)]
     sign = 1 if m.group(3) in ("后", "以后", "之后") else -1
@@ -198,40 +202,150 @@ def _zh_weekday(m: re.Match[str], anchor: datetime) -> Resolved:
     return monday + timedelta(weeks=weeks, days=ZH_WEEKDAYS[m.group(2)]), "day"
 
 
+_FUTURE = re.compile(r"(?:\b(?:am|is|are)|'m|'re)\s+going\b|\b(?:will|won't|shall|going to|gonna|plan(?:s|ned|ning)? to|hope to|"
+                     r"about to|upcoming|next)\b|\w'll\b|打算|计划|准备|将要|将会|要去|会去|想去", re.I)
+_MONTH_WORDS = _MON[1:-1].replace("may|", "")  # "may" is a verb: only "May" names the month
+_EN_MONTH = r"((?i:" + _MONTH_WORDS + r")|May)"
+_ZH_MONTH_NUM = r"(1[0-2]|0?[1-9]|十[一二]?|[一二三四五六七八九])"
+_ZH_YEAR_STEP = {"前年": -2, "去年": -1, "今年": 0, "明年": 1}
+
+
+def future_tense(text: str) -> bool:
+    """The sentence talks about what is to come ("will", "going to", "打算")."""
+    return _FUTURE.search(text) is not None
+
+
+def _month_year(anchor: datetime, month: int, step: str, text: str) -> int:
+    """The year of a month named without one: "last May" before the anchor's month, "next
+    May" after it, "this May" in its year; else the nearest May in the text's tense."""
+    step = step.lower()
+    if step == "this":
+        return anchor.year
+    ahead = step == "next" or (step != "last" and future_tense(text))
+    if ahead:
+        return anchor.year if month > anchor.month or (step != "next" and month == anchor.month) \
+            else anchor.year + 1
+    return anchor.year if month < anchor.month or (step != "last" and month == anchor.month) \
+        else anchor.year - 1
+
+
+def _en_month(m: re.Match[str], anchor: datetime) -> Resolved:
+    month = MONTHS[m.group(2).lower()[:3]]
+    year = _month_year(anchor, month, m.group(1), m.string)
+    return datetime(year, month, 1, tzinfo=UTC), "month"
+
+
+def _en_month_day(m: re.Match[str], anchor: datetime) -> Resolved:
+    g = m.groupdict()
+    month = MONTHS[(g["m1"] or g["m2"]).lower()[:3]]
+    year = _month_year(anchor, month, "", m.string)
+    return datetime(year, month, int(g["d1"] or g["d2"]), tzinfo=UTC), "day"
+
+
+def _zh_month(m: re.Match[str], anchor: datetime) -> Resolved:
+    month = zh_number(m.group(2))
+    if m.group(1):
+        year = anchor.year + _ZH_YEAR_STEP[m.group(1)]
+    else:
+        year = _month_year(anchor, month, "", m.string)
+    if m.group(3):
+        return datetime(year, month, zh_number(m.group(3)), tzinfo=UTC), "day"
+    return datetime(year, month, 1, tzinfo=UTC), "month"
+
+
+def _en_weekday_step(m: re.Match[str], anchor: datetime) -> Resolved:
+    """ "next Friday" / "on Friday" said of the future: the coming one; else the last one."""
+    step, weekday = m.group(1).lower(), WEEKDAYS[m.group(2).lower()]
+    if step == "next" or (step in ("on", "this") and future_tense(m.string)):
+        return anchor + timedelta(days=(weekday - anchor.weekday() - 1) % 7 + 1), "day"
+    return _previous_weekday(anchor, weekday), "day"
+
+
 _EN_DAY_WORDS = "|".join(sorted((w for w in _DAY_WORDS if w.isascii()), key=len, reverse=True))
 RELATIVE = [
     (re.compile(r"\b(?:" + _EN_DAY_WORDS + r")\b", re.I), _day_word),
     (re.compile(r"\b" + _NUM + r"\s+(day|week|month|year)s?\s+ago\b", re.I), _en_ago),
     (re.compile(r"\b(last|past|previous|this|next)\s+(weekend|week|month|year)\b", re.I), _en_step),
     (re.compile(r"\bin\s+" + _NUM + r"\s+(day|week|month|year)s?(?!\s+ago)\b", re.I), _en_in),
-    (re.compile(r"\blast\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.I),
-     _en_weekday),
+    (re.compile(r"\b(last|next|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+                r"(?!s)\b", re.I), _en_weekday_step),
+    (re.compile(r"\b((?i:in|last|this|next|since|during|until|by|early|late|mid|of))\s+"
+                r"(?:(?i:early|late|mid)-?\s*)?" + _EN_MONTH + r"\b\.?(?!\s*\d)"), _en_month),
+    (re.compile(r"\b(?P<m1>" + _EN_MONTH[1:-1] + r")\.?\s+(?P<d1>\d{1,2})(?:st|nd|rd|th)?\b(?!:)|"
+                r"\b(?P<d2>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<m2>" + _EN_MONTH[1:-1] + r")\b"),
+     _en_month_day),
     (re.compile(r"(上|这|本|下)(?:个)?(?:周|星期|礼拜)([一二三四五六日天])"), _zh_weekday),
     (re.compile(_ZH_NUM + r"(个星期|个礼拜|个月|星期|礼拜|天|日|周|月|年)(前|以前|之前|后|以后|之后)"), _zh_ago),
+    (re.compile(r"(?:(前年|去年|今年|明年)|(?<![0-9年]))" + _ZH_MONTH_NUM + r"月份?"
+                r"(?:([0-9]{1,2}|[一二三]?十[一二三四五六七八九]?|[一二三四五六七八九])[日号])?"), _zh_month),
     (re.compile("|".join(sorted(_ZH_RELATIVE, key=len, reverse=True))), _zh_step),
     (re.compile("|".join(w for w in _DAY_WORDS if not w.isascii())), _day_word),
 ]
 
 
 def find_time(text: str, anchor: datetime) -> TimeMention | None:
-    """The first time expression in ``text`` (absolute first, then relative to ``anchor``)."""
+    """The first time expression in ``text`` (absolute first, then relative to ``anchor``),
+    with its relation ("before May 2023" -> ``relation="before"``)."""
     anchor = _utc(anchor)
-    found: list[tuple[int, TimeMention]] = []
+    found = _absolutes(text) or _relatives(text, anchor)
+    if not found:
+        return None
+    start, end, mention = min(found, key=lambda f: f[0])
+    relation = relation_of(text, start, end)
+    return TimeMention(mention.at, mention.precision, mention.text, relation)
+
+
+Found = list[tuple[int, int, TimeMention]]
+
+
+def _absolutes(text: str) -> Found:
+    found: Found = []
     for pattern, kind in ABSOLUTE:
         for m in pattern.finditer(text):
             try:
                 at, precision = _absolute(m, kind)
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, OverflowError):
                 continue
-            found.append((m.start(), TimeMention(at, precision, m.group(0).strip())))
+            found.append((m.start(), m.end(), TimeMention(at, precision, m.group(0).strip())))
             break
-    if not found:
-        for rel, resolve in RELATIVE:
-            hit = rel.search(text)
-            if hit:
+    return found
+
+
+def _relatives(text: str, anchor: datetime) -> Found:
+    found: Found = []
+    for rel, resolve in RELATIVE:
+        hit = rel.search(text)
+        if hit:
+            try:
                 at, precision = resolve(hit, anchor)
-                found.append((hit.start(), TimeMention(at, precision, hit.group(0))))
-    return min(found, key=lambda f: f[0])[1] if found else None
+            except (ValueError, KeyError, OverflowError):
+                continue  # "in 50000 years", "31 February": out of the calendar, not a time
+            found.append((hit.start(), hit.end(), TimeMention(at, precision, hit.group(0))))
+    return found
+
+
+_EN_RELATION = re.compile(r"\b(before|prior to|earlier than|after|later than|since|until|till|"
+                          r"up to|by)\s+(?:the\s+)?$", re.I)
+_ZH_AFTER = re.compile(r"^\s*(之前|以前|前(?![往进去来])|之后|以后|后(?![来面])|以来|起(?![床来]))")
+_ZH_BEFORE = re.compile(r"(自从|自|从|直到|到)\s*$")
+_RELATION_WORDS: dict[str, Relation] = {
+    "before": "before", "prior to": "before", "earlier than": "before", "after": "after",
+    "later than": "after", "since": "since", "until": "until", "till": "until",
+    "up to": "until", "by": "until", "之前": "before", "以前": "before", "前": "before",
+    "之后": "after", "以后": "after", "后": "after", "以来": "since", "起": "since",
+    "自从": "since", "自": "since", "从": "since", "直到": "until", "到": "until"}
+
+
+def relation_of(text: str, start: int, end: int) -> Relation:
+    """How a sentence relates to the time it names: in it, before/after/since/until it."""
+    mention = text[start:end]
+    first = re.match(r"(before|after|since|until|by)\s", mention, re.I)
+    en = first or _EN_RELATION.search(text[max(0, start - 20):start])
+    zh = _ZH_AFTER.match(text[end:end + 4]) or _ZH_BEFORE.search(text[max(0, start - 3):start])
+    if mention.endswith(("前", "后")) or not (en or zh):
+        return "in"  # "三年前" is a time, not "before three years"
+    word = (en or zh).group(1).lower()  # type: ignore[union-attr]
+    return _RELATION_WORDS.get(word, "in")
 
 
 def parse_when(value: str | datetime, field: str = "happened_at") -> TimeMention:
@@ -254,8 +368,10 @@ def parse_when(value: str | datetime, field: str = "happened_at") -> TimeMention
 
 WHEN_QUESTION = re.compile(
     r"\b(?:when|what (?:date|day|time|year|month)|which (?:date|day|year|month)|how long ago|"
-    r"how long (?:has|have|had|did)|since when|what period)\b|什么时候|何时|哪天|哪一天|哪年|哪一年|"
-    r"几月|几号|多久|多长时间|多少年", re.I)
+    r"how long (?:has|have|had|did|before|after)|since when|what period|"
+    r"(?:what|which) (?:week|weekend)|how (?:many|much) (?:days|weeks|months|years|time) "
+    r"(?:ago|before|after|since|passed))\b|什么时候|何时|哪天|哪一天|哪年|哪一年|哪个月|哪一周|哪周|"
+    r"几月|几号|多久|多长时间|多少年|多少天|几年前|几天前|几个月前", re.I)
 
 
 def asks_when(query: str) -> bool:
