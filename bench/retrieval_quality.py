@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from typing import Any
 
+import retrieval_locomo
 from onebox.knowledge.chunking import Section
 from onebox.knowledge.fusion import fuse
 from onebox.knowledge.ingest import DocumentInput
 from onebox.knowledge.search import SearchOptions, fulltext_candidates, vector_candidates
 from onebox.knowledge.service import Knowledge
-from retrieval_data import load_locomo, locomo_turns
+from retrieval_data import load_locomo
 from retrieval_metrics import dedupe, mean, ndcg_at, recall_at
 
 MODES: dict[str, dict[str, Any]] = {
@@ -85,72 +85,15 @@ async def evaluate(
 
 
 async def locomo_recall(knowledge: Knowledge, samples: list[dict[str, Any]], k: int = 10) -> dict[str, Any]:
-    memory = knowledge.memory
-    per_cat: dict[int, list[float]] = {}
-    stats = {"turns": 0, "deduplicated": 0, "superseded": 0}
-    for i, sample in enumerate(samples):
-        scope = f"bench-locomo-{i}"
-        turns = locomo_turns(sample)
-        contexts = [None, *[t[2] for t in turns[:-1]]]  # each turn is indexed with the one before
-        await knowledge.embedder.passages(
-            [_indexed(t[2], c) for t, c in zip(turns, contexts, strict=True)])  # batched
-        for (dia_id, date, content), context in zip(turns, contexts, strict=True):
-            made = await memory.remember(scope, content, metadata={"dia_id": dia_id, "date": date},
-                                         context=context)
-            stats["turns"] += 1
-            stats["deduplicated"] += bool(made["deduplicated"])
-            stats["superseded"] += len(made.get("superseded", []))
-        for qa in sample["qa"]:
-            if qa["category"] not in (1, 2, 3, 4):
-                continue
-            evidence = set(re.findall(r"D\d+:\d+", " ".join(map(str, qa["evidence"]))))
-            if not evidence:
-                continue
-            hits = await memory.recall(scope, str(qa["question"]), k=k)
-            got = {h.metadata.get("dia_id") for h in hits}
-            per_cat.setdefault(qa["category"], []).append(len(got & evidence) / len(evidence))
-        print(f"  locomo conversation {i + 1}/{len(samples)} done", flush=True)
-    every = [v for vs in per_cat.values() for v in vs]
-    return {f"recall@{k}": mean(every), "questions": len(every),
-            "by_category": {str(c): {"recall": mean(v), "n": len(v)} for c, v in sorted(per_cat.items())},
-            **stats}
+    """R@k on LoCoMo categories 1-4, with and without the time rerank (bench/retrieval_locomo.py)."""
+    return retrieval_locomo.locomo_section(await retrieval_locomo.run(knowledge, samples, k))
 
 
 async def locomo_temporal(knowledge: Knowledge, root: Any, args: Any, k: int = 10) -> dict[str, Any]:
-    """R@k on LoCoMo's temporal questions (category 2), the same memories recalled without and
-    with the time rerank; turns are stored with their session date as ``happened_at``."""
+    """R@k on LoCoMo's temporal questions (category 2), by conversation, before and after the
+    time rerank; the same run as ``locomo`` (computed once per process)."""
     samples = load_locomo(getattr(args, "locomo", None) or root)[: args.locomo_conversations]
-    for table, column in (("memories", "scope"), ("fts_terms", "space"), ("fts_spaces", "space")):
-        await knowledge.db.fetch(f"DELETE FROM onebox.{table} WHERE {column} LIKE "  # noqa: S608
-                                 "'%%bench-loctime-%%' RETURNING 1")
-    before: list[float] = []
-    after: list[float] = []
-    stated = 0
-    for i, sample in enumerate(samples):
-        scope, turns = f"bench-loctime-{i}", locomo_turns(sample)
-        contexts = [None, *[t[2] for t in turns[:-1]]]
-        for (dia_id, date, content), context in zip(turns, contexts, strict=True):
-            made = await knowledge.memory.remember(scope, content, metadata={"dia_id": dia_id},
-                                                   context=context, happened_at=date)
-            row = await knowledge.memory.get(made["id"])
-            stated += bool(row and row["happened_text"])
-        for qa in sample["qa"]:
-            evidence = set(re.findall(r"D\d+:\d+", " ".join(map(str, qa["evidence"]))))
-            if qa["category"] != 2 or not evidence:
-                continue
-            for out, boost in ((before, False), (after, True)):
-                hits = await knowledge.memory.recall(scope, str(qa["question"]), k=k, time_boost=boost)
-                out.append(len({h.metadata.get("dia_id") for h in hits} & evidence) / len(evidence))
-        print(f"  locomo temporal conversation {i + 1}/{len(samples)} done", flush=True)
-    return {"conversations": len(samples), "category": 2, "questions": len(after),
-            f"recall@{k}_before": mean(before), f"recall@{k}_after": mean(after),
-            "turns_with_stated_time": stated,
-            "load_average_1_5_15m": [round(x, 2) for x in os.getloadavg()]}
-
-
-def _indexed(content: str, context: str | None) -> str:
-    text = " ".join(content.split())
-    return f"{' '.join(context.split())}\n{text}" if context else text
+    return retrieval_locomo.temporal_section(await retrieval_locomo.run(knowledge, samples, k))
 
 
 REWORDINGS = [

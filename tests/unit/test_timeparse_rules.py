@@ -123,5 +123,7 @@ def test_period_bonus_uses_the_open_window() -> None:
 def test_a_memory_with_no_phrase_takes_the_session_date() -> None:
     said = happened_time("Ana: the hike was lovely", "1:56 pm on 8 May, 2023", None)
     assert said is not None and said.at == TURN and said.precision == "minute"
+    dated = happened_time("Ana: the hike was lovely", "2023-05-08", None)
+    assert dated is not None and dated.precision == "day" and dated.text == ""  # states no time
     stated = happened_time("Ana: we hiked there in March", "1:56 pm on 8 May, 2023", None)
     assert stated is not None and stated.at == datetime(2023, 3, 1, tzinfo=UTC)

@@ -260,7 +260,9 @@ def happened_time(
     (``happened_at``, else a parseable ``metadata["date"]``, else now), else the anchor."""
     anchor = parse_when(happened_at) if happened_at is not None else _metadata_date(metadata)
     stated = find_time(text, anchor.at if anchor else datetime.now(UTC))
-    return stated or anchor
+    if stated or anchor is None:
+        return stated
+    return TimeMention(anchor.at, anchor.precision, "")  # no phrase: the conversation's date
 
 
 def _metadata_date(metadata: dict[str, Any] | None) -> TimeMention | None:
@@ -276,9 +278,8 @@ def _metadata_date(metadata: dict[str, Any] | None) -> TimeMention | None:
 def _time_params(happened: TimeMention | None) -> dict[str, Any]:
     if happened is None:
         return {"happened_at": None, "happened_precision": None, "happened_text": None}
-    stated = happened.text if happened.precision != "minute" else None
     return {"happened_at": happened.at, "happened_precision": happened.precision,
-            "happened_text": stated}
+            "happened_text": happened.text or None}  # None: the conversation's date
 
 
 def time_bonus(row: dict[str, Any], period: TimeMention | None, when: bool) -> float:

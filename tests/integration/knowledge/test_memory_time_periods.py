@@ -49,3 +49,10 @@ async def test_chinese_period_and_relative_month(knowledge: Knowledge) -> None:
     assert hits[0].id == early["id"]
     hits = await memory.recall("zh", "我2023年7月以后去杭州做了什么？", k=2, now=NOW)
     assert hits[0].id == late["id"]
+
+
+async def test_a_phrase_out_of_the_calendar_is_stored_at_the_anchor(knowledge: Knowledge) -> None:
+    made = await knowledge.memory.remember("odd", "Bo: see you in 100000 years!", happened_at="2023-05-08")
+    row = await knowledge.memory.get(made["id"])  # raised ValueError (year out of range) before
+    assert row is not None and row["happened_at"] == datetime(2023, 5, 8, tzinfo=UTC)
+    assert row["happened_text"] is None
