@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -230,7 +230,7 @@ class Recheck:
 def run_event_stream(
     hub: EventHub, run_id: uuid.UUID, after: int, heartbeat_s: float,
     recheck: Recheck | None = None,
-) -> AsyncIterator[dict[str, Any] | None]:
+) -> AsyncGenerator[dict[str, Any] | None, None]:
     """Events of one run with seq > ``after``, in order; None is a keep-alive tick, due every
     ``heartbeat_s`` whatever the events do (a wait for the first horizon, a long backfill, a
     slow database, other runs' traffic). Forever, unless ``recheck`` says the caller may no
@@ -240,7 +240,7 @@ def run_event_stream(
 
 async def with_keepalives(
     source: AsyncIterator[dict[str, Any]], heartbeat_s: float,
-) -> AsyncIterator[dict[str, Any] | None]:
+) -> AsyncGenerator[dict[str, Any] | None, None]:
     """``source``'s items, with a None at least every ``heartbeat_s``: the timer runs beside
     the source (its next item is awaited in a task), so nothing the source waits for can
     delay a keep-alive, and it is checked after every item, so a busy source cannot either."""

@@ -9,6 +9,7 @@ complete output of a finished step is in `onebox show`.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -103,14 +104,15 @@ async def _follow(db: Database, run_id: uuid.UUID, step: str | None, printer: Pr
     hub = EventHub(db, poll_s=FOLLOW_POLL_S)
     try:
         stream = run_event_stream(hub, run_id, after, RECHECK_S, Recheck(running, RECHECK_S))
-        async for event in stream:
-            if event is None:
-                if not await running():
-                    break
-                continue
-            if event["type"] in LOG_TYPES and step in (None, event["payload"]["step_id"]):
-                printer.write(event)
-            after = max(after, int(event["seq"]))
+        async with contextlib.aclosing(stream):  # no reader left running on the pool after
+            async for event in stream:
+                if event is None:
+                    if not await running():
+                        break
+                    continue
+                if event["type"] in LOG_TYPES and step in (None, event["payload"]["step_id"]):
+                    printer.write(event)
+                after = max(after, int(event["seq"]))
     finally:
         await hub.close()
     return after
