@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import time
@@ -193,6 +194,17 @@ async def test_infinite_loop_is_killed_at_the_timeout(linux: BwrapSandbox) -> No
     r = await sh(linux, "while True: pass", timeout_s=1)
     assert r.timed_out and not r.ok
     assert r.duration_ms < 8000
+
+
+def _bwrap_children() -> dict[int, str]:
+    """This process's bwrap children (pid -> state letter; Z is exited, not yet reaped)."""
+    found = {}
+    for pid in subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "bwrap"],
+                              capture_output=True, text=True).stdout.split():
+        with contextlib.suppress(OSError):  # gone meanwhile
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            found[int(pid)] = stat.rsplit(")", 1)[1].split()[0]
+    return found
 
 
 def _host_pids_matching(marker: str) -> list[int]:
@@ -541,6 +553,7 @@ async def test_nothing_is_left_behind_after_close(tmp_path: Path) -> None:
     from onebox.config import SandboxSettings, load_settings
 
     sandbox = SandboxSettings(backend="linux", pool_size=2, disk_mb=16, timeout_s=20)
+    before = _bwrap_children()  # earlier tests' children are not this backend's
     backend = BwrapSandbox(load_settings(home=tmp_path, sandbox=sandbox))
     try:
         calls = [
@@ -554,10 +567,13 @@ async def test_nothing_is_left_behind_after_close(tmp_path: Path) -> None:
         bases = list(backend.cgroups.bases.values()) if backend.cgroups else []
     finally:
         await backend.close()
-    children = subprocess.run(
-        ["pgrep", "-P", str(os.getpid()), "-f", "bwrap"], capture_output=True, text=True
-    ).stdout.split()
-    assert children == []
+    left = {pid: state for pid, state in _bwrap_children().items() if pid not in before}
+    assert [pid for pid, state in left.items() if state != "Z"] == []  # nothing still running
+    deadline = time.monotonic() + 10  # an exited child is reaped by asyncio's watcher thread
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = {pid: s for pid, s in _bwrap_children().items() if pid in left}
+    assert left == {}
     assert all(not base.exists() for base in bases)
     run_root = backend.run_root  # this backend's own run tmpfs: unmounted and removed
     assert not run_root.exists() or [p.name for p in run_root.iterdir()] in ([], ["static"])
