@@ -1,21 +1,21 @@
 """Threads bench: LoCoMo conversations replayed as threads, context from memory vs whole history.
 
-    .venv/bin/python bench/threads.py                          # 5 conversations, both variants
-    .venv/bin/python bench/threads.py --conversations 1 --facts turns --questions 30   # a look
+    .venv/bin/python bench/threads.py                          # 5 conversations, all recipes
+    .venv/bin/python bench/threads.py --conversations 1 --facts none --questions 30   # a look
 
 Each conversation of the LoCoMo data (read in place: --eval-data or ONEBOX_EVAL_DATA) becomes
 a real thread; each session's turns are its messages, dated with the session. One agent run
 per turn (2,760 sandboxed runs) is too slow for a bench, so each turn's upkeep is replayed
-directly: the facts the scripted model extracts (--facts: LoCoMo's own observations of the
-turn, or the turn's raw text) are remembered as upkeep remembers them, and LoCoMo's session
-summaries stand in for the rolling summary. The context is threads.gather_context, the
-function a turn calls. Measured:
+directly: the turn's episode (its words verbatim) and the facts the scripted model extracts
+(--facts: LoCoMo's own observations of the turn, the turn's raw text, or none) are
+remembered as upkeep remembers them, and LoCoMo's session summaries stand in for the rolling
+summary. The context is threads.gather_context, the function a turn calls, with each recipe
+of recall options (RECIPES; "runtime" is the default a turn uses). Measured:
 - at turns 50, 100, 200, 300, ...: prompt tokens of the built context vs the whole history a
   client would resend (target: >= 5x fewer by turn 300);
 - for every LoCoMo question (categories 1-4) at the end of the conversation: do all its
   evidence turns reach the built context (as recalled memories or verbatim recent turns;
-  target >= 0.8 of questions), and the p95 time to build it (target <= 100 ms), at the
-  runtime's recall k and a sweep of larger k.
+  target >= 0.8 of questions), and the p95 time to build it (target <= 100 ms), per recipe.
 Writes bench/results/threads.json with the machine's load average.
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import platform
@@ -36,10 +37,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import threads_replay as replay  # noqa: E402
 import threads_setup as setup  # noqa: E402
+from onebox.runtime.threads import RecallOptions  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "threads.json"
 CHECKPOINTS = (50, 100, 200, 300, 400, 500, 600)
 TARGETS = {"token_ratio_at_turn_300": 5.0, "evidence_reach": 0.8, "context_build_p95_ms": 100.0}
+RUNTIME = "runtime"
+RECIPES = {  # each rule chosen before measuring; "runtime" is what a turn uses
+    "k8_facts": RecallOptions(fixed_k=8, episodes=False),  # before: 8 facts
+    "budget_facts": RecallOptions(episodes=False),  # k from the budget, facts only
+    RUNTIME: RecallOptions(),  # k from the budget, facts and episodes
+    "runtime_follow_up": RecallOptions(follow_up=True),  # + the previous turn in the query
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,12 +56,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-data", help="path to eval-data (default: $ONEBOX_EVAL_DATA or ../shared/eval-data)")
     p.add_argument("--conversations", type=int, default=5)
     p.add_argument("--questions", type=int, default=0, help="questions per conversation; 0 = all")
-    p.add_argument("--recall-k", type=int, action="append", default=[],
-                   help="also measure reach with this many recalled memories (repeatable; "
-                        "the runtime's own k is always measured); default 16, 32, 64")
+    p.add_argument("--recipe", choices=sorted(RECIPES), action="append", default=[],
+                   help="recall options to measure (repeatable; default all; 'runtime' is "
+                        "always measured)")
     p.add_argument("--facts", choices=sorted(setup.FACTS), action="append", default=[],
                    help="what the scripted fact extraction returns after each turn (repeatable; "
-                        "default: observations, then turns; the first is the headline)")
+                        "default: observations, then none; the first is the headline)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return p.parse_args(argv)
 
@@ -66,23 +75,24 @@ def eval_root(arg: str | None) -> Path:
 
 
 async def replay_conversation(bench: setup.ThreadBench, index: int, sample: dict[str, Any],
-                              max_questions: int, recall_ks: list[int]) -> dict[str, Any]:
+                              max_questions: int, recipes: list[str]) -> dict[str, Any]:
     thread = await bench.new_thread(f"locomo-{index}")
     turns = replay.turns(sample)
     facts = turn_facts(bench.facts, sample, turns)
-    await bench.prime_embeddings([f for t in turns for f in facts[t.dia_id]])
+    await bench.prime_embeddings([f for t in turns for f in facts[t.dia_id]]
+                                 + setup.episode_texts(turns))
     summaries = replay.session_summaries(sample)
     done: list[replay.Turn] = []
-    tokens: dict[int, list[dict[str, int]]] = {k: [] for k in recall_ks}
+    tokens: dict[str, list[dict[str, int]]] = {r: [] for r in recipes}
     for n, turn in enumerate(turns, start=1):
-        for k in recall_ks if n in CHECKPOINTS else ():
-            built = await bench.context(thread, turn.message, done, recall_k=k)
-            tokens[k].append({"turn": n, "context_tokens": built.tokens,
+        for r in recipes if n in CHECKPOINTS else ():
+            built = await bench.context(thread, turn.message, done, RECIPES[r])
+            tokens[r].append({"turn": n, "context_tokens": built.tokens,
                               "whole_history_tokens": replay.history_tokens(done, turn.message)})
         await bench.add_turn(thread, n, turn, summaries, facts[turn.dia_id])
         done.append(turn)
     asked = replay.questions(sample)[: max_questions or None]
-    by_k = {k: await ask(bench, thread, asked, done, k) for k in recall_ks}
+    by_k = {r: await ask(bench, thread, asked, done, RECIPES[r]) for r in recipes}
     await bench.drop(thread)
     print(f"  conversation {index + 1}: {len(turns)} turns, {len(asked)} questions", flush=True)
     return {"sample_id": sample.get("sample_id"), "turns": len(turns), "tokens": tokens,
@@ -93,17 +103,20 @@ def turn_facts(kind: str, sample: dict[str, Any], turns: list[replay.Turn]) -> d
     """What the scripted fact extraction returns after each turn, by dia_id."""
     if kind == "turns":
         return {t.dia_id: [t.message] for t in turns}
+    if kind == "none":
+        return {t.dia_id: [] for t in turns}
     observed = replay.observations(sample)
     return {t.dia_id: observed.get(t.dia_id, []) for t in turns}
 
 
 async def ask(bench: setup.ThreadBench, thread: setup.Thread, asked: list[replay.Question],
-              done: list[replay.Turn], k: int) -> tuple[list[dict[str, Any]], list[float]]:
+              done: list[replay.Turn], options: RecallOptions,
+              ) -> tuple[list[dict[str, Any]], list[float]]:
     reach, timings_ms = [], []
     for q in asked:
         embed_ms = await bench.embed_query_ms(q.text)  # then cached: build pays no embedding
         started = time.perf_counter()
-        built = await bench.context(thread, q.text, done, recall_k=k)
+        built = await bench.context(thread, q.text, done, options)
         timings_ms.append((time.perf_counter() - started) * 1000 + embed_ms)
         got = built.dia_ids & q.evidence
         reach.append({"category": q.category, "share": len(got) / len(q.evidence),
@@ -111,7 +124,7 @@ async def ask(bench: setup.ThreadBench, thread: setup.Thread, asked: list[replay
     return reach, timings_ms
 
 
-def token_ratios(conversations: list[dict[str, Any]], k: int) -> dict[str, Any]:
+def token_ratios(conversations: list[dict[str, Any]], k: str) -> dict[str, Any]:
     """Whole history / built context at each checkpoint turn: the smallest over the
     conversations that reach the turn (and the mean), with the tokens behind them."""
     by_turn: dict[int, list[dict[str, int]]] = {}
@@ -147,25 +160,26 @@ def reach_summary(results: list[tuple[list[dict[str, Any]], list[float]]]) -> di
 async def run_variant(args: argparse.Namespace, samples: list[dict[str, Any]], facts: str) -> dict[str, Any]:
     """The replay with one kind of scripted fact extraction."""
     async with setup.open_bench(facts) as bench:
-        ks = sorted({setup.runtime_recall_k(), *args.recall_k})
+        ks = sorted({RUNTIME, *args.recipe})
         conversations = [await replay_conversation(bench, i, s, args.questions, ks)
                          for i, s in enumerate(samples)]
         method = bench.describe()
-    k_runtime = setup.runtime_recall_k()
+    k_runtime = RUNTIME
     ratios = token_ratios(conversations, k_runtime)
-    sweep = {str(k): {**reach_summary([c["by_k"][k] for c in conversations]),
-                      "token_ratio_at_turn_300": token_ratios(conversations, k).get("300", {}).get("min_ratio")}
+    sweep = {k: {"options": dataclasses.asdict(RECIPES[k]),
+                 **reach_summary([c["by_k"][k] for c in conversations]),
+                 "token_ratio_at_turn_300": token_ratios(conversations, k).get("300", {}).get("min_ratio")}
              for k in ks}
-    headline = sweep[str(k_runtime)]
+    headline = sweep[k_runtime]
     return {
         "method": method,
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "token_ratio_at_turn_300": ratios.get("300", {}).get("min_ratio"),
         "evidence_reach": headline["evidence_reach"],
         "context_build_p95_ms": headline["context_build_ms"]["p95"],
-        "at_runtime_recall_k": headline,
+        "at_runtime": headline,
         "token_ratio_by_turn": ratios,
-        "recall_k_sweep": sweep,
+        "recipes": sweep,
         "per_conversation": [{"sample_id": c["sample_id"], "turns": c["turns"],
                               "tokens": c["tokens"][k_runtime]} for c in conversations],
     }
@@ -183,7 +197,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "timing_note": ("context_build_ms is per question: the question embedded by the "
                         "model (uncached, as a new message is) plus threads.gather_context "
                         "(profile, recent turns, files, recall, build_context) with that vector "
-                        "cached, so reruns measure the same work"),
+                        "cached, so reruns measure the same work; with follow_up the recall query "
+                        "(previous message + question) is embedded inside the build too"),
         "variants": variants,
         "run_seconds": round(time.monotonic() - started, 1),
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -194,8 +209,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 if __name__ == "__main__":
     arguments = parse_args()
-    arguments.recall_k = arguments.recall_k or [16, 32, 64]
-    arguments.facts = arguments.facts or ["observations", "turns"]
+    arguments.recipe = arguments.recipe or sorted(RECIPES)
+    arguments.facts = arguments.facts or ["observations", "none"]
     result = asyncio.run(main(arguments))
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
     arguments.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -3,7 +3,9 @@
 Everything goes through the threads runtime on the real database: create_thread, a
 thread_turns row per replayed turn (the message; its run is not executed), the facts
 written the way a turn's upkeep writes them (thread_upkeep._remember: the thread's scope,
-the turn number, dated with the turn), the summary through the fenced set_summary, and
+the turn number, dated with the turn), each turn's episode (thread_upkeep.remember_turn: the
+turn verbatim, as upkeep stores it before its facts), the summary through the fenced
+set_summary, and
 gather_context, the function a turn calls (recall of the thread's memories, recent turns,
 files, build_context within the profile's budget).
 """
@@ -26,14 +28,15 @@ from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import embedding_model_from_settings
 from onebox.runtime import thread_context as tc
 from onebox.runtime import threads
-from onebox.runtime.thread_upkeep import _remember
+from onebox.runtime.thread_upkeep import _remember, episode_text, remember_turn
 from onebox.store.db import Database
 
 TENANT = "bench-threads"
 FACTS = {"turns": "each turn's own text is its one fact (a raw turn: 'Melanie: Wow, cool!')",
          "observations": "LoCoMo's observations of the turn (facts with who and what, written "
                          "per turn by the dataset's authors; 78% of the evidence turns have one, "
-                         "so reach through memory alone is capped there)"}
+                         "so reach through memory alone is capped there)",
+         "none": "no facts: the model extracts nothing; only the turns' episodes are remembered"}
 
 
 @dataclass
@@ -55,7 +58,8 @@ class ThreadBench:
         self.settings = settings
         self.knowledge = knowledge
         self.db = knowledge.db
-        self.writes = {"facts": 0, "deduplicated": 0, "superseded": 0, "summaries": 0}
+        self.writes = {"facts": 0, "deduplicated": 0, "superseded": 0, "summaries": 0,
+                       "episodes": 0, "episodes_deduplicated": 0}
 
     async def drop_leftovers(self) -> None:
         """Threads an interrupted earlier run of the bench left behind."""
@@ -95,9 +99,14 @@ class ThreadBench:
         if session != thread.session and thread.session in summaries:
             await self._summarise(thread, summaries[thread.session], n)
         thread.session = session
+        done = {"turn": n, "run_id": uuid.uuid4(), "created_at": turn.at,
+                "message": turn.message, "answer": None}
+        episode = await remember_turn(self.knowledge, t, done)
+        thread.memory_dia.setdefault(episode["id"], turn.dia_id)
+        self.writes["episodes"] += 1
+        self.writes["episodes_deduplicated"] += episode["deduplicated"]
         for fact in facts:
-            made = await _remember(self.knowledge, t, {"turn": n, "run_id": uuid.uuid4(),
-                                                       "created_at": turn.at}, fact)
+            made = await _remember(self.knowledge, t, done, fact)
             thread.memory_dia.setdefault(made["id"], turn.dia_id)
             self.writes["facts"] += 1
             self.writes["deduplicated"] += made["deduplicated"]
@@ -122,15 +131,10 @@ class ThreadBench:
         return elapsed_ms
 
     async def context(self, thread: Thread, message: str, done: list[replay.Turn],
-                      recall_k: int | None = None) -> Built:
-        """The runtime's gather_context; ``recall_k`` (a what-if of the sweep) sets how many
-        memories it recalls for this call."""
-        kept = threads.RECALL_K
-        threads.RECALL_K = recall_k or kept
-        try:
-            built = await threads.gather_context(self.db, self.knowledge, thread.thread, message)
-        finally:
-            threads.RECALL_K = kept
+                      options: threads.RecallOptions) -> Built:
+        """The runtime's gather_context with the recipe's recall options."""
+        built = await threads.gather_context(self.db, self.knowledge, thread.thread, message,
+                                             options)
         return Built(built.total_tokens, frozenset(self._dia_ids(thread, built, done)))
 
     def _dia_ids(self, thread: Thread, built: tc.Context, done: list[replay.Turn]) -> set[str]:
@@ -151,12 +155,13 @@ class ThreadBench:
                            "LoCoMo's summary of the session before (set at each new session); "
                            "the context is threads.gather_context, as a turn builds it"),
                 "facts": FACTS[self.facts],
-                "recall_k": threads.RECALL_K, "budget_tokens": tc.DEFAULT_BUDGET_TOKENS,
+                "budget_tokens": tc.DEFAULT_BUDGET_TOKENS,
                 "recent_turns": tc.RECENT_TURNS, "memory_writes": dict(self.writes)}
 
 
-def runtime_recall_k() -> int:
-    return threads.RECALL_K
+def episode_texts(turns: list[replay.Turn]) -> list[str]:
+    """What each turn's episode embeds (primed in batches like the facts)."""
+    return [episode_text(t.message, None) for t in turns]
 
 
 @asynccontextmanager

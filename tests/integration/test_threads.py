@@ -97,7 +97,7 @@ async def test_two_turns_share_the_workspace_and_remember_through_memory(
     memories = second.context.part("memories")
     assert memories is not None and "4417" in memories.text
     task = run["request"]["task"]
-    assert "4417" in task and "please keep my launch code" not in task  # memory, not history
+    assert "4417" in task and "Turn 1, user:" not in task  # memory (turn 1's episode), not history
     assert "4417" in (agent.requests[0].messages[-1].content or "")
     calls = await db.fetch("SELECT purpose FROM onebox.llm_calls WHERE run_id = %s ORDER BY id",
                            (first.run_id,))
@@ -116,13 +116,13 @@ async def test_the_stored_context_explains_what_the_agent_believed(
                                         "what is my launch code?")
     shown = await threads.show_thread(db, "default", thread.id)
     turn1, turn2 = shown["turns"]
-    fact_id = turn1["facts"][0]["id"]
-    assert turn2["context"]["parts"]["memories"]["sources"] == [fact_id]
+    assert turn1["facts"][0]["content"] == FACT  # not repeated: turn 1's own words are in
+    assert turn2["context"]["parts"]["memories"]["sources"] == turn2["context"]["episodes"]
     assert turn2["context"]["summary_version"] == 1
     assert shown["thread"]["summary"] == "Notes are in notes.txt."
     rows = await explain_api.explain(db, second.run_id)
     context = [r for r in rows if r["kind"] == "context"]
-    assert context and FACT in context[0]["reason"] and "turn 1" in context[0]["reason"]
+    assert context and "4417" in context[0]["reason"] and "said in turn 1" in context[0]["reason"]
 
 
 async def test_another_tenant_cannot_see_or_use_the_thread(

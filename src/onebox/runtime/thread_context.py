@@ -9,6 +9,12 @@ returns every part with its token count. The I/O that gathers those inputs lives
 Priority when the budget is short (each part is cut or dropped, never the message):
 the message, the instructions, the newest turn, the recalled memories, the summary, the
 older recent turns, the files.
+
+Recalled memories are of two kinds: facts the upkeep extracted, and episodes (a turn's own
+words, stored as it ended). They come ranked by recall; they take at most
+``memory_tokens`` (a share of the budget, :data:`MEMORY_SHARE`), best first, without
+repeats (the same text twice, an episode of a turn already verbatim in the recent turns, a
+fact of a turn whose episode is in), and are listed oldest first, each with its date.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ from onebox.llm.embedding import estimate_tokens
 DEFAULT_BUDGET_TOKENS = 4000
 RECENT_TURNS = 4
 MAX_LISTED_FILES = 50
+MEMORY_SHARE = 1 / 3  # of the budget, at most, for recalled memories (keeps >= 5x at turn 300)
 PART_ORDER = ("instructions", "summary", "memories", "recent", "files", "message")
 TITLES = {"summary": "Summary of the earlier conversation",
-          "memories": "Facts remembered from earlier turns (with the date each was learned)",
+          "memories": "Remembered from earlier turns, oldest first (facts, and turns "
+                      "verbatim), with the date of each",
           "recent": "The last turns, verbatim", "files": "Files in the workspace",
           "message": "The user's message (answer this)"}
 
@@ -46,6 +54,8 @@ class RecalledMemory:
     id: str
     content: str
     valid_from: datetime
+    turn: int | None = None
+    episode: bool = False  # the turn's own words, not an extracted fact
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,7 @@ class Context:
     budget_tokens: int
     summary_version: int = 0
     dropped: dict[str, int] = field(default_factory=dict)  # part -> items left out
+    episodes: tuple[str, ...] = ()  # the recalled memories that are turns verbatim
 
     @property
     def total_tokens(self) -> int:
@@ -84,6 +95,7 @@ class Context:
         """What is stored per turn (``thread_turns.context``): ids and counts, not text."""
         return {"budget_tokens": self.budget_tokens, "total_tokens": self.total_tokens,
                 "summary_version": self.summary_version, "dropped": dict(self.dropped),
+                "episodes": list(self.episodes),
                 "parts": {p.name: {"tokens": p.tokens, "sources": list(p.sources)}
                           for p in self.parts}}
 
@@ -92,22 +104,50 @@ def build_context(
     *, message: str, instructions: str = "", summary: str = "", summary_version: int = 0,
     memories: Sequence[RecalledMemory] = (), recent: Sequence[Turn] = (),
     files: Sequence[tuple[str, int | None]] = (), budget_tokens: int = DEFAULT_BUDGET_TOKENS,
-    recent_turns: int = RECENT_TURNS,
+    recent_turns: int = RECENT_TURNS, memory_tokens: int | None = None,
 ) -> Context:
-    """The turn's context within ``budget_tokens`` (see the module docstring for the order)."""
+    """The turn's context within ``budget_tokens`` (see the module docstring for the order);
+    the memories take at most ``memory_tokens`` (default: :data:`MEMORY_SHARE` of it)."""
     fill = _Filler(budget_tokens)
     fill.whole("message", message.strip(), ())
     fill.clipped("instructions", instructions.strip(), ())
     newest = list(recent)[-recent_turns:] if recent_turns > 0 else []
     turns = fill.items("recent", [(_turn_text(t), f"turn:{t.number}") for t in newest[-1:]])
-    fill.items("memories", [(_memory_text(m), m.id) for m in memories])
+    cap = int(budget_tokens * MEMORY_SHARE) if memory_tokens is None else memory_tokens
+    picked = pick_memories(memories, {t.number for t in newest}, min(cap, fill.left))
+    fill.dropped["memories"] = len(memories) - len(picked)
+    fill.items("memories", [(_memory_text(m), m.id) for m in picked])
     fill.clipped("summary", summary.strip(), (f"summary:v{summary_version}",) if summary else ())
     older = [(_turn_text(t), f"turn:{t.number}") for t in reversed(newest[:-1])]
     fill.items("recent", older, before=turns)
     fill.items("files", [(f"- {p}" + (f" ({s} bytes)" if s is not None else ""), p)
                          for p, s in list(files)[:MAX_LISTED_FILES]])
+    shown = fill.parts["memories"].sources if "memories" in fill.parts else ()
     return Context(tuple(fill.parts.values()), budget_tokens, summary_version,
-                   {k: v for k, v in fill.dropped.items() if v})
+                   {k: v for k, v in fill.dropped.items() if v},
+                   tuple(m.id for m in picked if m.episode and m.id in shown))
+
+
+def pick_memories(memories: Sequence[RecalledMemory], verbatim_turns: set[int],
+                  cap_tokens: int) -> list[RecalledMemory]:
+    """The recalled memories that go in, best first while ``cap_tokens`` lasts, without
+    repeats; returned oldest first (by date, then turn)."""
+    picked: list[RecalledMemory] = []
+    seen: set[str] = set()
+    told = set(verbatim_turns)  # turns whose words are in already
+    for m in memories:
+        key = " ".join(m.content.split()).lower()
+        if key in seen or (m.turn is not None and m.turn in told):
+            continue
+        tokens = estimate_tokens(_memory_text(m)) + 1
+        if tokens > cap_tokens:
+            continue
+        cap_tokens -= tokens
+        seen.add(key)
+        picked.append(m)
+        if m.episode and m.turn is not None:
+            told.add(m.turn)
+    return sorted(picked, key=lambda m: (m.valid_from, m.turn or 0))
 
 
 def _turn_text(turn: Turn) -> str:
@@ -116,7 +156,11 @@ def _turn_text(turn: Turn) -> str:
 
 
 def _memory_text(memory: RecalledMemory) -> str:
-    return f"- ({memory.valid_from.date().isoformat()}) {memory.content.strip()}"
+    day = memory.valid_from.date().isoformat()
+    if memory.episode:
+        said = "\n  ".join(line.strip() for line in memory.content.strip().splitlines())
+        return f"- ({day}, turn {memory.turn}, verbatim) {said}"
+    return f"- ({day}) {memory.content.strip()}"
 
 
 class _Filler:

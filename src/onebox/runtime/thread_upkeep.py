@@ -9,6 +9,10 @@ was lost uses the recorded reply and pays for no second call. The facts step rem
 facts in the thread's scope (deduplicated and superseded as memory does for every memory,
 so remembering them again on a retry adds nothing); the summary step returns the new
 summary, which the step's archive writes, fenced on the version it read.
+
+Before its model call the facts step also remembers the turn itself, verbatim (clipped) and
+dated: an **episode** (``metadata.episode``), so what was said is recalled later whatever
+the model chose to extract (no model call; remembering it again on a retry adds nothing).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ SYSTEM = ("You keep the memory of a conversation between a user and an assistant
 MAX_FACTS = 20
 MAX_FACT_CHARS = 1000
 SUMMARY_WORDS = 250
+EPISODE_CHARS = 600  # of the message, and of the answer, kept in a turn's episode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,10 +100,11 @@ async def _agent_answer(db: Database, run_id: uuid.UUID) -> str:
 
 
 async def _facts_step(up: Upkeep, thread: Thread, turn: dict[str, Any]) -> dict[str, Any]:
+    episode = await remember_turn(up.knowledge, thread, turn)
     facts = await _facts(up.db, up.settings, up.model, turn["run_id"], int(turn["turn"]),
                          turn["message"], turn["answer"])
     remembered = [await _remember(up.knowledge, thread, turn, fact) for fact in facts]
-    return {"upkeep": "facts", "memories": remembered}
+    return {"upkeep": "facts", "memories": remembered, "episode": episode}
 
 
 async def _summary_step(up: Upkeep, thread: Thread, turn: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +165,30 @@ def _json(response: ChatResponse) -> Any:
         return extract_json(response)
     except ValueError:
         return None
+
+
+def episode_text(message: str, answer: str | None) -> str:
+    """A turn as its episode remembers it: the user's words, then the agent's (clipped)."""
+    text = f"user: {_clip(message)}"
+    return f"{text}\nagent: {_clip(answer)}" if answer and answer.strip() else text
+
+
+def _clip(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= EPISODE_CHARS else text[:EPISODE_CHARS].rstrip() + " [...]"
+
+
+async def remember_turn(knowledge: Knowledge, thread: Thread,
+                        turn: Mapping[str, Any]) -> dict[str, Any]:
+    """Remember the turn verbatim in the thread's scope (an episode, dated with the turn); an
+    episode supersedes no other memory (the same words said twice keep the first one)."""
+    scope = tenant_name(thread.tenant_id, thread.memory_scope)
+    stored = await knowledge.memory.remember(
+        scope, episode_text(str(turn["message"]), turn.get("answer")),
+        metadata={"thread_id": str(thread.id), "turn": int(turn["turn"]),
+                  "run_id": str(turn["run_id"]), "episode": True},
+        valid_from=turn.get("created_at"), auto_supersede=False)
+    return {"id": stored["id"], "deduplicated": bool(stored.get("deduplicated"))}
 
 
 async def _remember(knowledge: Knowledge, thread: Thread, turn: Mapping[str, Any],

@@ -36,6 +36,7 @@ from onebox.runtime.profiles import get_profile, run_profile
 from onebox.runtime.submit import insert_run
 from onebox.runtime.thread_context import (
     DEFAULT_BUDGET_TOKENS,
+    MEMORY_SHARE,
     RECENT_TURNS,
     Context,
     RecalledMemory,
@@ -49,7 +50,9 @@ from onebox.store.queries import load_queries
 Q = load_queries("threads")
 MAX_MESSAGE_CHARS = 100_000
 MAX_TITLE_CHARS = 200
-RECALL_K = 8
+MIN_MEMORY_TOKENS = 20  # a short fact with its date: recall k = memory budget / this
+MAX_RECALL_K = 100
+FOLLOW_UP_CHARS = 300  # of the previous turn's message, added to the recall query
 MAX_RECENT_TURNS = 50  # the most a profile's context_turns asks for
 ENDED = frozenset(store.TERMINAL_RUN_STATES)
 
@@ -79,6 +82,23 @@ class Thread:
     def to_dict(self) -> dict[str, Any]:
         return {**{k: getattr(self, k) for k in self.__dataclass_fields__},
                 "memory_scope": self.memory_scope}
+
+
+@dataclass(frozen=True)
+class RecallOptions:
+    """How a turn recalls: memories take ``memory_share`` of the budget (recall k follows
+    from it, or ``fixed_k``); episodes (turns verbatim) or facts only; the query is the
+    message, plus the previous turn's message when ``follow_up``."""
+
+    memory_share: float = MEMORY_SHARE
+    fixed_k: int | None = None
+    episodes: bool = True
+    follow_up: bool = False
+
+    def recall_k(self, memory_tokens: int) -> int:
+        if self.fixed_k is not None:
+            return self.fixed_k
+        return max(8, min(MAX_RECALL_K, memory_tokens // MIN_MEMORY_TOKENS))
 
 
 @dataclass(frozen=True)
@@ -207,8 +227,8 @@ async def _require_idle(db: Database, thread: Thread) -> None:
                        field="message")
 
 
-async def gather_context(db: Database, knowledge: Knowledge, thread: Thread,
-                         message: str) -> Context:
+async def gather_context(db: Database, knowledge: Knowledge, thread: Thread, message: str,
+                         options: RecallOptions = RecallOptions()) -> Context:
     """The inputs of :func:`build_context` for the thread, read from the database."""
     async with db.connection() as conn:
         profile = await _profile_spec(conn, thread)
@@ -216,18 +236,43 @@ async def gather_context(db: Database, knowledge: Knowledge, thread: Thread,
                                                    "limit": MAX_RECENT_TURNS})
         files = await _all(conn, "thread_files", {"thread_id": thread.id, "limit": 200})
         behind = [r["turn"] for r in await _all(conn, "turns_behind", {"thread_id": thread.id})]
-    hits = await knowledge.memory.recall(tenant_name(thread.tenant_id, thread.memory_scope),
-                                         message, k=RECALL_K)
+    budget = int(profile.get("context_tokens") or DEFAULT_BUDGET_TOKENS)
+    memory_tokens = int(budget * options.memory_share)
+    query = recall_query(message, recent[0]["message"] if recent and options.follow_up
+                         else None)
+    memories = await recall_memories(knowledge, thread, query,
+                                     options.recall_k(memory_tokens), options.episodes)
     return build_context(
         message=message, instructions=str(profile.get("instructions") or ""),
         summary=summary_with_gaps(thread.summary, behind),
-        summary_version=thread.summary_version,
-        memories=[RecalledMemory(h.id, h.content, h.valid_from) for h in hits],
+        summary_version=thread.summary_version, memories=memories,
         recent=[Turn(r["turn"], r["message"], r["answer"]) for r in reversed(recent)],
-        files=[(f["path"], f["size"]) for f in files],
-        budget_tokens=int(profile.get("context_tokens") or DEFAULT_BUDGET_TOKENS),
+        files=[(f["path"], f["size"]) for f in files], budget_tokens=budget,
         recent_turns=RECENT_TURNS if profile.get("context_turns") is None
-        else int(profile["context_turns"]))
+        else int(profile["context_turns"]), memory_tokens=memory_tokens)
+
+
+def recall_query(message: str, previous: str | None) -> str:
+    """The recall query: the message, after the previous turn's message (a follow-up such
+    as "and the second one?" is read with what it follows)."""
+    if not previous:
+        return message
+    return f"{previous.strip()[:FOLLOW_UP_CHARS]}\n{message}"
+
+
+async def recall_memories(knowledge: Knowledge, thread: Thread, query: str, k: int,
+                          episodes: bool = True) -> list[RecalledMemory]:
+    """The thread's memories for the query, best first (facts only: episodes left out)."""
+    hits = await knowledge.memory.recall(tenant_name(thread.tenant_id, thread.memory_scope),
+                                         query, k=k if episodes else 3 * k)
+    found = [RecalledMemory(h.id, h.content, h.valid_from, _turn_of(h.metadata),
+                            bool(h.metadata.get("episode"))) for h in hits]
+    return found if episodes else [m for m in found if not m.episode][:k]
+
+
+def _turn_of(metadata: dict[str, Any]) -> int | None:
+    turn = metadata.get("turn")
+    return int(turn) if isinstance(turn, int) else None
 
 
 def summary_with_gaps(summary: str, behind: list[int]) -> str:
@@ -287,7 +332,8 @@ async def context_rows(db: Database, events: list[dict[str, Any]]) -> list[dict[
         ids = list((parts.get("memories") or {}).get("sources") or [])
         async with db.connection() as conn:
             found = {str(r["id"]): r for r in await _all(conn, "memories_by_ids", {"ids": ids})}
-        facts = [_memory_line(found[i]) for i in ids if i in found]
+        said = set(p.get("episodes") or [])
+        facts = [_memory_line(found[i], i in said) for i in ids if i in found]
         tokens = ", ".join(f"{name} {part['tokens']}" for name, part in parts.items())
         rows.append({"seq": event["seq"], "step": None, "kind": "context", "reason": (
             f"turn {p.get('turn')} of thread {p.get('thread_id')}: summary "
@@ -297,7 +343,7 @@ async def context_rows(db: Database, events: list[dict[str, Any]]) -> list[dict[
     return rows
 
 
-def _memory_line(row: dict[str, Any]) -> str:
+def _memory_line(row: dict[str, Any], episode: bool = False) -> str:
     turn = (row.get("metadata") or {}).get("turn")
-    origin = f", from turn {turn}" if turn is not None else ""
+    origin = f", {'said in' if episode else 'from'} turn {turn}" if turn is not None else ""
     return f"[{row['id']}] ({row['valid_from'].date().isoformat()}{origin}) {row['content']}"
