@@ -8,14 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from onebox.knowledge.memory import happened_time, time_bonus
-from onebox.knowledge.timeparse import (
-    EARLIEST,
-    LATEST,
-    asks_when,
-    event_relation,
-    find_time,
-    future_tense,
-)
+from onebox.knowledge.timeparse import EARLIEST, LATEST, asks_when, find_time, future_tense
 
 TURN = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)  # a Monday in May
 
@@ -134,18 +127,3 @@ def test_a_memory_with_no_phrase_takes_the_session_date() -> None:
     assert dated is not None and dated.precision == "day" and dated.text == ""  # states no time
     stated = happened_time("Ana: we hiked there in March", "1:56 pm on 8 May, 2023", None)
     assert stated is not None and stated.at == datetime(2023, 3, 1, tzinfo=UTC)
-
-
-@pytest.mark.parametrize(("query", "expected"), [
-    ("What did Ana do after the wedding?", ("after", "wedding")),
-    ("How long before the race did she train?", ("before", "race")),
-    ("What has she painted since her divorce?", ("since", "divorce")),
-    ("我在搬家之前住在哪里？", ("before", "搬家")),
-    ("婚礼之后他们去了哪里", ("after", "婚礼")),
-    ("What did Ana do before May 2023?", None),  # a date: a period already
-    ("What happened after?", None),
-    ("Did he call after 5 pm?", None),
-    ("What is Ana's favourite colour?", None),
-])
-def test_event_bounded_periods(query: str, expected: tuple[str, str] | None) -> None:
-    assert event_relation(query) == expected

@@ -39,14 +39,7 @@ from onebox.knowledge.guard import contradiction, small_edit
 from onebox.knowledge.queries import sql
 from onebox.knowledge.search import iterative_scans, set_hnsw_scan
 from onebox.knowledge.text import first_sentence, segment_for_fts
-from onebox.knowledge.timeparse import (
-    TimeMention,
-    asks_when,
-    describe,
-    event_relation,
-    find_time,
-    parse_when,
-)
+from onebox.knowledge.timeparse import TimeMention, asks_when, describe, find_time, parse_when
 from onebox.store.db import Database
 
 MemoryKind = Literal["short", "long", "summary"]
@@ -184,7 +177,7 @@ class MemoryStore:
         lists = {"fulltext": fulltext, "vector": vector}
         fused = fuse(lists, self.weights, self.method)
         if time_boost:
-            fused = await self._time_rerank(query, fused, now or datetime.now(UTC), params)
+            fused = await self._time_rerank(query, fused, now or datetime.now(UTC))
         fused = fused[:k]
         if not fused:
             return []
@@ -195,44 +188,21 @@ class MemoryStore:
             rows = {r["id"]: r for r in await cur.fetchall()}
         return [_hit(rows[f.id], f) for f in fused if f.id in rows]
 
-    async def _time_rerank(self, query: str, fused: list[Any], now: datetime,
-                           params: dict[str, Any]) -> list[Any]:
+    async def _time_rerank(self, query: str, fused: list[Any], now: datetime) -> list[Any]:
         """Add the time bonuses to the top candidates' fused scores and sort again."""
+        period = find_time(query, now)
         when = asks_when(query)
-        period, period_bonus = await self._query_period(query, now, params) if fused else (None, 0.0)
         if not fused or (period is None and not when):
             return fused
         top = fused[:TIME_RERANK_DEPTH]
         rows = await self.db.fetch(sql("memory.times"), {"ids": [f.id for f in top]})
         for row in rows:
-            bonus = time_bonus(row, period, when, period_bonus)
+            bonus = time_bonus(row, period, when)
             if bonus:
                 entry = next(f for f in top if f.id == row["id"])
                 entry.score += bonus
                 entry.raw["time"] = bonus
         return sorted(top, key=lambda f: -f.score) + fused[TIME_RERANK_DEPTH:]
-
-    async def _query_period(self, query: str, now: datetime,
-                            params: dict[str, Any]) -> tuple[TimeMention | None, float]:
-        """The period the query names: a date ("in May 2023", "before last week"), else the
-        side of an event it names ("after the wedding"), dated by the memory that both
-        full-text and vector search put first for it (no window when they disagree)."""
-        period = find_time(query, now)
-        if period is not None:
-            return period, PERIOD_MATCH_BONUS
-        event = event_relation(query)
-        if event is None:
-            return None, 0.0
-        lists = dict(zip(("fulltext", "vector"), await asyncio.gather(
-            self._fulltext(event[1], params), self._vector(event[1], params)), strict=True))
-        best = [f for f in fuse(lists, self.weights, self.method)[:1]
-                if f.rank.get("fulltext") == 1 and f.rank.get("vector") == 1]
-        rows = await self.db.fetch(sql("memory.times"), {"ids": [f.id for f in best]})
-        if not rows:
-            return None, 0.0
-        dated = TimeMention(rows[0]["happened_at"], rows[0]["happened_precision"] or "minute",
-                            event[1], event[0])
-        return dated, PERIOD_MATCH_BONUS
 
     async def _fulltext(self, query: str, params: dict[str, Any]) -> list[tuple[Any, float]]:
         fts = await build_fts_query(self.db, query, [space_of(params["scope"])])
@@ -312,8 +282,7 @@ def _time_params(happened: TimeMention | None) -> dict[str, Any]:
             "happened_text": happened.text or None}  # None: the conversation's date
 
 
-def time_bonus(row: dict[str, Any], period: TimeMention | None, when: bool,
-               period_bonus: float = PERIOD_MATCH_BONUS) -> float:
+def time_bonus(row: dict[str, Any], period: TimeMention | None, when: bool) -> float:
     """The score a memory's time adds for this query (0 when it does not match)."""
     bonus = STATED_TIME_BONUS if when and row["happened_text"] else 0.0
     if period is not None:
@@ -321,7 +290,7 @@ def time_bonus(row: dict[str, Any], period: TimeMention | None, when: bool,
         mine = TimeMention(row["happened_at"], row["happened_precision"] or "minute", "")
         m_start, m_end = mine.window()
         if m_start < end and start < m_end:
-            bonus += period_bonus
+            bonus += PERIOD_MATCH_BONUS
     return bonus
 
 

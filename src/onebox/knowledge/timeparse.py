@@ -366,29 +366,6 @@ def parse_when(value: str | datetime, field: str = "happened_at") -> TimeMention
     return mention
 
 
-_EVENT_EN = re.compile(
-    r"\b(before|after|since|until|prior to)\s+(?:(?:the|her|his|their|my|our|your|a|an)\s+)?"
-    r"(?P<event>(?!\d)[^?.!,;]{3,80}?)(?=\s+(?:did|does|do|was|were|is|are|has|have|had|will|"
-    r"would|could)\b|\s*[?.!,;]|\s*$)", re.I)
-_EVENT_ZH = re.compile(r"(?P<event>[^，。？！、,.?!\s]{2,20}?)(之前|以前|之后|以后)")
-
-
-def event_relation(query: str) -> tuple[Relation, str] | None:
-    """A period bounded by an event rather than a date: "What did Ana do after the wedding?"
-    -> ("after", "wedding"), "搬家之前她住在哪里" -> ("before", "搬家"). None when the query
-    names a date (that is a period already) or no such event."""
-    if find_time(query, datetime.now(UTC)) is not None:
-        return None
-    en = _EVENT_EN.search(query)
-    if en:
-        return _RELATION_WORDS[en.group(1).lower()], en.group("event").strip()
-    zh = _EVENT_ZH.search(query)
-    if zh:
-        event = re.sub(r"^.*?[在于]", "", zh.group("event")) or zh.group("event")
-        return _RELATION_WORDS[zh.group(2)], event
-    return None
-
-
 WHEN_QUESTION = re.compile(
     r"\b(?:when|what (?:date|day|time|year|month)|which (?:date|day|year|month)|how long ago|"
     r"how long (?:has|have|had|did|before|after)|since when|what period|"
