@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from onebox.llm.e5_weights import F32, E5Weights
+from onebox.llm.e5_weights import F32, E5Tokenizer, E5Weights
 
 BATCH_TOKENS = 4096  # padded tokens per forward pass (bounds attention memory)
 CACHE_ELEMENTS = 32768  # floats per slice of an elementwise pass (128 KiB)
@@ -69,35 +69,18 @@ class NumpyE5Encoder:
         return len(self.weights.tokenizer.encode(_prefixed(text, is_query))) + 2
 
     def encode(self, texts: list[str], is_query: bool) -> F32:
-        windows = self._windows(texts, is_query)
-        sums = np.zeros((len(texts), self.dim), np.float64)
-        for batch in self._batches(windows):
-            pooled = self._forward([w.ids for w in batch])
-            for window, vector in zip(batch, pooled, strict=True):
-                sums[window.text] += max(len(window.ids) - 2, 1) * vector
-        norms = np.linalg.norm(sums, axis=1, keepdims=True)
-        return (sums / np.maximum(norms, 1e-12)).astype(np.float32)
+        batches = self._batches(self._windows(texts, is_query))
+        windows = [w for batch in batches for w in batch]
+        if not windows:
+            return np.zeros((0, self.dim), np.float32)
+        pooled = np.concatenate([self._forward([w.ids for w in batch]) for batch in batches])
+        return combine_windows(len(texts), windows, pooled)
 
     def _windows(self, texts: list[str], is_query: bool) -> list[_Window]:
-        tok, width = self.weights.tokenizer, self.config.max_positions - 2
-        out: list[_Window] = []
-        for index, text in enumerate(texts):
-            ids = tok.encode(_prefixed(text, is_query))
-            for start in range(0, max(len(ids), 1), width):
-                out.append(_Window(index, [tok.bos, *ids[start : start + width], tok.eos]))
-        return out
+        return make_windows(self.weights.tokenizer, self.config.max_positions - 2, texts, is_query)
 
     def _batches(self, windows: list[_Window]) -> list[list[_Window]]:
-        """Shortest first; a batch holds at most ``batch_tokens`` padded tokens."""
-        ordered = sorted(windows, key=lambda w: len(w.ids))
-        batches: list[list[_Window]] = []
-        current: list[_Window] = []
-        for window in ordered:
-            if current and (len(current) + 1) * len(window.ids) > self.batch_tokens:
-                batches.append(current)
-                current = []
-            current.append(window)
-        return batches + [current] if current else batches
+        return batch_windows(windows, self.batch_tokens)
 
     def _forward(self, sequences: list[list[int]]) -> F32:
         """Mean-pooled last hidden states (not normalised) of each sequence."""
@@ -149,6 +132,38 @@ def _attend(qkv: F32, key_bias: F32, out: F32) -> None:
         np.exp(scores, out=scores)  # masked keys: exp(-1e30) is exactly 0
         total = scores.sum(axis=1, keepdims=True)
         out[:, head * head_dim : (head + 1) * head_dim] = (scores @ v[head]) / total
+
+
+def make_windows(tok: E5Tokenizer, width: int, texts: list[str], is_query: bool) -> list[_Window]:
+    """Each text's ``<s> ids </s>`` windows of at most ``width`` content tokens."""
+    out: list[_Window] = []
+    for index, text in enumerate(texts):
+        ids = tok.encode(_prefixed(text, is_query))
+        for start in range(0, max(len(ids), 1), width):
+            out.append(_Window(index, [tok.bos, *ids[start : start + width], tok.eos]))
+    return out
+
+
+def batch_windows(windows: list[_Window], batch_tokens: int) -> list[list[_Window]]:
+    """Shortest first; a batch holds at most ``batch_tokens`` padded tokens."""
+    ordered = sorted(windows, key=lambda w: len(w.ids))
+    batches: list[list[_Window]] = []
+    current: list[_Window] = []
+    for window in ordered:
+        if current and (len(current) + 1) * len(window.ids) > batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(window)
+    return batches + [current] if current else batches
+
+
+def combine_windows(n_texts: int, windows: list[_Window], pooled: F32) -> F32:
+    """Windows' mean-pooled vectors -> one L2-normalised row per text, weighted by tokens."""
+    sums = np.zeros((n_texts, pooled.shape[1]), np.float64)
+    for window, vector in zip(windows, pooled, strict=True):
+        sums[window.text] += max(len(window.ids) - 2, 1) * vector
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    return (sums / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
 def _prefixed(text: str, is_query: bool) -> str:
