@@ -261,10 +261,14 @@ LIMIT %(limit)s;
 SELECT * FROM onebox.agent_events WHERE run_id = %(run_id)s AND seq > %(after_seq)s ORDER BY seq;
 
 -- name: upsert_session
--- The session belongs to its run's tenant (the sessions service checks it).
+-- The session belongs to its run's tenant (the sessions service checks it), and to the
+-- latest run that used it (a thread's turns share one): finished_sessions releases it only
+-- once that run has ended, not when the turn that first used it did.
 INSERT INTO onebox.sessions (id, run_id, backend, tenant_id)
 SELECT %(id)s, %(run_id)s, %(backend)s, r.tenant_id FROM onebox.runs r WHERE r.id = %(run_id)s
-ON CONFLICT (id) DO UPDATE SET last_used_at = now(), status = 'ACTIVE', released_at = NULL;
+ON CONFLICT (id) DO UPDATE SET last_used_at = now(), status = 'ACTIVE', released_at = NULL,
+    run_id = CASE WHEN onebox.sessions.tenant_id = EXCLUDED.tenant_id THEN EXCLUDED.run_id
+                  ELSE onebox.sessions.run_id END;
 
 -- name: release_session
 UPDATE onebox.sessions SET status = 'RELEASED', released_at = now()
