@@ -3,8 +3,11 @@
 Each turn runs here as `onebox run` does in the foreground (the steps table with the running
 steps' live output; Ctrl-C cancels the turn), in the thread's workspace, up to the end of its
 run: the agent's answer, then the turn's upkeep steps (its facts and the summary, see
-:mod:`onebox.runtime.thread_steps`), then its answer is printed and the next prompt shown. ``--thread`` continues a thread (days later too); an empty line or
-``/exit`` (or end of input) leaves.
+:mod:`onebox.runtime.thread_steps`), then its answer is printed and the next prompt shown
+(a turn whose upkeep waits for the model provider shows its answer at once). ``--thread``
+continues a thread (days later too); an empty line or ``/exit`` (or end of input) leaves.
+Without a terminal (stdin and stdout piped) it reads one message a line and prints plain
+lines: the steps as they start and end, their output, the answers (:mod:`.chat_view`).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import uuid
 import click
 
 from onebox.cli import common
-from onebox.cli.foreground import INTERRUPTED_EXIT, CtrlC, Progress
+from onebox.cli.chat_view import TurnView
+from onebox.cli.foreground import INTERRUPTED_EXIT, CtrlC
 from onebox.cli.render import answer_panel
 from onebox.config import Settings
+from onebox.errors import NotFound, ValidationError
 from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import embedding_model_from_settings
 from onebox.llm.registry import chat_model_from_settings
@@ -39,10 +44,13 @@ def register(main: click.Group) -> None:
 def chat_cmd(thread_id: str | None, profile: str | None, title: str) -> None:
     """Talk to the agent: it runs code in the thread's workspace and remembers the
     conversation through memory (not by replaying it)."""
+    if thread_id is not None and profile is not None:
+        common.fail("--profile gives a NEW thread its profile; a thread continued with "
+                    "--thread keeps its own: leave out one of them", code=2)
     settings = common.settings()
     if profile is None:
         common.run_sync(lambda: chat_model_from_settings(settings.llm))  # says what to set
-    tid = common.run_sync(lambda: threads.parse_thread_id(thread_id)) if thread_id else None
+    tid = common.run_sync(lambda: _thread_id(thread_id)) if thread_id else None
     code = common.run(_chat(settings, tid, profile, title))
     raise click.exceptions.Exit(code)
 
@@ -53,14 +61,32 @@ async def _chat(settings: Settings, thread_id: uuid.UUID | None, profile: str | 
         model = embedding_model_from_settings(settings)
         try:
             knowledge = Knowledge.build(rt.db, model, settings)
-            thread = await (threads.get_thread(rt.db, TENANT, thread_id) if thread_id else
-                            threads.create_thread(rt.db, settings, TENANT, title=title,
-                                                  profile=profile))
+            thread = await _open_thread(rt, settings, thread_id, profile, title)
             common.out.print(f"thread [bold cyan]{thread.id}[/] (turn {thread.turns}); "
                              f"continue it later with `onebox chat --thread {thread.id}`")
             return await _converse(rt, settings, knowledge, thread)
         finally:
             await model.close()
+
+
+def _thread_id(value: str) -> uuid.UUID:
+    try:
+        return threads.parse_thread_id(value)
+    except ValidationError as exc:
+        raise ValidationError(f"--thread: {exc.message}", field="thread") from None
+
+
+async def _open_thread(rt: Runtime, settings: Settings, thread_id: uuid.UUID | None,
+                       profile: str | None, title: str) -> threads.Thread:
+    """The thread continued (``--thread``) or a new one; errors name the flag."""
+    flag = "--thread" if thread_id else "--profile"
+    try:
+        if thread_id is not None:
+            return await threads.get_thread(rt.db, TENANT, thread_id)
+        return await threads.create_thread(rt.db, settings, TENANT, title=title,
+                                           profile=profile)
+    except NotFound as exc:
+        raise NotFound(f"{flag}: {exc.message}", field=flag.lstrip("-")) from None
 
 
 async def _converse(rt: Runtime, settings: Settings, knowledge: Knowledge,
@@ -83,10 +109,12 @@ async def _turn(rt: Runtime, posted: threads.Posted) -> str:
     ctx = posted.context.to_record()
     common.out.print(f"turn {posted.turn}, run {posted.run_id}: context "
                      f"{ctx['total_tokens']} tokens", style="dim")
-    with Progress(rt.db, posted.run_id, common.out, live=True) as watch, \
+    with TurnView(rt.db, posted.run_id, common.out) as watch, \
             CtrlC(rt.db, posted.run_id, common.out, on_first=watch.stop) as ctrl_c:
         run = await rt.drive(posted.run_id, progress=watch.update)
-    if (panel := answer_panel(run)) is not None:
+    if watch.answered and run["status"] == "SUCCEEDED":
+        common.out.print("the turn's upkeep is done", style="dim")
+    elif (panel := answer_panel(run)) is not None:
         common.out.print(panel)
     elif run["status"] != "SUCCEEDED":
         common.out.print(f"the turn ended {run['status']}: {run['error'] or 'no answer'} "

@@ -8,10 +8,14 @@ import click
 from rich.table import Table
 
 from onebox.cli import common
+from onebox.errors import ValidationError as OneboxValidationError
 from onebox.runtime import profiles as service
+from onebox.runtime.thread_context import DEFAULT_BUDGET_TOKENS, RECENT_TURNS
 from onebox.store.db import Database
 
 TENANT = "default"  # the CLI works as the default tenant, as the API's default tenant does
+THREAD_DEFAULTS = {"context_tokens": DEFAULT_BUDGET_TOKENS, "context_turns": RECENT_TURNS}
+FLAGS = {"tools": "--tool", "allow_domains": "--allow-domain"}  # where a flag is not the field
 
 
 def register(main: click.Group) -> None:
@@ -37,12 +41,18 @@ def profile() -> None:
 @click.option("--memory-mb", type=int, help="default memory limit of the agent's steps")
 @click.option("--allow-domain", "allow_domains", multiple=True,
               help="a domain the agent's steps may reach (repeat)")
+@click.option("--environment", help="a built environment the agent's steps use "
+              "(`onebox env list`)")
+@click.option("--context-tokens", type=int, help="a thread turn's context budget in tokens "
+              "(200-1000000; default 4000)")
+@click.option("--context-turns", type=int, help="the last turns a thread turn's context "
+              "holds verbatim (0-50; default 4)")
 @common.json_option
 def create_cmd(name: str, as_json: bool, **fields: Any) -> None:
     """Create or replace the profile NAME."""
     data = {k: (list(v) if isinstance(v, tuple) else v) for k, v in fields.items()}
     data["tools"] = data["tools"] or None
-    parsed = common.run_sync(lambda: service.parse_profile({"name": name, **data}))
+    parsed = common.run_sync(lambda: _parse(name, data))
 
     async def go(db: Database) -> dict[str, Any]:
         async with db.connection() as conn:
@@ -54,6 +64,19 @@ def create_cmd(name: str, as_json: bool, **fields: Any) -> None:
     else:
         common.out.print(f"profile [bold]{name}[/] saved: {parsed.model} at "
                          f"{parsed.base_url or 'the default endpoint'}")
+
+
+def _parse(name: str, data: dict[str, Any]) -> service.Profile:
+    """The profile, or an error naming the flag (``--context-tokens``) rather than the field."""
+    try:
+        return service.parse_profile({"name": name, **data})
+    except OneboxValidationError as exc:
+        field = (exc.field or "").split(".")[0]
+        if field not in data:
+            raise
+        flag = FLAGS.get(field, "--" + field.replace("_", "-"))
+        raise OneboxValidationError(f"{flag} {data[field]!r}: {exc.message}",
+                                    field=field) from None
 
 
 @profile.command("list")
@@ -91,9 +114,13 @@ def show_cmd(name: str, as_json: bool) -> None:
     if as_json:
         common.print_json(found)
         return
-    for key, value in found["spec"].items():
+    spec = {**found["spec"]}
+    for key, default in THREAD_DEFAULTS.items():
+        if spec.get(key) is None:
+            spec[key] = f"{default} (default)"
+    for key, value in spec.items():
         if value not in (None, [], ""):
-            common.out.print(f"{key}: {value}")
+            common.out.print(f"{key}: {value}", markup=False, soft_wrap=True)
 
 
 @profile.command("rm")

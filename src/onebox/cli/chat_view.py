@@ -1,0 +1,108 @@
+"""What `onebox chat` shows while a turn runs.
+
+On a terminal: the foreground view of `onebox run` (the steps table redrawn in place with
+the running steps' last lines). Anywhere else (stdin and stdout piped, a script, a test):
+plain lines, one per step as it starts and ends, and the steps' output as it is printed.
+In both, a turn whose run WAITS after its agent finished (its upkeep is waiting for the
+model provider) shows its answer at once, then the reason it waits.
+"""
+
+from __future__ import annotations
+
+import uuid
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+
+from onebox.cli.foreground import Progress
+from onebox.cli.render import answer_panel
+from onebox.runtime import live_logs
+from onebox.runtime import runs as runs_api
+from onebox.store.db import Database
+
+ENDED_STATUSES = frozenset({"SUCCESS", "FAILED"})
+SHOWN_STATUSES = ENDED_STATUSES | {"RUNNING"}
+
+
+class TurnView:
+    """The live view of one turn's run; ``answered`` once its answer was printed."""
+
+    def __init__(self, db: Database, run_id: uuid.UUID, console: Console) -> None:
+        self.db, self.run_id, self.console = db, run_id, console
+        self.plain = not console.is_terminal
+        self.progress = Progress(db, run_id, console, live=not self.plain)
+        self.statuses: dict[uuid.UUID, str] = {}
+        self.after_seq = 0
+        self.answered = False
+        self.reason: str | None = None
+
+    def __enter__(self) -> TurnView:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.progress.__exit__(et, e, tb)
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+    async def update(self, run_id: uuid.UUID) -> None:
+        await self.progress.update(run_id)
+        if self.plain:
+            await self._plain()
+        await self._waiting()
+
+    async def _plain(self) -> None:
+        """Each step's start, the output it printed since, then its end, in step order."""
+        steps = await runs_api.run_steps(self.db, self.run_id)
+        output: dict[str, list[str]] = {}
+        for row in await live_logs.log_events(self.db, self.run_id, after=self.after_seq):
+            self.after_seq = max(self.after_seq, int(row["seq"]))
+            if row["type"] == "step_output":
+                output.setdefault(row["payload"]["execution_id"], []).append(
+                    str(row["payload"]["text"]))
+        for step in steps:
+            self._step(step, output.pop(str(step["id"]), []))
+        for texts in output.values():  # a step not listed yet: its output all the same
+            self._text("".join(texts))
+
+    def _step(self, step: dict[str, Any], texts: list[str]) -> None:
+        status, shown = str(step["status"]), self.statuses.get(step["id"])
+        if shown is None and status in SHOWN_STATUSES:
+            self.statuses[step["id"]] = shown = "RUNNING"
+            self._line(f"step {step['step_id']} (try {step['attempt']}, "
+                       f"{step['tool_name']}): running")
+        if texts:
+            self._text("".join(texts))
+        if status in ENDED_STATUSES and shown != status:
+            self.statuses[step["id"]] = status
+            error = f" ({step['error']})" if step.get("error") else ""
+            self._line(f"step {step['step_id']} (try {step['attempt']}): {status.lower()}"
+                       + error)
+
+    def _text(self, text: str) -> None:
+        self.console.print(text, end="" if text.endswith("\n") else "\n", markup=False,
+                           highlight=False, soft_wrap=True)
+
+    async def _waiting(self) -> None:
+        run = await runs_api.get_run(self.db, self.run_id)
+        if run["status"] != "WAITING" or run["error"] == self.reason:
+            return
+        self.reason = run["error"]
+        if not self.answered and (answer := await self._agent_answer()) is not None:
+            self.answered = True
+            self.console.print(answer_panel({"answer": answer}) or answer)
+        self._line(f"the run is waiting: {self.reason}")
+
+    async def _agent_answer(self) -> str | None:
+        events = await runs_api.run_events(self.db, self.run_id)
+        done: list[dict[str, Any]] = [e["payload"] for e in events
+                                      if e["type"] == "agent_finished"]
+        if done and done[-1].get("ok") and done[-1].get("answer"):
+            return str(done[-1]["answer"])
+        return None
+
+    def _line(self, text: str) -> None:
+        self.console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
