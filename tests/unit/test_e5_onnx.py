@@ -33,7 +33,7 @@ def encoder(models_dir: Path) -> OnnxE5Encoder:
 
 @pytest.fixture(scope="module")
 def passages() -> list[str]:
-    return english_paragraphs(16) + CHINESE
+    return english_paragraphs(12) + CHINESE
 
 
 def test_passages_match_the_c_engine_and_are_normalised(encoder: OnnxE5Encoder,

@@ -39,7 +39,13 @@ import numpy.typing as npt
 
 from onebox.errors import ConfigError, ProviderError
 from onebox.llm.e5_numpy import combine_windows, make_windows
-from onebox.llm.e5_weights import F32, E5Weights, bundled_model_path, load_e5_weights
+from onebox.llm.e5_weights import (
+    F32,
+    E5Weights,
+    bundled_model_path,
+    dequantise_q4,
+    load_e5_weights,
+)
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +157,9 @@ class OnnxE5Encoder:
         self.tokenizer, self.config = weights.tokenizer, cfg
         self.threads = threads or default_threads()
         self._runner = ThreadPoolExecutor(self.threads, thread_name_prefix="e5-onnx")
-        self._word = weights.word_rows
-        self._pos = weights.tensors["emb.pos"].reshape(cfg.max_positions, -1)
-        self._type = weights.tensors["emb.type"].reshape(-1, cfg.hidden)[0]
+        self._word_q4 = weights.word_q4  # the fp32 encoder tensors are not kept
+        self._pos = weights.tensors["emb.pos"].reshape(cfg.max_positions, -1).copy()
+        self._type = weights.tensors["emb.type"].reshape(-1, cfg.hidden)[0].copy()
         self._session = session
 
     @classmethod
@@ -198,7 +204,8 @@ class OnnxE5Encoder:
         mask = np.zeros((len(sequences), length), np.int64)
         for row, seq in enumerate(sequences):
             ids[row, : len(seq)], mask[row, : len(seq)] = seq, 1
-        embeddings = self._word(ids).reshape(*ids.shape, self.dim)
+        embeddings = dequantise_q4(self._word_q4[ids.reshape(-1)], ids.size, self.dim)
+        embeddings = embeddings.reshape(*ids.shape, self.dim)
         embeddings += self._pos[:length] + self._type
         out: npt.NDArray[np.float32] = self._session.run(
             ["pooled"], {"embeddings": embeddings, "mask": mask})[0]
