@@ -24,7 +24,7 @@ def test_every_part_is_there_with_its_tokens_and_sources() -> None:
     assert recent is not None and recent.sources == ("turn:5", "turn:6")
     assert recent.text.index("Turn 5") < recent.text.index("Turn 6")
     memories = ctx.part("memories")
-    assert memories is not None and "(2026-11-03) The report" in memories.text
+    assert memories is not None and "(2026-11-03)\n- The report" in memories.text
     record = ctx.to_record()
     assert record["summary_version"] == 3 and record["parts"]["memories"]["sources"] == ["m1"]
     assert record["total_tokens"] == sum(p.tokens for p in ctx.parts) <= 4000

@@ -37,5 +37,5 @@ def test_repeats_are_left_out_and_the_rest_listed_oldest_first() -> None:
     part = ctx.part("memories")
     assert part is not None and part.sources == ("f9", "e2", "e5")  # by date, then turn
     assert ctx.episodes == ("e2", "e5")
-    assert "(2026-01-03, turn 2, verbatim) user: turn 2 says" in part.text
+    assert "(2026-01-03)\n- turn 2, verbatim: user: turn 2 says" in part.text
     assert ctx.to_record()["episodes"] == ["e2", "e5"]

@@ -14,7 +14,8 @@ Recalled memories are of two kinds: facts the upkeep extracted, and episodes (a 
 words, stored as it ended). They come ranked by recall; they take at most
 ``memory_tokens`` (a share of the budget, :data:`MEMORY_SHARE`), best first, without
 repeats (the same text twice, an episode of a turn already verbatim in the recent turns, a
-fact of a turn whose episode is in), and are listed oldest first, each with its date.
+fact of a turn whose episode is in), and are listed oldest first under a heading for each
+day (the date once, not on every line).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ MAX_LISTED_FILES = 50
 MEMORY_SHARE = 1 / 3  # of the budget, at most, for recalled memories (keeps >= 5x at turn 300)
 PART_ORDER = ("instructions", "summary", "memories", "recent", "files", "message")
 TITLES = {"summary": "Summary of the earlier conversation",
-          "memories": "Remembered from earlier turns, oldest first (facts, and turns "
-                      "verbatim), with the date of each",
+          "memories": "Remembered from earlier turns, oldest first under the date of each "
+                      "(facts, and turns verbatim)",
           "recent": "The last turns, verbatim", "files": "Files in the workspace",
           "message": "The user's message (answer this)"}
 
@@ -116,7 +117,7 @@ def build_context(
     cap = int(budget_tokens * MEMORY_SHARE) if memory_tokens is None else memory_tokens
     picked = pick_memories(memories, {t.number for t in newest}, min(cap, fill.left))
     fill.dropped["memories"] = len(memories) - len(picked)
-    fill.items("memories", [(_memory_text(m), m.id) for m in picked])
+    fill.items("memories", _dated(picked))
     fill.clipped("summary", summary.strip(), (f"summary:v{summary_version}",) if summary else ())
     older = [(_turn_text(t), f"turn:{t.number}") for t in reversed(newest[:-1])]
     fill.items("recent", older, before=turns)
@@ -134,19 +135,24 @@ def pick_memories(memories: Sequence[RecalledMemory], verbatim_turns: set[int],
     repeats; returned oldest first (by date, then turn)."""
     picked: list[RecalledMemory] = []
     seen: set[str] = set()
-    told = set(verbatim_turns)  # turns whose words are in already
+    told = set(verbatim_turns)  # turns whose words are in already (their facts may go in)
+    said: set[int] = set()  # turns whose episode went in (their facts are left out)
+    days: set[str] = set()  # each day's heading is written once
     for m in memories:
         key = " ".join(m.content.split()).lower()
-        if key in seen or (m.turn is not None and m.turn in told):
+        if key in seen or m.turn in (told if m.episode else said):
             continue
+        day = _day(m)
         tokens = estimate_tokens(_memory_text(m)) + 1
+        tokens += 0 if day in days else estimate_tokens(day) + 1
         if tokens > cap_tokens:
             continue
         cap_tokens -= tokens
+        days.add(day)
         seen.add(key)
         picked.append(m)
         if m.episode and m.turn is not None:
-            told.add(m.turn)
+            said.add(m.turn)
     return sorted(picked, key=lambda m: (m.valid_from, m.turn or 0))
 
 
@@ -155,12 +161,25 @@ def _turn_text(turn: Turn) -> str:
     return f"Turn {turn.number}, user: {turn.message.strip()}\nTurn {turn.number}, agent: {answer}"
 
 
+def _day(memory: RecalledMemory) -> str:
+    return f"({memory.valid_from.date().isoformat()})"
+
+
+def _dated(picked: Sequence[RecalledMemory]) -> list[tuple[str, str]]:
+    """The memories (oldest first) as items, each day's heading before its first one."""
+    items, last = [], ""
+    for m in picked:
+        day = _day(m)
+        items.append((_memory_text(m) if day == last else f"{day}\n{_memory_text(m)}", m.id))
+        last = day
+    return items
+
+
 def _memory_text(memory: RecalledMemory) -> str:
-    day = memory.valid_from.date().isoformat()
     if memory.episode:
         said = "\n  ".join(line.strip() for line in memory.content.strip().splitlines())
-        return f"- ({day}, turn {memory.turn}, verbatim) {said}"
-    return f"- ({day}) {memory.content.strip()}"
+        return f"- turn {memory.turn}, verbatim: {said}"
+    return f"- {memory.content.strip()}"
 
 
 class _Filler:
