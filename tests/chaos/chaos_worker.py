@@ -50,11 +50,12 @@ def main() -> None:
     parser.add_argument("--pause-at", choices=["after_claim", "before_archive", "after_archive"])
     parser.add_argument("--step", default="s2")
     parser.add_argument("--marker", type=Path, required=True)
+    parser.add_argument("--concurrency", type=int, default=2)
     args = parser.parse_args()
     if args.pause_at:
         install(args.pause_at, args.step, args.marker)
     args.marker.write_text("started\n")
-    asyncio.run(serve_worker(load_settings(), concurrency=2, drain_s=1, name="chaos"))
+    asyncio.run(serve_worker(load_settings(), concurrency=args.concurrency, drain_s=1, name="chaos"))
 
 
 if __name__ == "__main__":

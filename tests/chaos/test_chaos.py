@@ -85,7 +85,10 @@ def attempts(steps: list[dict], step_id: str) -> list[tuple[int, str]]:
 async def test_kill_9_worker_and_another_finishes(rt: Runtime, tmp_path: Path, point: str) -> None:
     sub = await rt.submit(PLAN)
     marker = tmp_path / "marker"
-    pause = () if point == "during_exec" else ("--pause-at", point, "--step", "s2")
+    # One step at a time: with two slots the worker may claim s3 while it archives s2,
+    # and a claimed s3 legitimately gets a second attempt after the kill.
+    pause = () if point == "during_exec" else ("--pause-at", point, "--step", "s2",
+                                               "--concurrency", "1")
     proc = start_worker(rt, marker, *pause)
     try:
         if point == "during_exec":
