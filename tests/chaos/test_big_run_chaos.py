@@ -1,4 +1,4 @@
-"""Chaos for big runs: a worker is killed (SIGKILL) in the middle of a 1,000-step fan-out;
+"""Chaos for big runs: a worker is killed (SIGKILL) in the middle of a 400-step fan-out;
 another worker finishes the run, and every step succeeds exactly once.
 
 Each step appends its id to ledger.txt in the run's shared workspace; the join step prints
@@ -19,7 +19,7 @@ from onebox.agent.plan import parse_plan
 from onebox.runtime import runs as runs_api
 from onebox.runtime.service import Runtime
 
-N_WIDE = 1_000
+N_WIDE = 400  # wide enough that the kill lands mid-fan-out with hundreds still queued
 PLAN = parse_plan({"steps": [
     *({"id": f"w{i}", "tool": "bash", "code": f"echo w{i} >> ledger.txt"} for i in range(N_WIDE)),
     {"id": "join", "tool": "bash", "code": "cat ledger.txt",

@@ -126,15 +126,15 @@ def status_of(home: Home, run_id: str) -> str:
     return str(home.show(run_id)["run"]["status"])
 
 
-def test_up_plus_20_foreground_runs_share_the_home(home: Home) -> None:
+def test_up_plus_10_foreground_runs_share_the_home(home: Home) -> None:
     """Foreground runs come and go beside `onebox up`; none deletes what another uses."""
     init = home.run("db", "status")  # starts the embedded database once, before the crowd
     assert init.returncode in (0, 1), init.stderr
     up = home.start("up", "--port", "0", "--no-auth")
     try:
-        with ThreadPoolExecutor(max_workers=20) as pool:
+        with ThreadPoolExecutor(max_workers=10) as pool:
             done = list(pool.map(lambda _: home.run("run", str(QUICKSTART), "--json"),
-                                 range(20)))
+                                 range(10)))
         failed = [(r.returncode, r.stderr[-800:]) for r in done if r.returncode != 0]
         assert not failed, failed
         # After every foreground process has exited, `up` alone runs new sessions.
