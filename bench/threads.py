@@ -48,6 +48,10 @@ RECIPES = {  # each rule chosen before measuring; "runtime" is what a turn uses
     "budget_facts": RecallOptions(episodes=False),  # k from the budget, facts only
     RUNTIME: RecallOptions(),  # k from the budget, facts and episodes
     "runtime_follow_up": RecallOptions(follow_up=True),  # + the previous turn in the query
+    # at most 2 turns of a day first, then the rest: multi-hop answers span several days
+    "runtime_two_per_day": RecallOptions(per_day=2),
+    # a recalled turn brings the turn before it: a question and its answer are adjacent
+    "runtime_neighbours": RecallOptions(neighbours=True),
 }
 
 

@@ -141,3 +141,28 @@ async def test_the_budget_is_never_exceeded_with_many_long_memories(
     assert memories is not None and memories.sources  # long memories were recalled
     assert ctx.total_tokens <= 300 and memories.tokens <= 300 // 3
     assert ctx.dropped["memories"] > 0  # the rest did not fit
+
+
+async def test_a_recalled_turn_brings_the_turn_before_it_of_its_own_thread_only(
+        db: Database, settings: Settings, knowledge: Knowledge) -> None:
+    mine = await thread_with(db, settings, context_tokens=300)
+    sibling = await threads.create_thread(db, settings, "default")
+    when = datetime(2026, 11, 1, tzinfo=UTC)
+    said = ["Could you keep something for me?", SAID] + [
+        f"my red u-lock number {n} came from the bike shop" for n in range(3, 15)]
+    for n, message in enumerate(said, start=1):
+        await thread_upkeep.remember_turn(knowledge, mine, {
+            "turn": n, "run_id": uuid.uuid4(), "created_at": when, "message": message,
+            "answer": None})
+    foreign = await thread_upkeep.remember_turn(knowledge, sibling, {
+        "turn": 1, "run_id": uuid.uuid4(), "created_at": when,
+        "message": "Could you keep a secret for me?", "answer": None})
+    query = "what was my bike lock combination?"
+    plain = await threads.gather_context(db, knowledge, mine, query)
+    near = await threads.gather_context(db, knowledge, mine, query,
+                                        threads.RecallOptions(neighbours=True))
+    plain_text, near_text = (c.part("memories").text for c in (plain, near))  # type: ignore[union-attr]
+    assert "7291" in plain_text and "keep something" not in plain_text  # turn 1: not recalled
+    assert "turn 1, verbatim: user: Could you keep something" in near_text  # its neighbour
+    assert foreign["id"] not in near.episodes and "a secret" not in near_text
+    assert near.total_tokens <= 300 and len(set(near.episodes)) == len(near.episodes)

@@ -106,16 +106,18 @@ def build_context(
     memories: Sequence[RecalledMemory] = (), recent: Sequence[Turn] = (),
     files: Sequence[tuple[str, int | None]] = (), budget_tokens: int = DEFAULT_BUDGET_TOKENS,
     recent_turns: int = RECENT_TURNS, memory_tokens: int | None = None,
+    per_day: int | None = None,
 ) -> Context:
     """The turn's context within ``budget_tokens`` (see the module docstring for the order);
-    the memories take at most ``memory_tokens`` (default: :data:`MEMORY_SHARE` of it)."""
+    the memories take at most ``memory_tokens`` (default: :data:`MEMORY_SHARE` of it), at
+    most ``per_day`` turns of a day before the rest (see :func:`pick_memories`)."""
     fill = _Filler(budget_tokens)
     fill.whole("message", message.strip(), ())
     fill.clipped("instructions", instructions.strip(), ())
     newest = list(recent)[-recent_turns:] if recent_turns > 0 else []
     turns = fill.items("recent", [(_turn_text(t), f"turn:{t.number}") for t in newest[-1:]])
     cap = int(budget_tokens * MEMORY_SHARE) if memory_tokens is None else memory_tokens
-    picked = pick_memories(memories, {t.number for t in newest}, min(cap, fill.left))
+    picked = pick_memories(memories, {t.number for t in newest}, min(cap, fill.left), per_day)
     fill.dropped["memories"] = len(memories) - len(picked)
     fill.items("memories", _dated(picked))
     fill.clipped("summary", summary.strip(), (f"summary:v{summary_version}",) if summary else ())
@@ -130,30 +132,50 @@ def build_context(
 
 
 def pick_memories(memories: Sequence[RecalledMemory], verbatim_turns: set[int],
-                  cap_tokens: int) -> list[RecalledMemory]:
+                  cap_tokens: int, per_day: int | None = None) -> list[RecalledMemory]:
     """The recalled memories that go in, best first while ``cap_tokens`` lasts, without
-    repeats; returned oldest first (by date, then turn)."""
-    picked: list[RecalledMemory] = []
-    seen: set[str] = set()
-    told = set(verbatim_turns)  # turns whose words are in already (their facts may go in)
-    said: set[int] = set()  # turns whose episode went in (their facts are left out)
-    days: set[str] = set()  # each day's heading is written once
-    for m in memories:
+    repeats; returned oldest first (by date, then turn). With ``per_day``, a first pass
+    takes at most that many turns of each day, so a question whose answer is spread over
+    several days is not crowded out by near-repeats of one; a second pass fills what is
+    left of the share with the rest, still best first."""
+    pick = _Picker(set(verbatim_turns), cap_tokens)
+    deferred = [m for m in memories if not pick.add(m, per_day)]
+    for m in deferred if per_day is not None else ():
+        pick.add(m, None)
+    return sorted(pick.picked, key=lambda m: (m.valid_from, m.turn or 0))
+
+
+class _Picker:
+    """The memories taken so far, the tokens left and what makes a repeat."""
+
+    def __init__(self, told: set[int], cap_tokens: int) -> None:
+        self.left = cap_tokens
+        self.picked: list[RecalledMemory] = []
+        self.seen: set[str] = set()
+        self.told = told  # turns whose words are in already (their facts may go in)
+        self.said: set[int] = set()  # turns whose episode went in (their facts are left out)
+        self.days: dict[str, set[object]] = {}  # each day's turns; its heading written once
+
+    def add(self, m: RecalledMemory, per_day: int | None) -> bool:
+        """Take ``m`` if it is no repeat and fits; False when only the day's limit kept it
+        out (it may go in on a later pass)."""
         key = " ".join(m.content.split()).lower()
-        if key in seen or m.turn in (told if m.episode else said):
-            continue
-        day = _day(m)
+        if key in self.seen or m.turn in (self.told if m.episode else self.said):
+            return True
+        day, turn = _day(m), m.turn if m.turn is not None else m.id
+        turns = self.days.get(day, set())
+        if per_day is not None and turn not in turns and len(turns) >= per_day:
+            return False
         tokens = estimate_tokens(_memory_text(m)) + 1
-        tokens += 0 if day in days else estimate_tokens(day) + 1
-        if tokens > cap_tokens:
-            continue
-        cap_tokens -= tokens
-        days.add(day)
-        seen.add(key)
-        picked.append(m)
-        if m.episode and m.turn is not None:
-            said.add(m.turn)
-    return sorted(picked, key=lambda m: (m.valid_from, m.turn or 0))
+        tokens += 0 if day in self.days else estimate_tokens(day) + 1
+        if tokens <= self.left:
+            self.left -= tokens
+            self.days.setdefault(day, set()).add(turn)
+            self.seen.add(key)
+            self.picked.append(m)
+            if m.episode and m.turn is not None:
+                self.said.add(m.turn)
+        return True
 
 
 def _turn_text(turn: Turn) -> str:

@@ -88,12 +88,17 @@ class Thread:
 class RecallOptions:
     """How a turn recalls: memories take ``memory_share`` of the budget (recall k follows
     from it, or ``fixed_k``); episodes (turns verbatim) or facts only; the query is the
-    message, plus the previous turn's message when ``follow_up``."""
+    message, plus the previous turn's message when ``follow_up``; ``per_day``: at most that
+    many turns of one day go in before the rest (:func:`thread_context.pick_memories`);
+    ``neighbours``: a recalled episode brings the turn just before it (ranked right after
+    it, within the same share)."""
 
     memory_share: float = MEMORY_SHARE
     fixed_k: int | None = None
     episodes: bool = True
     follow_up: bool = False
+    per_day: int | None = None
+    neighbours: bool = False
 
     def recall_k(self, memory_tokens: int) -> int:
         if self.fixed_k is not None:
@@ -242,6 +247,8 @@ async def gather_context(db: Database, knowledge: Knowledge, thread: Thread, mes
                          else None)
     memories = await recall_memories(knowledge, thread, query,
                                      options.recall_k(memory_tokens), options.episodes)
+    if options.neighbours:
+        memories = await with_neighbours(db, thread, memories)
     return build_context(
         message=message, instructions=str(profile.get("instructions") or ""),
         summary=summary_with_gaps(thread.summary, behind),
@@ -249,7 +256,8 @@ async def gather_context(db: Database, knowledge: Knowledge, thread: Thread, mes
         recent=[Turn(r["turn"], r["message"], r["answer"]) for r in reversed(recent)],
         files=[(f["path"], f["size"]) for f in files], budget_tokens=budget,
         recent_turns=RECENT_TURNS if profile.get("context_turns") is None
-        else int(profile["context_turns"]), memory_tokens=memory_tokens)
+        else int(profile["context_turns"]), memory_tokens=memory_tokens,
+        per_day=options.per_day)
 
 
 def recall_query(message: str, previous: str | None) -> str:
@@ -268,6 +276,28 @@ async def recall_memories(knowledge: Knowledge, thread: Thread, query: str, k: i
     found = [RecalledMemory(h.id, h.content, h.valid_from, _turn_of(h.metadata),
                             bool(h.metadata.get("episode"))) for h in hits]
     return found if episodes else [m for m in found if not m.episode][:k]
+
+
+async def with_neighbours(db: Database, thread: Thread,
+                          memories: list[RecalledMemory]) -> list[RecalledMemory]:
+    """The recalled memories, each episode followed by the episode of the turn before it
+    (a question and its answer are adjacent turns); repeats are left to the picking."""
+    wanted = sorted({m.turn - 1 for m in memories if m.episode and m.turn and m.turn > 1})
+    if not wanted:
+        return memories
+    async with db.connection() as conn:
+        rows = await _all(conn, "turn_episodes", {
+            "scope": tenant_name(thread.tenant_id, thread.memory_scope), "turns": wanted})
+    before = {_turn_of(r["metadata"]): RecalledMemory(
+        str(r["id"]), r["content"], r["valid_from"], _turn_of(r["metadata"]), True)
+        for r in rows}
+    out: list[RecalledMemory] = []
+    for m in memories:
+        out.append(m)
+        neighbour = before.get(m.turn - 1) if m.episode and m.turn else None
+        if neighbour is not None:
+            out.append(neighbour)
+    return out
 
 
 def _turn_of(metadata: dict[str, Any]) -> int | None:

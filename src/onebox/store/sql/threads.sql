@@ -98,3 +98,10 @@ SELECT id, content, valid_from, metadata FROM onebox.memories WHERE id = ANY(%(i
 UNION ALL
 SELECT id, content, valid_from, metadata FROM onebox.memories_archive
 WHERE id = ANY(%(ids)s::uuid[]);
+
+-- name: turn_episodes
+-- The episodes of some turns of a thread's scope (the turns next to those a turn recalled).
+SELECT id, content, valid_from, metadata FROM onebox.memories
+WHERE scope = %(scope)s AND metadata @> '{"episode": true}'::jsonb
+  AND (metadata->>'turn')::int = ANY(%(turns)s::int[])
+  AND superseded_by IS NULL AND invalid_at IS NULL;
