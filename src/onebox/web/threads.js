@@ -38,7 +38,7 @@ function threadRow(t) {
 // ---------------------------------------------------------------- one thread
 
 function threadPage(threadId, signal) {
-  const state = { thread: null, turns: [], runs: new Map(), memories: new Map(), live: "", liveOut: new Map(), sending: false };
+  const state = { thread: null, turns: [], runs: new Map(), memories: new Map(), live: "", liveOut: new Map(), sending: false, openContexts: new Set() };
   view.replaceChildren(el("p", { class: "muted" }, "loading thread…"));
 
   async function load() {
@@ -205,7 +205,7 @@ function turnView(turn, state) {
       el("span", { class: "turn-answer" }, typeof answer === "string" ? answer : JSON.stringify(answer, null, 2))) : null,
     run ? turnSteps(run, state.liveOut) : null,
     run && run.files.length ? turnFiles(turn.run_id, run.files) : null,
-    turn.context ? contextView(turn.context, state.memories) : null);
+    turn.context ? contextView(turn.context, state.memories, turn.turn, state.openContexts) : null);
 }
 
 function turnSteps(run, liveOut) {
@@ -227,11 +227,15 @@ function turnFiles(runId, files) {
 
 // What went into the turn's prompt (the stored record): the memories recalled, with their
 // dates, the summary version and the token count of each part.
-function contextView(ctx, memories) {
+// A live update re-renders the turn: the card stays open if the reader opened it.
+function contextView(ctx, memories, turnNumber, openContexts) {
   const parts = ctx.parts || {};
   const ids = (parts.memories && parts.memories.sources) || [];
   const tokens = Object.entries(parts).map(([name, p]) => `${name} ${p.tokens}`).join(" · ");
-  return el("details", { class: "turn-context" },
+  const remember = (event) => {
+    if (event.currentTarget.open) openContexts.add(turnNumber); else openContexts.delete(turnNumber);
+  };
+  return el("details", { class: "turn-context", open: openContexts.has(turnNumber), ontoggle: remember },
     el("summary", {}, `context · ${ids.length} ${ids.length === 1 ? "memory" : "memories"} · ${fmtTokens(ctx.total_tokens)} of ${fmtTokens(ctx.budget_tokens)} tokens`),
     el("div", { class: "muted mono context-tokens" }, tokens, ` · summary v${ctx.summary_version ?? 0}`),
     ids.length ? el("ul", { class: "context-memories" }, ...ids.map((id) => memoryItem(id, memories.get(id)))) : null);
