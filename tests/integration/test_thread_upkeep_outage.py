@@ -14,6 +14,7 @@ import pytest
 from pydantic import SecretStr
 from rich.console import Console
 from run_helpers import serve_until_ended
+from test_thread_upkeep import FACT, INTENT, SAVE, SUMMARY  # the same turn, in an outage
 
 from onebox.cli.chat_view import TurnView
 from onebox.config import Settings
@@ -27,14 +28,6 @@ from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedOpenAIServer, ServerReply
 
-INTENT = {"goal": "keep a note", "entities": [], "capabilities": ["python"], "formats": [],
-          "risks": [], "fallbacks": []}
-SAVE = {"name": "save", "steps": [
-    {"id": "save", "tool": "python", "code": "open('notes.txt', 'w').write('4417')"},
-    {"id": "answer", "kind": "final", "depends_on": ["save"],
-     "input": {"answer": "I saved the launch code in notes.txt"}}]}
-FACT = "The user's launch code is 4417 and it is kept in the file notes.txt."
-SUMMARY = {"summary": "The user keeps a launch code in notes.txt."}
 DOWN = ServerReply.error(503, message="the provider is down for maintenance")
 
 
