@@ -117,12 +117,14 @@ async def archive_agent_step(
     outcome = performed.outcome
 
     async def then(conn: store.Conn, run: store.Row, row: store.Row) -> str | None:
-        if thread_steps.is_upkeep_row(row):
+        upkeep = thread_steps.is_upkeep_row(row)
+        answered = row["status"] == "SUCCESS" if upkeep else performed.observation is not None
+        if answered and row["tool_name"] == "model" and run["status"] == "WAITING":
+            await _provider_back(conn, run)
+        if upkeep:
             return await thread_steps.archived(conn, run, row, outcome.details, outage=(
                 thread_steps.Outage(settings.llm.outage_attempts, outage_backoff_s)))
         if performed.observation is not None:
-            if row["tool_name"] == "model" and run["status"] == "WAITING":
-                await _provider_back(conn, run)
             return await agent_engine.observe(conn, run, row["id"], performed.observation)
         if outcome.details.get("final"):
             await finish_run(conn, run, "FAILED", outcome.error)

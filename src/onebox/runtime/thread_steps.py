@@ -12,11 +12,12 @@ upkept, and ends the run with the agent's answer, unchanged.
 A provider outage takes the agent's outage path (:class:`Outage`, given by the engine): the
 run WAITS with the reason (its answer is already recorded: ``agent_finished``) and the step
 is tried again with the outage's growing delays, up to ``llm.outage_attempts`` calls, not
-spending the step's own attempts; when the provider answers again the run is RUNNING again
-(``run_resumed``). An upkeep step that fails past its attempts (or past the outage's, or
-cannot run at all: no model configured) does not lose the answer nor block the thread: the turn gets a ``thread_upkeep_failed`` event
-(``onebox thread show`` lists it; the next turn's context says the summary is behind) and
-the run ends as the agent ended it.
+spending the step's own attempts; when the provider answers again the engine sets the run
+RUNNING again (``run_resumed``), as for any model step. An upkeep step that fails past its
+attempts (or past the outage's, or cannot run at all: no model configured) does not lose the
+answer nor block the thread: the turn gets a ``thread_upkeep_failed`` event (``onebox
+thread show`` lists it; the next turn's context says the summary is behind) and the run
+ends as the agent ended it.
 
 No model and no knowledge here (the worker's side has them); this module imports nothing
 that imports the engine.
@@ -92,8 +93,6 @@ async def archived(conn: store.Conn, run: store.Row, row: store.Row,
         if outage is not None and details.get("provider") and not details.get("final"):
             return await provider_down(conn, run, row, outage)
         return await after_failure(conn, run, row, final=bool(details.get("final")))
-    if run["status"] == "WAITING":
-        await _provider_back(conn, run)
     turn = {"thread_id": run["request"]["thread"]["id"], "turn": row["details"]["turn"]}
     if part == "facts":
         memories = list(details.get("memories") or [])
@@ -145,11 +144,6 @@ async def provider_down(conn: store.Conn, run: store.Row, row: store.Row,
         "reason": reason, "retry_in_s": delay_s, "attempt": row["attempt"],
         "limit": outage.attempts})
     return None
-
-
-async def _provider_back(conn: store.Conn, run: store.Row) -> None:
-    if await store.fetch_one(conn, "provider_back", {"run_id": run["id"]}) is not None:
-        await _event(conn, run, "run_resumed", {"reason": "the model provider answered again"})
 
 
 async def end_turn(conn: store.Conn, run: store.Row) -> str:
