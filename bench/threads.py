@@ -46,7 +46,11 @@ RUNTIME = "runtime"
 RECIPES = {  # each rule chosen before measuring; "runtime" is what a turn uses
     "k8_facts": RecallOptions(fixed_k=8, episodes=False),  # before: 8 facts
     "budget_facts": RecallOptions(episodes=False),  # k from the budget, facts only
-    RUNTIME: RecallOptions(),  # k from the budget, facts and episodes
+    RUNTIME: RecallOptions(),  # k from the budget, facts and episodes, a turn told once
+    # the default until 2026-12-01: a third of the budget, a turn's episode and facts both
+    "third_told_twice": RecallOptions(memory_share=1 / 3, turn_once=False),
+    "third": RecallOptions(memory_share=1 / 3),  # a turn told once, a third of the budget
+    "share_40": RecallOptions(memory_share=0.40),
     "runtime_follow_up": RecallOptions(follow_up=True),  # + the previous turn in the query
     # at most 2 turns of a day first, then the rest: multi-hop answers span several days
     "runtime_two_per_day": RecallOptions(per_day=2),

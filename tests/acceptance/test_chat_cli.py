@@ -156,6 +156,7 @@ def test_bad_flags_say_which_flag_and_why(home: Path, server: ScriptedOpenAIServ
     ("--context-tokens", "many", None),
     ("--context-turns", "51", "context_turns"),
     ("--context-turns", "-1", "context_turns"),
+    ("--context-memory-share", "0.95", "context_memory_share"),
 ])
 def test_profile_thread_flags_are_validated(home: Path, flag: str, value: str,
                                             field: str | None) -> None:
@@ -169,12 +170,14 @@ def test_profile_thread_flags_are_validated(home: Path, flag: str, value: str,
 def test_profile_show_has_the_thread_settings(home: Path) -> None:
     env = env_for(home)
     created = onebox(env, "profile", "create", "wide", "--model", "m", "--context-tokens",
-                     "9000", "--context-turns", "0")
+                     "9000", "--context-turns", "0", "--context-memory-share", "0.3")
     assert created.returncode == 0, created.stderr
     show = onebox(env, "profile", "show", "wide").stdout
     assert "context_tokens: 9000" in show and "context_turns: 0" in show
     spec = json.loads(onebox(env, "profile", "show", "wide", "--json").stdout)["spec"]
     assert (spec["context_tokens"], spec["context_turns"]) == (9000, 0)
+    assert "context_memory_share: 0.3" in show and spec["context_memory_share"] == 0.3
     assert onebox(env, "profile", "create", "plain", "--model", "m").returncode == 0
     show = onebox(env, "profile", "show", "plain").stdout
     assert "context_tokens: 4000 (default)" in show and "context_turns: 4 (default)" in show
+    assert "context_memory_share: 0.45 (default)" in show

@@ -20,6 +20,7 @@ from onebox.runtime import explain as explain_api
 from onebox.runtime import runs as runs_api
 from onebox.runtime import thread_upkeep, threads
 from onebox.runtime.profiles import parse_profile, save_profile
+from onebox.runtime.thread_context import MEMORY_SHARE
 from onebox.runtime.worker import Worker
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
@@ -48,12 +49,13 @@ async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
 
 
 async def thread_with(db: Database, settings: Settings, tenant: str = "default", *,
-                      context_turns: int = 0, context_tokens: int = 4000) -> threads.Thread:
+                      context_turns: int = 0, context_tokens: int = 4000,
+                      memory_share: float | None = None) -> threads.Thread:
     name = f"p{uuid.uuid4().hex[:8]}"
     async with db.transaction() as conn:
         await save_profile(conn, tenant, parse_profile({
             "name": name, "model": "scripted", "context_turns": context_turns,
-            "context_tokens": context_tokens}))
+            "context_tokens": context_tokens, "context_memory_share": memory_share}))
     return await threads.create_thread(db, settings, tenant, profile=name)
 
 
@@ -83,7 +85,7 @@ async def test_a_turns_words_are_recalled_in_a_later_turn_beyond_the_recent_wind
     recent = third.context.part("recent")
     assert recent is not None and recent.sources == ("turn:2",)  # turn 1 is out of the window
     memories = third.context.part("memories")
-    assert memories is not None and "7291" in memories.text and "turn 1, verbatim" in memories.text
+    assert memories is not None and "7291" in memories.text and "- turn 1: user:" in memories.text
     assert "agent: Noted." in memories.text  # the answer is part of the episode
     run = await runs_api.get_run(db, third.run_id)
     assert "7291" in run["request"]["task"]
@@ -127,9 +129,10 @@ async def test_another_tenants_or_another_threads_turns_never_enter_a_context(
     assert set(sibling_ctx.episodes) <= foreign and sibling_ctx.episodes  # the probe reaches
 
 
+@pytest.mark.parametrize("share", [None, 0.3])
 async def test_the_budget_is_never_exceeded_with_many_long_memories(
-        db: Database, settings: Settings, knowledge: Knowledge) -> None:
-    thread = await thread_with(db, settings, context_tokens=300)
+        db: Database, settings: Settings, knowledge: Knowledge, share: float | None) -> None:
+    thread = await thread_with(db, settings, context_tokens=300, memory_share=share)
     when = datetime(2026, 11, 1, tzinfo=UTC)
     story = "the long story of the bike lock, the garage door and the shed key goes on " * 3
     for n in range(1, 9):
@@ -139,7 +142,8 @@ async def test_the_budget_is_never_exceeded_with_many_long_memories(
     ctx = await threads.gather_context(db, knowledge, thread, "tell me about the bike lock")
     memories = ctx.part("memories")
     assert memories is not None and memories.sources  # long memories were recalled
-    assert ctx.total_tokens <= 300 and memories.tokens <= 300 // 3
+    assert ctx.total_tokens <= 300  # the memories' share: the profile's, else the default
+    assert memories.tokens <= int(300 * (share or MEMORY_SHARE))
     assert ctx.dropped["memories"] > 0  # the rest did not fit
 
 
@@ -163,6 +167,6 @@ async def test_a_recalled_turn_brings_the_turn_before_it_of_its_own_thread_only(
                                         threads.RecallOptions(neighbours=True))
     plain_text, near_text = (c.part("memories").text for c in (plain, near))  # type: ignore[union-attr]
     assert "7291" in plain_text and "keep something" not in plain_text  # turn 1: not recalled
-    assert "turn 1, verbatim: user: Could you keep something" in near_text  # its neighbour
+    assert "turn 1: user: Could you keep something" in near_text  # its neighbour
     assert foreign["id"] not in near.episodes and "a secret" not in near_text
     assert near.total_tokens <= 300 and len(set(near.episodes)) == len(near.episodes)

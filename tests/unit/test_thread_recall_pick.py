@@ -38,8 +38,23 @@ def test_repeats_are_left_out_and_the_rest_listed_oldest_first() -> None:
     part = ctx.part("memories")
     assert part is not None and part.sources == ("f9", "e2", "e5")  # by date, then turn
     assert ctx.episodes == ("e2", "e5")
-    assert "(2026-01-03)\n- turn 2, verbatim: user: turn 2 says" in part.text
+    assert "(2026-01-03)\n- turn 2: user: turn 2 says" in part.text
     assert ctx.to_record()["episodes"] == ["e2", "e5"]
+
+
+def test_a_turn_is_told_once_by_its_best_ranked_kind() -> None:
+    fact_3a = RecalledMemory("f3a", "The user moved to Lyon.", START, 3)
+    fact_3b = RecalledMemory("f3b", "The user works at a bakery.", START, 3)
+    ranked = [fact_3a, episode(3, 5), episode(4, 5),
+              RecalledMemory("f4", "The user has a dog.", START, 4), fact_3b]
+    ctx = build_context(message="hi", memories=ranked)
+    part = ctx.part("memories")
+    # turn 3 by its facts (both: each says something else), turn 4 by its words
+    assert part is not None and set(part.sources) == {"f3a", "f3b", "e4"}
+    assert ctx.episodes == ("e4",)
+    # before: the episode after its fact went in too (and left the later fact out)
+    both = build_context(message="hi", memories=ranked, turn_once=False)
+    assert set(both.part("memories").sources) == {"f3a", "e3", "e4"}  # type: ignore[union-attr]
 
 
 def on_day(n: int, day: int, words: int = 5) -> RecalledMemory:
@@ -55,7 +70,7 @@ def test_per_day_takes_two_turns_of_a_day_first_then_fills_with_the_rest() -> No
     part = ctx.part("memories")
     assert part is not None and set(part.sources) == {"e1", "e2", "e3", "e4", "e5"}
     tight = sum(estimate_tokens(t) + 1 for t in ("(2026-01-01)", "(2026-01-06)", "(2026-01-10)"))
-    tight += sum(estimate_tokens(f"- turn {m.turn}, verbatim: {m.content}") + 1
+    tight += sum(estimate_tokens(f"- turn {m.turn}: {m.content}") + 1
                  for m in (ranked[0], ranked[1], ranked[3], ranked[4]))
     squeezed = build_context(message="hi", memories=ranked, memory_tokens=tight, per_day=2)
     shown = squeezed.part("memories")

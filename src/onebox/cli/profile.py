@@ -10,11 +10,12 @@ from rich.table import Table
 from onebox.cli import common
 from onebox.errors import ValidationError as OneboxValidationError
 from onebox.runtime import profiles as service
-from onebox.runtime.thread_context import DEFAULT_BUDGET_TOKENS, RECENT_TURNS
+from onebox.runtime.thread_context import DEFAULT_BUDGET_TOKENS, MEMORY_SHARE, RECENT_TURNS
 from onebox.store.db import Database
 
 TENANT = "default"  # the CLI works as the default tenant, as the API's default tenant does
-THREAD_DEFAULTS = {"context_tokens": DEFAULT_BUDGET_TOKENS, "context_turns": RECENT_TURNS}
+THREAD_DEFAULTS = {"context_tokens": DEFAULT_BUDGET_TOKENS, "context_turns": RECENT_TURNS,
+                   "context_memory_share": MEMORY_SHARE}
 FLAGS = {"tools": "--tool", "allow_domains": "--allow-domain"}  # where a flag is not the field
 
 
@@ -47,6 +48,8 @@ def profile() -> None:
               "(200-1000000; default 4000)")
 @click.option("--context-turns", type=int, help="the last turns a thread turn's context "
               "holds verbatim (0-50; default 4)")
+@click.option("--context-memory-share", type=float, help="the share of a thread turn's "
+              "context budget recalled memories may take (0.05-0.9; default 0.45)")
 @common.json_option
 def create_cmd(name: str, as_json: bool, **fields: Any) -> None:
     """Create or replace the profile NAME."""

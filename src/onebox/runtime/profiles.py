@@ -56,6 +56,7 @@ class Profile(BaseModel):
     environment: str | None = Field(None, pattern=NAME)  # a built environment its steps use
     context_tokens: int | None = Field(None, ge=200, le=1_000_000)  # a thread turn's budget
     context_turns: int | None = Field(None, ge=0, le=50)  # a thread turn's verbatim turns
+    context_memory_share: float | None = Field(None, ge=0.05, le=0.9)  # of the budget, memories
 
     @property
     def key(self) -> str:

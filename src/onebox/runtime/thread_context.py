@@ -13,9 +13,10 @@ older recent turns, the files.
 Recalled memories are of two kinds: facts the upkeep extracted, and episodes (a turn's own
 words, stored as it ended). They come ranked by recall; they take at most
 ``memory_tokens`` (a share of the budget, :data:`MEMORY_SHARE`), best first, without
-repeats (the same text twice, an episode of a turn already verbatim in the recent turns, a
-fact of a turn whose episode is in), and are listed oldest first under a heading for each
-day (the date once, not on every line).
+repeats (the same text twice, an episode of a turn already verbatim in the recent turns; a
+turn is told once: a fact of a turn whose episode is in stays out, and so does the episode
+of a turn with a fact in), and are listed oldest first under a heading for each day (the
+date once, not on every line).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from onebox.llm.embedding import estimate_tokens
 DEFAULT_BUDGET_TOKENS = 4000
 RECENT_TURNS = 4
 MAX_LISTED_FILES = 50
-MEMORY_SHARE = 1 / 3  # of the budget, at most, for recalled memories (keeps >= 5x at turn 300)
+MEMORY_SHARE = 0.45  # of the budget, at most, for recalled memories (bench: >= 5x at turn 300)
 PART_ORDER = ("instructions", "summary", "memories", "recent", "files", "message")
 TITLES = {"summary": "Summary of the earlier conversation",
           "memories": "Remembered from earlier turns, oldest first under the date of each "
@@ -106,7 +107,7 @@ def build_context(
     memories: Sequence[RecalledMemory] = (), recent: Sequence[Turn] = (),
     files: Sequence[tuple[str, int | None]] = (), budget_tokens: int = DEFAULT_BUDGET_TOKENS,
     recent_turns: int = RECENT_TURNS, memory_tokens: int | None = None,
-    per_day: int | None = None,
+    per_day: int | None = None, turn_once: bool = True,
 ) -> Context:
     """The turn's context within ``budget_tokens`` (see the module docstring for the order);
     the memories take at most ``memory_tokens`` (default: :data:`MEMORY_SHARE` of it), at
@@ -117,7 +118,8 @@ def build_context(
     newest = list(recent)[-recent_turns:] if recent_turns > 0 else []
     turns = fill.items("recent", [(_turn_text(t), f"turn:{t.number}") for t in newest[-1:]])
     cap = int(budget_tokens * MEMORY_SHARE) if memory_tokens is None else memory_tokens
-    picked = pick_memories(memories, {t.number for t in newest}, min(cap, fill.left), per_day)
+    picked = pick_memories(memories, {t.number for t in newest}, min(cap, fill.left), per_day,
+                           turn_once)
     fill.dropped["memories"] = len(memories) - len(picked)
     fill.items("memories", _dated(picked))
     fill.clipped("summary", summary.strip(), (f"summary:v{summary_version}",) if summary else ())
@@ -132,13 +134,15 @@ def build_context(
 
 
 def pick_memories(memories: Sequence[RecalledMemory], verbatim_turns: set[int],
-                  cap_tokens: int, per_day: int | None = None) -> list[RecalledMemory]:
+                  cap_tokens: int, per_day: int | None = None,
+                  turn_once: bool = True) -> list[RecalledMemory]:
     """The recalled memories that go in, best first while ``cap_tokens`` lasts, without
     repeats; returned oldest first (by date, then turn). With ``per_day``, a first pass
     takes at most that many turns of each day, so a question whose answer is spread over
     several days is not crowded out by near-repeats of one; a second pass fills what is
-    left of the share with the rest, still best first."""
-    pick = _Picker(set(verbatim_turns), cap_tokens)
+    left of the share with the rest, still best first. With ``turn_once`` (the default) a
+    turn is told by its best-ranked memory kind: its episode, or its facts, not both."""
+    pick = _Picker(set(verbatim_turns), cap_tokens, turn_once)
     deferred = [m for m in memories if not pick.add(m, per_day)]
     for m in deferred if per_day is not None else ():
         pick.add(m, None)
@@ -148,12 +152,14 @@ def pick_memories(memories: Sequence[RecalledMemory], verbatim_turns: set[int],
 class _Picker:
     """The memories taken so far, the tokens left and what makes a repeat."""
 
-    def __init__(self, told: set[int], cap_tokens: int) -> None:
+    def __init__(self, told: set[int], cap_tokens: int, turn_once: bool = True) -> None:
+        self.turn_once = turn_once  # an episode stays out when a fact of its turn is in
         self.left = cap_tokens
         self.picked: list[RecalledMemory] = []
         self.seen: set[str] = set()
         self.told = told  # turns whose words are in already (their facts may go in)
         self.said: set[int] = set()  # turns whose episode went in (their facts are left out)
+        self.noted: set[int] = set()  # turns with a fact in
         self.days: dict[str, set[object]] = {}  # each day's turns; its heading written once
 
     def add(self, m: RecalledMemory, per_day: int | None) -> bool:
@@ -161,6 +167,8 @@ class _Picker:
         out (it may go in on a later pass)."""
         key = " ".join(m.content.split()).lower()
         if key in self.seen or m.turn in (self.told if m.episode else self.said):
+            return True
+        if self.turn_once and m.episode and m.turn in self.noted:
             return True
         day, turn = _day(m), m.turn if m.turn is not None else m.id
         turns = self.days.get(day, set())
@@ -175,6 +183,8 @@ class _Picker:
             self.picked.append(m)
             if m.episode and m.turn is not None:
                 self.said.add(m.turn)
+            elif m.turn is not None:
+                self.noted.add(m.turn)
         return True
 
 
@@ -200,7 +210,7 @@ def _dated(picked: Sequence[RecalledMemory]) -> list[tuple[str, str]]:
 def _memory_text(memory: RecalledMemory) -> str:
     if memory.episode:
         said = "\n  ".join(line.strip() for line in memory.content.strip().splitlines())
-        return f"- turn {memory.turn}, verbatim: {said}"
+        return f"- turn {memory.turn}: {said}"
     return f"- {memory.content.strip()}"
 
 

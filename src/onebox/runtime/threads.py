@@ -91,7 +91,8 @@ class RecallOptions:
     message, plus the previous turn's message when ``follow_up``; ``per_day``: at most that
     many turns of one day go in before the rest (:func:`thread_context.pick_memories`);
     ``neighbours``: a recalled episode brings the turn just before it (ranked right after
-    it, within the same share)."""
+    it, within the same share); ``turn_once``: a turn's episode or its facts, not both. A
+    profile's ``context_memory_share`` takes the place of ``memory_share``."""
 
     memory_share: float = MEMORY_SHARE
     fixed_k: int | None = None
@@ -99,6 +100,7 @@ class RecallOptions:
     follow_up: bool = False
     per_day: int | None = None
     neighbours: bool = False
+    turn_once: bool = True
 
     def recall_k(self, memory_tokens: int) -> int:
         if self.fixed_k is not None:
@@ -242,7 +244,8 @@ async def gather_context(db: Database, knowledge: Knowledge, thread: Thread, mes
         files = await _all(conn, "thread_files", {"thread_id": thread.id, "limit": 200})
         behind = [r["turn"] for r in await _all(conn, "turns_behind", {"thread_id": thread.id})]
     budget = int(profile.get("context_tokens") or DEFAULT_BUDGET_TOKENS)
-    memory_tokens = int(budget * options.memory_share)
+    share = profile.get("context_memory_share")
+    memory_tokens = int(budget * (options.memory_share if share is None else float(share)))
     query = recall_query(message, recent[0]["message"] if recent and options.follow_up
                          else None)
     memories = await recall_memories(knowledge, thread, query,
@@ -257,7 +260,7 @@ async def gather_context(db: Database, knowledge: Knowledge, thread: Thread, mes
         files=[(f["path"], f["size"]) for f in files], budget_tokens=budget,
         recent_turns=RECENT_TURNS if profile.get("context_turns") is None
         else int(profile["context_turns"]), memory_tokens=memory_tokens,
-        per_day=options.per_day)
+        per_day=options.per_day, turn_once=options.turn_once)
 
 
 def recall_query(message: str, previous: str | None) -> str:
