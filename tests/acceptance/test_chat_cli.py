@@ -4,13 +4,17 @@ OpenAI-compatible server on 127.0.0.1, the embedded database, the real sandbox."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -181,3 +185,43 @@ def test_profile_show_has_the_thread_settings(home: Path) -> None:
     show = onebox(env, "profile", "show", "plain").stdout
     assert "context_tokens: 4000 (default)" in show and "context_turns: 4 (default)" in show
     assert "context_memory_share: 0.45 (default)" in show
+
+
+def test_ctrl_c_after_the_answer_leaves_the_upkeep_and_the_next_chat_finishes_it(
+        home: Path, server: ScriptedOpenAIServer) -> None:
+    env = env_for(home, server)
+    slow_facts = dataclasses.replace(ServerReply.json({"facts": ["A slow fact."]}), delay_s=8)
+    server.add(intent("note it"), plan("echo noted", "noted, first"), slow_facts)
+    with subprocess.Popen([ONEBOX, "chat"], env=env, stdin=subprocess.PIPE, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("note this down\n")
+        proc.stdin.close()
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 60
+        while "noted, first" not in "".join(lines) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "noted, first" in "".join(lines), "".join(lines)[-3000:]
+        time.sleep(0.5)  # the upkeep's facts call is in flight (the provider answers slowly)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+        reader.join(timeout=5)
+        err = proc.stderr.read() if proc.stderr else ""
+    out = "".join(lines)
+    assert code == 130, err[-3000:]
+    assert "goes on without this chat" in out and "cancelling" not in out, out[-3000:]
+    thread_id = thread_of(out)
+    turn = shown(env, thread_id)["turns"][0]
+    assert turn["status"] not in ("CANCELLED", "FAILED", "SUCCEEDED"), turn  # left, not cancelled
+
+    server.add(*upkeep("The user noted something.", "A note."), intent("again"),
+               plan("echo again", "noted, second"), *upkeep("Again.", "Two notes."))
+    resumed = onebox(env, "chat", "--thread", thread_id, stdin="and now?\n")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    out = resumed.stdout
+    assert "turn 1 (run" in out and "finishing it here first" in out
+    assert out.index("finishing it here first") < out.index("noted, second")
+    turns = shown(env, thread_id)["turns"]
+    assert [t["status"] for t in turns] == ["SUCCEEDED", "SUCCEEDED"], turns

@@ -4,8 +4,11 @@ Each turn runs here as `onebox run` does in the foreground (the steps table with
 steps' live output; Ctrl-C cancels the turn), in the thread's workspace, up to the end of its
 run: the agent's answer, then the turn's upkeep steps (its facts and the summary, see
 :mod:`onebox.runtime.thread_steps`), then its answer is printed and the next prompt shown
-(a turn whose upkeep waits for the model provider shows its answer at once). ``--thread``
-continues a thread (days later too); an empty line or ``/exit`` (or end of input) leaves.
+(a turn whose upkeep waits for the model provider shows its answer at once). Once the answer
+is shown, Ctrl-C no longer cancels: it leaves the upkeep to the workers (`onebox up`) and
+the chat. A turn not ended when the chat starts or a message is sent (left so, or posted
+from the console meanwhile) is finished here first. ``--thread`` continues a thread (days
+later too); an empty line or ``/exit`` (or end of input) leaves.
 Without a terminal (stdin and stdout piped) it reads one message a line and prints plain
 lines: the steps as they start and end, their output, the answers (:mod:`.chat_view`).
 """
@@ -22,7 +25,7 @@ from onebox.cli.chat_view import TurnView
 from onebox.cli.foreground import INTERRUPTED_EXIT, CtrlC
 from onebox.cli.render import answer_panel
 from onebox.config import Settings
-from onebox.errors import NotFound, ValidationError
+from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import embedding_model_from_settings
 from onebox.llm.registry import chat_model_from_settings
@@ -31,6 +34,8 @@ from onebox.runtime.service import Runtime
 
 TENANT = "default"
 LEAVE = ("", "/exit", "/quit")
+LEFT = "LEFT"  # the turn's run was left to the workers (Ctrl-C after its answer)
+LEAVE_DRAIN_S = 2.0  # a step running when the chat leaves gets this long, then its lease goes back
 
 
 def register(main: click.Group) -> None:
@@ -92,31 +97,62 @@ async def _open_thread(rt: Runtime, settings: Settings, thread_id: uuid.UUID | N
 async def _converse(rt: Runtime, settings: Settings, knowledge: Knowledge,
                     thread: threads.Thread) -> int:
     while True:
+        if await _finish_unfinished(rt, thread) == LEFT:
+            return INTERRUPTED_EXIT
         try:
             message = (await asyncio.to_thread(input, "you> ")).strip()
         except EOFError:
             return 0
         if message in LEAVE:
             return 0
-        posted = await threads.post_message(rt.db, settings, knowledge, TENANT, thread.id,
-                                            message)
-        if await _turn(rt, posted) == "INTERRUPTED":
+        if await _finish_unfinished(rt, thread) == LEFT:  # a turn posted meanwhile
+            return INTERRUPTED_EXIT
+        try:
+            posted = await threads.post_message(rt.db, settings, knowledge, TENANT, thread.id,
+                                                message)
+        except Conflict as exc:  # another client's turn, posted in between: say it again
+            common.out.print(f"{exc.message}; your message was not sent: send it again",
+                             markup=False, soft_wrap=True)
+            continue
+        ctx = posted.context.to_record()
+        common.out.print(f"turn {posted.turn}, run {posted.run_id}: context "
+                         f"{ctx['total_tokens']} tokens", style="dim")
+        if await _turn(rt, posted.run_id, thread) in ("INTERRUPTED", LEFT):
             return INTERRUPTED_EXIT
 
 
-async def _turn(rt: Runtime, posted: threads.Posted) -> str:
-    """Drive the turn's run here with live steps; print its answer (or why it has none)."""
-    ctx = posted.context.to_record()
-    common.out.print(f"turn {posted.turn}, run {posted.run_id}: context "
-                     f"{ctx['total_tokens']} tokens", style="dim")
-    with TurnView(rt.db, posted.run_id, common.out) as watch, \
-            CtrlC(rt.db, posted.run_id, common.out, on_first=watch.stop) as ctrl_c:
-        run = await rt.drive(posted.run_id, progress=watch.update)
+async def _finish_unfinished(rt: Runtime, thread: threads.Thread) -> str:
+    """Drive the thread's last turn here when its run has not ended (its upkeep left to
+    the workers, or a turn posted from elsewhere), so the next message is not refused."""
+    last = await threads.unfinished_turn(rt.db, thread)
+    if last is None:
+        return "ENDED"
+    common.out.print(f"turn {last['turn']} (run {last['run_id']}) has not ended: finishing "
+                     "it here first (Ctrl-C leaves it to the workers)", style="dim")
+    return await _turn(rt, last["run_id"], thread, keep=True)
+
+
+async def _turn(rt: Runtime, run_id: uuid.UUID, thread: threads.Thread, *,
+                keep: bool = False) -> str:
+    """Drive the turn's run here with live steps; print its answer (or why it has none).
+    Ctrl-C cancels the turn until its answer is shown (or never, with ``keep``); after it,
+    the run is left to the workers and the chat ends (LEFT)."""
+    leave = asyncio.Event()
+    with TurnView(rt.db, run_id, common.out) as watch, \
+            CtrlC(rt.db, run_id, common.out, on_first=watch.stop,
+                  keep=lambda: keep or watch.answered, on_keep=leave.set) as ctrl_c:
+        run = await rt.drive(run_id, progress=watch.update, stop=leave, drain_s=LEAVE_DRAIN_S)
+    if ctrl_c.kept:
+        common.out.print(f"the turn's run {run_id} goes on without this chat ({run['status']}): "
+                         "a worker (`onebox up` or `onebox worker`) finishes its upkeep; "
+                         f"continue with `onebox chat --thread {thread.id}`",
+                         markup=False, soft_wrap=True)
+        return LEFT
     if watch.answered and run["status"] == "SUCCEEDED":
         common.out.print("the turn's upkeep is done", style="dim")
     elif (panel := answer_panel(run)) is not None:
         common.out.print(panel)
     elif run["status"] != "SUCCEEDED":
         common.out.print(f"the turn ended {run['status']}: {run['error'] or 'no answer'} "
-                         f"(`onebox show {posted.run_id}`)", markup=False, soft_wrap=True)
+                         f"(`onebox show {run_id}`)", markup=False, soft_wrap=True)
     return "INTERRUPTED" if ctrl_c.pressed else str(run["status"])

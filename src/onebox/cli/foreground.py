@@ -11,6 +11,10 @@ The first SIGINT cancels the run the way `onebox cancel` and the API do (one tra
 this process's worker sees the cancel at its next heartbeat, stops the step and returns.
 The second SIGINT prints how to follow the run and exits with 130 without waiting for
 anything: the sandboxes die with this process (bwrap --die-with-parent).
+
+With ``keep`` (a test asked at the first SIGINT), a run that should not be cancelled (a chat
+turn already answered, its upkeep left) is left to the workers instead: ``on_keep`` is
+called to stop driving it here, and nothing is cancelled.
 """
 
 from __future__ import annotations
@@ -79,10 +83,14 @@ class Progress:
 
 class CtrlC:
     def __init__(self, db: Database, run_id: uuid.UUID, console: Console,
-                 *, on_first: Callable[[], None] | None = None) -> None:
+                 *, on_first: Callable[[], None] | None = None,
+                 keep: Callable[[], bool] | None = None,
+                 on_keep: Callable[[], None] | None = None) -> None:
         self.db, self.run_id, self.console, self.on_first = db, run_id, console, on_first
+        self.keep, self.on_keep = keep, on_keep
         self.pressed = 0
         self.cancelled = False
+        self.kept = False  # left to the workers, not cancelled
         self._task: asyncio.Task[None] | None = None
 
     def __enter__(self) -> CtrlC:
@@ -99,6 +107,13 @@ class CtrlC:
             self._leave()
         if self.on_first is not None:
             self.on_first()
+        if self.keep is not None and self.keep():
+            self.kept = True
+            self.console.print(f"leaving run {self.run_id} to the workers (not cancelled)...",
+                               markup=False)
+            if self.on_keep is not None:
+                self.on_keep()
+            return
         self.console.print(f"cancelling run {self.run_id}...", end="", markup=False)
         self.console.file.flush()
         self._task = asyncio.get_running_loop().create_task(self._cancel())

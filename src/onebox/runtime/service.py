@@ -62,16 +62,19 @@ class Runtime:
     async def submit(self, plan: Plan, **kwargs: Any) -> Submitted:
         return await submit_plan(self.db, self.settings, plan, **kwargs)
 
-    async def drive(self, run_id: uuid.UUID, *, progress: Progress | None = None) -> store.Row:
-        """Work on one run in this process until it reaches a terminal state; return the run."""
+    async def drive(self, run_id: uuid.UUID, *, progress: Progress | None = None,
+                    stop: asyncio.Event | None = None, drain_s: float = 30.0) -> store.Row:
+        """Work on one run in this process until it reaches a terminal state, or until
+        ``stop`` is set (steps still running get ``drain_s`` to finish, then their leases
+        go back for any worker to take); return the run."""
         worker = Worker(self.db, self.backend, self.settings, run_id=run_id, objects=self.objects)
-        stop = asyncio.Event()
+        stop = stop or asyncio.Event()
         run = await get_run(self.db, run_id)
         watcher = asyncio.create_task(_watch(progress, run_id)) if progress else None
         try:
             with bound(run_id=run_id, trace_id=run["trace_id"]), \
                     span("run", run["trace_id"], run_id=run_id, run_name=run["name"]):
-                await worker.serve(stop)
+                await worker.serve(stop, drain_s=drain_s)
         finally:
             if watcher is not None:
                 watcher.cancel()

@@ -225,11 +225,17 @@ async def post_message(
     return await _submit_turn(db, settings, thread, text, context)
 
 
-async def _require_idle(db: Database, thread: Thread) -> None:
+async def unfinished_turn(db: Database, thread: Thread) -> dict[str, Any] | None:
+    """The thread's last turn (turn, run_id, status, ...) while its run has not ended
+    (upkeep included); None when the thread may take a message."""
     async with db.connection() as conn:
         last = await _all(conn, "recent_turns", {"thread_id": thread.id, "limit": 1})
-    if last and last[0]["status"] not in ENDED:
-        raise Conflict(f"turn {last[0]['turn']} of thread {thread.id} is still running; wait "
+    return last[0] if last and last[0]["status"] not in ENDED else None
+
+
+async def _require_idle(db: Database, thread: Thread) -> None:
+    if (last := await unfinished_turn(db, thread)) is not None:
+        raise Conflict(f"turn {last['turn']} of thread {thread.id} is still running; wait "
                        "for its answer (or cancel its run) before the next message",
                        field="message")
 

@@ -39,7 +39,7 @@ WHERE t.thread_id = %(thread_id)s AND t.turn > %(after)s
 ORDER BY t.turn LIMIT %(limit)s;
 
 -- name: recent_turns
-SELECT t.turn, t.message, r.answer, r.status FROM onebox.thread_turns t
+SELECT t.turn, t.run_id, t.message, r.answer, r.status FROM onebox.thread_turns t
 LEFT JOIN onebox.runs r ON r.id = t.run_id
 WHERE t.thread_id = %(thread_id)s ORDER BY t.turn DESC LIMIT %(limit)s;
 
