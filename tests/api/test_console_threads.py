@@ -75,7 +75,8 @@ async def test_a_conversation_in_the_console(agent_api: Api, browser: Any) -> No
 
 async def test_a_busy_thread_refuses_clearly_at_390px_dark(api_no_worker: Api,
                                                           browser: Any) -> None:  # noqa: F811
-    """No worker: turn 1 stays queued, so a second message is a 409 shown in the page."""
+    """No worker: turn 1 stays queued, so the page waits for it (the form disabled, saying
+    why) until it ends; a turn posted elsewhere meanwhile makes a message a 409, shown."""
     ARTIFACTS.mkdir(exist_ok=True)
     async with api_no_worker.client() as c:
         made = (await c.post("/v1/threads", json={"title": "<i>phone</i>"})).json()
@@ -95,6 +96,16 @@ async def test_a_busy_thread_refuses_clearly_at_390px_dark(api_no_worker: Api,
     await page.click(f"tr[data-thread='{made['id']}']")
     await page.wait_for_selector(f"[data-turn='1'] a[href='#/runs/{run_id}']")
     assert await page.text_content("[data-turn='1'] .turn-message") == "first <u>turn</u>"
+    await page.wait_for_selector("#thread-send:disabled")  # turn 1 has not ended: it waits
+    await page.wait_for_selector("#thread-live:has-text('turn 1 is still running')")
+    async with api_no_worker.client() as c:
+        assert (await c.post(f"/v1/runs/{run_id}/cancel")).status_code in (200, 202)
+    await page.wait_for_selector("#thread-send:not(:disabled)", timeout=30_000)  # it ended
+    await page.wait_for_selector("#thread-live:has-text('turn 1 has ended')")
+    await page.wait_for_selector("[data-turn='1'] .badge[data-status=CANCELLED]")
+    async with api_no_worker.client() as c:  # a turn from another client the page missed
+        r = await c.post(f"/v1/threads/{made['id']}/messages", json={"message": "elsewhere"})
+        assert r.status_code == 201, r.text
     await page.fill("#thread-message", "   ")
     await page.click("#thread-send")  # blank: nothing is sent
     await send(page, "a second message while the first still waits")

@@ -50,7 +50,36 @@ function threadPage(threadId, signal) {
       render();
     } catch (err) {
       if (err.name !== "AbortError" && err.status !== 401) view.replaceChildren(errorBox(err));
+      return;
     }
+    await followUnfinished();
+  }
+  // A turn still running when the page opens (its upkeep waiting for the provider, or sent
+  // from the terminal): follow its run to the end before taking the next message, which
+  // the server would refuse until then.
+  async function followUnfinished() {
+    const last = state.turns[state.turns.length - 1];
+    const run = last && last.run_id ? state.runs.get(last.run_id) : null;
+    if (!run || TERMINAL.includes(run.detail.run.status)) return;
+    state.sending = true;
+    const waiting = `turn ${last.turn} is still running (${run.detail.run.status.toLowerCase()}); the next message waits for it`;
+    state.live = waiting;
+    render();
+    const follow = new AbortController();
+    signal.addEventListener("abort", () => follow.abort());
+    await followRun(last.run_id, 0, follow, (event) => {
+      onEvent(event);
+      state.live = `${waiting} · event ${event.id ?? ""} ${event.type}`;
+      const live = document.getElementById("thread-live");
+      if (live) live.textContent = state.live;
+      if (!RUN_ENDED.includes(event.type)) return true;
+      follow.abort();
+      return false;
+    }).catch(() => {});
+    if (signal.aborted) return;
+    state.sending = false;
+    state.live = `turn ${last.turn} has ended`;
+    await refreshRuns();
   }
   // The thread's memories (its scope), to show what each turn's context recalled.
   async function loadMemories() {
