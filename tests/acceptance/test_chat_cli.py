@@ -204,13 +204,15 @@ def test_ctrl_c_after_the_answer_leaves_the_upkeep_and_the_next_chat_finishes_it
         while "noted, first" not in "".join(lines) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert "noted, first" in "".join(lines), "".join(lines)[-3000:]
-        time.sleep(0.5)  # the upkeep's facts call is in flight (the provider answers slowly)
+        time.sleep(0.5)  # the upkeep's facts call is in flight (the provider answers slowly,
+        # and there is no summary reply: were Ctrl-C missed, the run would wait for one)
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=30)
         reader.join(timeout=5)
         err = proc.stderr.read() if proc.stderr else ""
     out = "".join(lines)
     assert code == 130, err[-3000:]
+    assert "upkeep (its facts, the summary) runs now" in out, out[-3000:]  # answered first
     assert "goes on without this chat" in out and "cancelling" not in out, out[-3000:]
     thread_id = thread_of(out)
     turn = shown(env, thread_id)["turns"][0]

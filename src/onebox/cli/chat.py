@@ -2,13 +2,13 @@
 
 Each turn runs here as `onebox run` does in the foreground (the steps table with the running
 steps' live output; Ctrl-C cancels the turn), in the thread's workspace, up to the end of its
-run: the agent's answer, then the turn's upkeep steps (its facts and the summary, see
-:mod:`onebox.runtime.thread_steps`), then its answer is printed and the next prompt shown
-(a turn whose upkeep waits for the model provider shows its answer at once). Once the answer
-is shown, Ctrl-C no longer cancels: it leaves the upkeep to the workers (`onebox up`) and
-the chat. A turn not ended when the chat starts or a message is sent (left so, or posted
-from the console meanwhile) is finished here first. ``--thread`` continues a thread (days
-later too); an empty line or ``/exit`` (or end of input) leaves.
+run: the agent's answer is printed as soon as the agent has it, then the turn's upkeep steps
+run (its facts and the summary, see :mod:`onebox.runtime.thread_steps`), then the next
+prompt is shown. Once the answer is shown, Ctrl-C no longer cancels: it leaves the upkeep to
+the workers (`onebox up`) and the chat. A turn not ended when the chat starts or a message
+is sent (left so, or posted from the console meanwhile) is finished here first.
+``--thread`` continues a thread (days later too); an empty line or ``/exit`` (or end of
+input) leaves.
 Without a terminal (stdin and stdout piped) it reads one message a line and prints plain
 lines: the steps as they start and end, their output, the answers (:mod:`.chat_view`).
 """

@@ -3,8 +3,9 @@
 On a terminal: the foreground view of `onebox run` (the steps table redrawn in place with
 the running steps' last lines). Anywhere else (stdin and stdout piped, a script, a test):
 plain lines, one per step as it starts and ends, and the steps' output as it is printed.
-In both, a turn whose run WAITS after its agent finished (its upkeep is waiting for the
-model provider) shows its answer at once, then the reason it waits.
+In both, the answer is shown as soon as the agent has it (when the turn's upkeep steps are
+queued), before the upkeep runs; a turn whose run WAITS after its agent finished (its
+upkeep is waiting for the model provider) says the reason it waits.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from onebox.cli.foreground import Progress
 from onebox.cli.render import answer_panel
 from onebox.runtime import live_logs
 from onebox.runtime import runs as runs_api
+from onebox.runtime.thread_steps import is_upkeep_row
 from onebox.store.db import Database
 
 ENDED_STATUSES = frozenset({"SUCCESS", "FAILED"})
@@ -52,7 +54,19 @@ class TurnView:
         await self.progress.update(run_id)
         if self.plain:
             await self._plain()
+        if not self.answered:
+            await self._answer_before_upkeep()
         await self._waiting()
+
+    async def _answer_before_upkeep(self) -> None:
+        """The agent's answer, printed once the turn's upkeep steps exist (the agent is done)."""
+        steps = await runs_api.run_steps(self.db, self.run_id)
+        if any(is_upkeep_row(step) for step in steps) and \
+                (answer := await self._agent_answer()) is not None:
+            self.answered = True
+            self.console.print(answer_panel({"answer": answer}) or answer)
+            self._line("the turn's upkeep (its facts, the summary) runs now; Ctrl-C leaves it "
+                       "to the workers")
 
     async def _plain(self) -> None:
         """Each step's start, the output it printed since, then its end, in step order."""
