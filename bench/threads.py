@@ -15,7 +15,9 @@ of recall options (RECIPES; "runtime" is the default a turn uses). Measured:
   client would resend (target: >= 5x fewer by turn 300);
 - for every LoCoMo question (categories 1-4) at the end of the conversation: do all its
   evidence turns reach the built context (as recalled memories or verbatim recent turns;
-  target >= 0.8 of questions), and the p95 time to build it (target <= 100 ms), per recipe.
+  target >= 0.8 of questions), and the p95 time to build it (target <= 100 ms), per recipe;
+- where the evidence a context missed ranks in a recall of the question DEEP memories down
+  (among the k the recipe recalled but past its share, further down, or not found).
 Writes bench/results/threads.json with the machine's load average.
 """
 
@@ -37,10 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import threads_replay as replay  # noqa: E402
 import threads_setup as setup  # noqa: E402
+from onebox.runtime.thread_context import DEFAULT_BUDGET_TOKENS  # noqa: E402
 from onebox.runtime.threads import RecallOptions  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "threads.json"
 CHECKPOINTS = (50, 100, 200, 300, 400, 500, 600)
+DEEP = 400  # how deep the recall ranks of the evidence a context missed are looked up
 TARGETS = {"token_ratio_at_turn_300": 5.0, "evidence_reach": 0.8, "context_build_p95_ms": 100.0}
 RUNTIME = "runtime"
 RECIPES = {  # each rule chosen before measuring; "runtime" is what a turn uses
@@ -101,6 +105,10 @@ async def replay_conversation(bench: setup.ThreadBench, index: int, sample: dict
         done.append(turn)
     asked = replay.questions(sample)[: max_questions or None]
     by_k = {r: await ask(bench, thread, asked, done, RECIPES[r]) for r in recipes}
+    ranks = [await bench.evidence_ranks(thread, q.text, DEEP) for q in asked]  # after: recall
+    for r in recipes:  # touches what it returns, so it runs once the recipes are measured
+        for entry, by_dia in zip(by_k[r][0], ranks, strict=True):
+            entry["missing_ranks"] = [by_dia.get(d) for d in entry.pop("missing")]
     await bench.drop(thread)
     print(f"  conversation {index + 1}: {len(turns)} turns, {len(asked)} questions", flush=True)
     return {"sample_id": sample.get("sample_id"), "turns": len(turns), "tokens": tokens,
@@ -128,7 +136,8 @@ async def ask(bench: setup.ThreadBench, thread: setup.Thread, asked: list[replay
         timings_ms.append((time.perf_counter() - started) * 1000 + embed_ms)
         got = built.dia_ids & q.evidence
         reach.append({"category": q.category, "share": len(got) / len(q.evidence),
-                      "all": got == q.evidence, "tokens": built.tokens})
+                      "all": got == q.evidence, "tokens": built.tokens,
+                      "missing": sorted(q.evidence - got)})
     return reach, timings_ms
 
 
@@ -149,7 +158,23 @@ def token_ratios(conversations: list[dict[str, Any]], k: str) -> dict[str, Any]:
     return out
 
 
-def reach_summary(results: list[tuple[list[dict[str, Any]], list[float]]]) -> dict[str, Any]:
+def miss_buckets(reach: list[dict[str, Any]], options: RecallOptions) -> dict[str, int]:
+    """Where the evidence turns a context missed rank in a deep recall of the question: among
+    the k the recipe recalls (recalled, but past what its share held), further down, or not
+    in the first DEEP at all."""
+    k = options.recall_k(int(DEFAULT_BUDGET_TOKENS * options.memory_share))
+    out = {f"in_the_{k}_recalled": 0, f"ranked_{k}_to_150": 0, f"ranked_150_to_{DEEP}": 0,
+           f"not_in_{DEEP}": 0}
+    for r in reach:
+        for rank in r.get("missing_ranks", []):
+            key = (f"not_in_{DEEP}" if rank is None else f"in_the_{k}_recalled" if rank < k
+                   else f"ranked_{k}_to_150" if rank < 150 else f"ranked_150_to_{DEEP}")
+            out[key] += 1
+    return out
+
+
+def reach_summary(results: list[tuple[list[dict[str, Any]], list[float]]],
+                  options: RecallOptions) -> dict[str, Any]:
     reach = [r for rs, _ in results for r in rs]
     timings = [t for _, ts in results for t in ts]
     cats = sorted({r["category"] for r in reach})
@@ -158,6 +183,7 @@ def reach_summary(results: list[tuple[list[dict[str, Any]], list[float]]]) -> di
         "evidence_reach_share_of_ids": replay.mean([r["share"] for r in reach]),
         "evidence_reach_by_category": {str(c): replay.mean([float(r["all"]) for r in reach if r["category"] == c]) for c in cats},
         "questions": len(reach),
+        "missed_evidence_recall_rank": miss_buckets(reach, options),
         "context_tokens_per_question_mean": replay.mean([float(r["tokens"]) for r in reach]),
         "context_build_ms": {"p50": round(replay.percentile(timings, 50), 2),
                              "p95": round(replay.percentile(timings, 95), 2),
@@ -175,7 +201,7 @@ async def run_variant(args: argparse.Namespace, samples: list[dict[str, Any]], f
     k_runtime = RUNTIME
     ratios = token_ratios(conversations, k_runtime)
     sweep = {k: {"options": dataclasses.asdict(RECIPES[k]),
-                 **reach_summary([c["by_k"][k] for c in conversations]),
+                 **reach_summary([c["by_k"][k] for c in conversations], RECIPES[k]),
                  "token_ratio_at_turn_300": token_ratios(conversations, k).get("300", {}).get("min_ratio")}
              for k in ks}
     headline = sweep[k_runtime]

@@ -137,6 +137,17 @@ class ThreadBench:
                                              options)
         return Built(built.total_tokens, frozenset(self._dia_ids(thread, built, done)))
 
+    async def evidence_ranks(self, thread: Thread, question: str, deep: int) -> dict[str, int]:
+        """The first rank of each LoCoMo turn (by its facts or episode) in the thread's recall
+        of ``question``, ``deep`` memories down."""
+        found = await threads.recall_memories(self.knowledge, thread.thread, question, deep)
+        ranks: dict[str, int] = {}
+        for rank, memory in enumerate(found):
+            dia = thread.memory_dia.get(memory.id)
+            if dia is not None:
+                ranks.setdefault(dia, rank)
+        return ranks
+
     def _dia_ids(self, thread: Thread, built: tc.Context, done: list[replay.Turn]) -> set[str]:
         out = set()
         for part in built.parts:
