@@ -1,6 +1,7 @@
-"""E2B clients get one stdout/stderr message per printed line, whatever the pipe reads
-delivered: `print` writes its text and its newline separately, and a loaded machine can
-hand them over in two reads."""
+"""Printed output reaches a reader in whole lines, whatever the pipe reads delivered:
+`print` writes its text and its newline separately, and a loaded machine can hand them over
+in two reads. E2B clients get one message per line; the onebox NDJSON stream (the SDK's
+``on_stdout``) gets the whole lines of a read in one event."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from onebox.api.e2b.interpreter import by_lines
+from onebox.runtime.cell_stream import by_lines
 
 
 async def _feed(events: list[dict[str, Any] | float]) -> AsyncIterator[dict[str, Any]]:
@@ -19,8 +20,10 @@ async def _feed(events: list[dict[str, Any] | float]) -> AsyncIterator[dict[str,
             yield event
 
 
-async def _regrouped(events: list[dict[str, Any] | float], partial_s: float = 10.0) -> list[tuple[str, str]]:
-    return [(e["type"], e.get("text", "")) async for e in by_lines(_feed(events), partial_s)]
+async def _regrouped(events: list[dict[str, Any] | float], partial_s: float = 10.0,
+                     split: bool = True) -> list[tuple[str, str]]:
+    return [(e["type"], e.get("text", ""))
+            async for e in by_lines(_feed(events), partial_s, split=split)]
 
 
 def out(text: str) -> dict[str, Any]:
@@ -46,3 +49,11 @@ async def test_a_partial_line_goes_out_after_a_pause_and_before_anything_else() 
     assert got == [("stdout", "progress 10%"), ("stdout", " 20%\n")]
     got = await _regrouped([out("50%"), err("warn\n"), {"type": "result", "data": {}}])
     assert got == [("stdout", "50%"), ("stderr", "warn\n"), ("result", "")]
+
+
+async def test_unsplit_the_lines_of_a_read_stay_one_event_and_never_half_a_line() -> None:
+    got = await _regrouped([out("42"), out("\n"), out("a\nb"), out("c\nd\n"),
+                            {"type": "end", "result": {}}], split=False)
+    assert got == [("stdout", "42\n"), ("stdout", "a\n"), ("stdout", "bc\nd\n"), ("end", "")]
+    got = await _regrouped([out("50%"), 0.2, out(" 60%\n")], partial_s=0.05, split=False)
+    assert got == [("stdout", "50%"), ("stdout", " 60%\n")]  # a progress bar still shows

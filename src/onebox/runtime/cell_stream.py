@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
@@ -21,6 +22,8 @@ ResultSink = Callable[[CellOutput], None]
 CellCall = Callable[[OutputSink, ResultSink], Awaitable[CellResult]]
 
 log = logging.getLogger(__name__)
+PARTIAL_LINE_S = 0.2  # a partial printed line waits this long for its end
+LINE = re.compile(r"[^\n]*\n|[^\n]+")
 
 
 def output_json(output: CellOutput) -> dict[str, Any]:
@@ -85,3 +88,59 @@ async def _until_done(queue: asyncio.Queue[dict[str, Any]],
         else:
             getter.cancel()
     task.result()  # a failed call raises here (before any "end")
+
+
+async def by_lines(events: AsyncIterator[dict[str, Any]], partial_s: float = PARTIAL_LINE_S,
+                   *, split: bool = True) -> AsyncIterator[dict[str, Any]]:
+    """``events`` with printed text regrouped into whole lines: the pipes deliver whatever
+    one read got (``print`` writes the text and its newline separately), and a reader's
+    callback should not get half a line. With ``split`` each line is its own event (E2B
+    clients expect one message a line); without it, the whole lines of one read stay one
+    event. A partial line goes out after ``partial_s`` without more output (a progress bar
+    still shows), and before any other event."""
+    pending: dict[str, str] = {}
+    source = aiter(events)
+    waiting: asyncio.Task[dict[str, Any]] | None = None
+    try:
+        while True:
+            waiting = waiting or asyncio.ensure_future(anext(source))
+            done, _ = await asyncio.wait({waiting}, timeout=partial_s if pending else None)
+            if not done:
+                for out in _drain(pending):
+                    yield out
+                continue
+            task, waiting = waiting, None
+            try:
+                event = task.result()
+            except StopAsyncIteration:
+                break
+            for out in _regroup(pending, event, split):
+                yield out
+        for out in _drain(pending):
+            yield out
+    finally:
+        if waiting is not None:
+            waiting.cancel()
+
+
+def _regroup(pending: dict[str, str], event: dict[str, Any],
+             split: bool = True) -> list[dict[str, Any]]:
+    """The event's whole lines; its unfinished last line waits in ``pending``. Anything
+    else (a result, the end, the other stream) sends the waiting text first."""
+    kind = event["type"]
+    if kind not in ("stdout", "stderr"):
+        return [*_drain(pending), event]
+    text = pending.pop(kind, "") + event["text"]
+    out = _drain(pending)  # the other stream's partial line printed before this
+    lines = LINE.findall(text)
+    if lines and not lines[-1].endswith("\n"):
+        pending[kind] = lines.pop()
+    if not split and lines:
+        lines = ["".join(lines)]
+    return out + [{**event, "text": line} for line in lines]
+
+
+def _drain(pending: dict[str, str]) -> list[dict[str, Any]]:
+    out = [{"type": kind, "text": text} for kind, text in pending.items()]
+    pending.clear()
+    return out

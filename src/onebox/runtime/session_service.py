@@ -16,7 +16,7 @@ from onebox.errors import Conflict, NotFound, SandboxError
 from onebox.objects import ObjectStore
 from onebox.runtime import environments
 from onebox.runtime import tenant_sessions as rows
-from onebox.runtime.cell_stream import cell_events
+from onebox.runtime.cell_stream import by_lines, cell_events
 from onebox.runtime.cell_stream import cell_json as cell_json  # re-exported for front doors
 from onebox.runtime.workspace_files import list_files, open_file, safe_parts
 from onebox.sandbox.base import (
@@ -97,12 +97,13 @@ def stream_cell(
 ) -> AsyncIterator[dict[str, Any]]:
     """The same call as :func:`run_cell` as events: ``{"type": "stdout"|"stderr", "text"}``
     and ``{"type": "result", "data", "is_main_result"}`` as they happen, then
-    ``{"type": "end", "result": cell_json(...)}``."""
+    ``{"type": "end", "result": cell_json(...)}``; printed text comes in whole lines
+    (:func:`cell_stream.by_lines`), so a callback never gets half a line."""
     async def run(on_output: OutputSink, on_result: Callable[[CellOutput], None]) -> CellResult:
         return await run_cell(db, backend, session_id, code=code, timeout_s=timeout_s,
                               memory_mb=memory_mb, allow_domains=allow_domains,
                               on_output=on_output, on_result=on_result)
-    return cell_events(run)
+    return by_lines(cell_events(run), split=False)
 
 
 def result_json(result: ExecResult) -> dict[str, Any]:

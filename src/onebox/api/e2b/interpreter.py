@@ -5,9 +5,7 @@ displayed, then ``error`` (name, value, traceback) and ``number_of_executions``.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import re
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -19,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from onebox.api.e2b.deps import INTERPRETER_PORT, Target, target
 from onebox.errors import OneboxError, ValidationError
 from onebox.runtime import session_service
-from onebox.runtime.cell_stream import cell_events
+from onebox.runtime.cell_stream import by_lines, cell_events
 from onebox.sandbox.base import CellOutput, CellResult, OutputSink
 
 router = APIRouter(prefix="/e2b/sandbox", tags=["e2b"], include_in_schema=False)
@@ -28,8 +26,6 @@ MIME_FIELDS = {"text/plain": "text", "text/html": "html", "text/markdown": "mark
                "application/pdf": "pdf", "text/latex": "latex",
                "application/javascript": "javascript", "application/json": "json"}
 PYTHON = ("python", "python3")
-PARTIAL_LINE_S = 0.2  # a partial printed line waits this long for its end
-LINE = re.compile(r"[^\n]*\n|[^\n]+")
 
 
 class ExecuteBody(BaseModel):
@@ -96,57 +92,6 @@ def _line(event: dict[str, Any]) -> list[dict[str, Any]]:
     if kind == "result":
         return [result_line(event["data"], event["is_main_result"])]
     return end_lines(event["result"])
-
-
-async def by_lines(events: AsyncIterator[dict[str, Any]],
-                   partial_s: float = PARTIAL_LINE_S) -> AsyncIterator[dict[str, Any]]:
-    """``events`` with printed text regrouped into whole lines, as E2B clients expect one
-    message per line: the pipes deliver whatever one read got (``print`` writes the text
-    and its newline separately). A partial line goes out after ``partial_s`` without more
-    output (a progress bar still shows), and before any other event."""
-    pending: dict[str, str] = {}
-    source = aiter(events)
-    waiting: asyncio.Task[dict[str, Any]] | None = None
-    try:
-        while True:
-            waiting = waiting or asyncio.ensure_future(anext(source))
-            done, _ = await asyncio.wait({waiting}, timeout=partial_s if pending else None)
-            if not done:
-                for out in _drain(pending):
-                    yield out
-                continue
-            task, waiting = waiting, None
-            try:
-                event = task.result()
-            except StopAsyncIteration:
-                break
-            for out in _regroup(pending, event):
-                yield out
-        for out in _drain(pending):
-            yield out
-    finally:
-        if waiting is not None:
-            waiting.cancel()
-
-
-def _regroup(pending: dict[str, str], event: dict[str, Any]) -> list[dict[str, Any]]:
-    """The event's whole lines; its unfinished last line waits in ``pending``. Anything
-    else (a result, the end, the other stream) sends the waiting text first."""
-    kind = event["type"]
-    if kind not in ("stdout", "stderr"):
-        return [*_drain(pending), event]
-    text = pending.pop(kind, "") + event["text"]
-    out = _drain(pending)  # the other stream's partial line printed before this
-    lines = LINE.findall(text)
-    if lines and not lines[-1].endswith("\n"):
-        pending[kind] = lines.pop()
-    return out + [{**event, "text": line} for line in lines]
-
-
-def _drain(pending: dict[str, str]) -> list[dict[str, Any]]:
-    out = [{"type": kind, "text": text} for kind, text in pending.items()]
-    pending.clear()
-    return out
 
 
 async def _lines(t: Target, body: ExecuteBody) -> AsyncIterator[bytes]:
