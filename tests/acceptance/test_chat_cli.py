@@ -190,7 +190,7 @@ def test_profile_show_has_the_thread_settings(home: Path) -> None:
 def test_ctrl_c_after_the_answer_leaves_the_upkeep_and_the_next_chat_finishes_it(
         home: Path, server: ScriptedOpenAIServer) -> None:
     env = env_for(home, server)
-    slow_facts = dataclasses.replace(ServerReply.json({"facts": ["A slow fact."]}), delay_s=3)
+    slow_facts = dataclasses.replace(ServerReply.json({"facts": ["A slow fact."]}), delay_s=6)
     server.add(intent("note it"), plan("echo noted", "noted, first"), slow_facts)
     with subprocess.Popen([ONEBOX, "chat"], env=env, stdin=subprocess.PIPE, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
