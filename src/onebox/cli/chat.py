@@ -96,9 +96,9 @@ async def _open_thread(rt: Runtime, settings: Settings, thread_id: uuid.UUID | N
 
 async def _converse(rt: Runtime, settings: Settings, knowledge: Knowledge,
                     thread: threads.Thread) -> int:
+    if await _finish_unfinished(rt, thread) == LEFT:  # left so, or posted elsewhere
+        return INTERRUPTED_EXIT
     while True:
-        if await _finish_unfinished(rt, thread) == LEFT:
-            return INTERRUPTED_EXIT
         try:
             message = (await asyncio.to_thread(input, "you> ")).strip()
         except EOFError:

@@ -51,16 +51,16 @@ class TurnView:
         self.progress.stop()
 
     async def update(self, run_id: uuid.UUID) -> None:
-        await self.progress.update(run_id)
+        steps = await runs_api.run_steps(self.db, run_id)  # read once for every view below
+        await self.progress.update(run_id, steps)
         if self.plain:
-            await self._plain()
+            await self._plain(steps)
         if not self.answered:
-            await self._answer_before_upkeep()
+            await self._answer_before_upkeep(steps)
         await self._waiting()
 
-    async def _answer_before_upkeep(self) -> None:
+    async def _answer_before_upkeep(self, steps: list[dict[str, Any]]) -> None:
         """The agent's answer, printed once the turn's upkeep steps exist (the agent is done)."""
-        steps = await runs_api.run_steps(self.db, self.run_id)
         if any(is_upkeep_row(step) for step in steps) and \
                 (answer := await self._agent_answer()) is not None:
             self.answered = True
@@ -68,9 +68,8 @@ class TurnView:
             self._line("the turn's upkeep (its facts, the summary) runs now; Ctrl-C leaves it "
                        "to the workers")
 
-    async def _plain(self) -> None:
+    async def _plain(self, steps: list[dict[str, Any]]) -> None:
         """Each step's start, the output it printed since, then its end, in step order."""
-        steps = await runs_api.run_steps(self.db, self.run_id)
         output: dict[str, list[str]] = {}
         for row in await live_logs.log_events(self.db, self.run_id, after=self.after_seq):
             self.after_seq = max(self.after_seq, int(row["seq"]))

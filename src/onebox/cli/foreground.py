@@ -26,6 +26,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -64,8 +65,9 @@ class Progress:
             self.live.stop()
             self.live = None
 
-    async def update(self, run_id: uuid.UUID) -> None:
-        steps = await runs_api.run_steps(self.db, run_id)
+    async def update(self, run_id: uuid.UUID, steps: list[dict[str, Any]] | None = None) -> None:
+        """Redraw from ``steps`` (the run's steps, read here when not given)."""
+        steps = await runs_api.run_steps(self.db, run_id) if steps is None else steps
         waiting = waiting_approvals(steps)
         for step in waiting:
             if step["id"] not in self.announced:
