@@ -12,9 +12,10 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from onebox.api.auth import Caller, State
-from onebox.api.e2b.deps import e2b_state, key_of
-from onebox.errors import Conflict
+from onebox.api.e2b.deps import e2b_state
+from onebox.errors import Conflict, NotFound
 from onebox.runtime import e2b_sandboxes as sandboxes
+from onebox.runtime import sandbox_tokens
 from onebox.runtime.e2b_sandboxes import E2bSandbox
 
 router = APIRouter(prefix="/e2b", tags=["e2b"])
@@ -43,12 +44,18 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
-def _created(sandbox: E2bSandbox, request: Request, state: State) -> dict[str, Any]:
+async def _created(sandbox: E2bSandbox, request: Request, state: State) -> dict[str, Any]:
+    """E2B's answer to create and connect. ``envdAccessToken`` is the sandbox's own token
+    (runtime/sandbox_tokens), never the caller's API key; none is needed with auth off."""
     body: dict[str, Any] = {"templateID": sandbox.template, "sandboxID": sandbox.sandbox_id,
                             "clientID": "onebox", "envdVersion": ENVD_VERSION, "domain": None}
-    key = key_of(request) if state.settings.api.auth else None
-    if key:
-        body["envdAccessToken"] = key  # the caller's own key: the sandbox calls carry it
+    if state.settings.api.auth:
+        token = await sandbox_tokens.token_for(state.db, e2b_state(request).token_secret,
+                                               sandbox.sandbox_id)
+        if token is None:
+            raise NotFound(f"sandbox {sandbox.sandbox_id} ended while it was being connected",
+                           field="sandbox_id")
+        body["envdAccessToken"] = token
     return body
 
 
@@ -70,7 +77,7 @@ async def create(body: NewSandbox, request: Request, state: State,
         state.db, state.backend, e2b_state(request).sandboxes, caller.tenant_id,
         template=body.template_id, metadata=body.metadata, timeout_s=body.timeout,
         envs=body.env_vars)
-    return _created(sandbox, request, state)
+    return await _created(sandbox, request, state)
 
 
 @router.post("/v2/sandboxes/{sandbox_id}/connect", summary="E2B: connect to a running sandbox")
@@ -83,7 +90,7 @@ async def connect(sandbox_id: SandboxId, body: ConnectBody, request: Request, st
                                               body.timeout)
     else:
         sandbox = await sandboxes.require(state.db, table, sandbox_id, caller.tenant_id)
-    return _created(sandbox, request, state)
+    return await _created(sandbox, request, state)
 
 
 @router.get("/sandboxes/{sandbox_id}", summary="E2B: a sandbox's info")

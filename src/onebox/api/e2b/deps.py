@@ -2,9 +2,11 @@
 
 The control API authenticates like the rest of the API (E2B's ``X-API-Key`` header holds a
 onebox key). Requests to the sandbox carry no API key: the SDK sends the ``envdAccessToken``
-the control API returned, which is the caller's own API key again (``X-Access-Token``), with
-``E2b-Sandbox-Id`` and ``E2b-Sandbox-Port``. The sandbox must be the key's tenant's; any other
-is "not found", as for the sessions API.
+the control API returned (``X-Access-Token``), with ``E2b-Sandbox-Id`` and
+``E2b-Sandbox-Port``. That token is the sandbox's own (runtime/sandbox_tokens): it opens the
+sandbox it was made for and nothing else, and dies with it. An API key is accepted here too
+(it holds every right of its tenant anyway). The sandbox must be the key's tenant's; any
+other, or one the token does not open, is "not found", as for the sessions API.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from fastapi import Request
 from onebox.api.auth import principal_of_key
 from onebox.api.state import ApiState, get_state
 from onebox.errors import NotFound, ValidationError
-from onebox.runtime import e2b_sandboxes
+from onebox.runtime import e2b_sandboxes, sandbox_tokens
 from onebox.runtime.e2b_commands import E2bProcesses
 from onebox.runtime.e2b_sandboxes import E2bSandboxes
+from onebox.runtime.sandbox_tokens import SecretCache
 
 ENVD_PORT = 49983
 INTERPRETER_PORT = 49999
@@ -31,6 +34,7 @@ SANDBOX_ID = re.compile(r"^api-[0-9a-f]{16}$")
 class E2bState:
     sandboxes: E2bSandboxes = field(default_factory=E2bSandboxes)
     processes: E2bProcesses = field(default_factory=E2bProcesses)
+    token_secret: SecretCache = field(default_factory=SecretCache)
     sweeper: asyncio.Task[None] | None = None
 
 
@@ -66,11 +70,29 @@ async def tenant_of(request: Request, api: ApiState) -> str:
     return found.tenant_id
 
 
+async def _tenant_of_sandbox_token(request: Request, api: ApiState, sandbox_id: str) -> str:
+    """The tenant of ``sandbox_id`` when the request's access token is that sandbox's."""
+    token = request.headers.get("x-access-token", "")
+    tenant_id = None
+    if api.settings.api.auth:
+        tenant_id = await sandbox_tokens.tenant_of_token(
+            api.db, e2b_state(request).token_secret, token, sandbox_id)
+    if tenant_id is None:
+        raise NotFound(f"sandbox {sandbox_id!r} does not exist for this access token: a token "
+                       "opens the one sandbox it was made for, while it runs",
+                       field="E2b-Sandbox-Id")
+    return tenant_id
+
+
 async def target(request: Request, port: int) -> Target:
     """The caller's sandbox named by ``E2b-Sandbox-Id``, reached on ``E2b-Sandbox-Port``."""
     api = get_state(request)
-    tenant_id = await tenant_of(request, api)
     sandbox_id = request.headers.get("e2b-sandbox-id", "")
+    if sandbox_tokens.is_sandbox_token(request.headers.get("x-access-token")) \
+            and SANDBOX_ID.match(sandbox_id):
+        tenant_id = await _tenant_of_sandbox_token(request, api, sandbox_id)
+    else:
+        tenant_id = await tenant_of(request, api)
     if not SANDBOX_ID.match(sandbox_id):
         raise NotFound(f"sandbox {sandbox_id[:64]!r} does not exist: send the E2b-Sandbox-Id "
                        "of a sandbox made with Sandbox.create()", field="E2b-Sandbox-Id")
