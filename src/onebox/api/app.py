@@ -26,7 +26,7 @@ from onebox.api.bounds import JsonDepthLimit
 from onebox.api.e2b import router as e2b_router
 from onebox.api.errors import BodyLimit, SecurityHeaders, install_error_handlers
 from onebox.api.events import EventHub
-from onebox.api.hosts import LoopbackHostOnly, check_no_auth_binding
+from onebox.api.hosts import LoopbackHostOnly, OperatorPeerOnly, check_no_auth_binding
 from onebox.api.routes import (
     console,
     environments,
@@ -104,7 +104,8 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_request_bytes,
                        max_upload_bytes=settings.api.max_upload_bytes)
     app.add_middleware(SecurityHeaders)
-    app.add_middleware(LoopbackHostOnly, settings=settings)  # outermost: before anything else
+    app.add_middleware(LoopbackHostOnly, settings=settings)
+    app.add_middleware(OperatorPeerOnly, settings=settings)  # outermost: before anything else
     return app
 
 

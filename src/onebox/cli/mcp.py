@@ -21,7 +21,7 @@ def register(main: click.Group) -> None:
 @click.option("--port", type=click.IntRange(0, 65535), default=8421, show_default=True,
               help="port (with --http)")
 @click.option("--no-auth", is_flag=True, help="HTTP without API keys: every caller is tenant "
-              "'default' (loopback only)")
+              "'default' (loopback only, and only connections from this user's uid)")
 @click.option("--no-worker", is_flag=True, help="do not run steps in this process; runs wait "
               "for an `onebox worker` (or `onebox up`)")
 def mcp_cmd(use_http: bool, host: str, port: int, no_auth: bool, no_worker: bool) -> None:
@@ -29,9 +29,10 @@ def mcp_cmd(use_http: bool, host: str, port: int, no_auth: bool, no_worker: bool
 
     Over stdio (the default) the client spawns this command and acts as tenant 'default'.
     Over --http each request needs `Authorization: Bearer <API key>` and acts as the key's
-    tenant, unless --no-auth (loopback only). Runs are executed by a worker started in this
+    tenant, unless --no-auth (loopback only, connections from this user's uid only). Runs are executed by a worker started in this
     process, like `onebox up`; --no-worker leaves them to separate workers.
     """
+    from onebox.api.hosts import no_auth_banner
     from onebox.mcp import transports
 
     settings = common.settings()
@@ -46,4 +47,6 @@ def mcp_cmd(use_http: bool, host: str, port: int, no_auth: bool, no_worker: bool
         common.fail(exc.message, code=2)
     common.err.print(f"onebox MCP on http://{host}:{port}{transports.HTTP_PATH} "
                      f"(auth {'on' if settings.api.auth else 'OFF'})", markup=False)
+    if not settings.api.auth:
+        common.err.print(no_auth_banner(), markup=False)
     common.run(transports.serve_http(settings, host=host, port=port, worker=not no_worker))

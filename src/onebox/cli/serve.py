@@ -54,6 +54,10 @@ def _configure(host: str | None, port: int | None, no_auth: bool) -> Settings:
     if no_auth:
         settings.api.auth = False
     check_exposure(settings)
+    if not settings.api.auth:
+        from onebox.api.hosts import no_auth_banner
+
+        common.err.print(no_auth_banner(), markup=False)
     return settings
 
 
@@ -127,7 +131,8 @@ host_option = click.option("--host", help="address to listen on (default ONEBOX_
 port_option = click.option("--port", type=click.IntRange(0, 65535),
                            help="port (default ONEBOX_API__PORT, 8420)")
 no_auth_option = click.option("--no-auth", is_flag=True,
-                              help="no API keys: every caller is tenant 'default' (loopback only)")
+                              help="no API keys: every caller is tenant 'default' (loopback "
+                              "only, and only connections from this user's uid)")
 
 
 @click.command("serve")

@@ -2,7 +2,8 @@
 
 Over HTTP with API keys (``api.auth``, the default) every request needs
 ``Authorization: Bearer <key>`` and each tool call acts as that key's tenant; without
-keys (``--no-auth``) the server listens on loopback only and acts as ``default``.
+keys (``--no-auth``) the server listens on loopback only, serves connections from its own uid
+only, and acts as ``default``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from onebox.api.hosts import OperatorPeerOnly
 from onebox.config import Settings
 from onebox.errors import ConfigError
 from onebox.mcp.server import build_server
@@ -68,8 +70,12 @@ def check_exposure(settings: Settings, host: str, loopback: bool) -> None:
 
 
 def http_app(state: McpState, host: str) -> ASGIApp:
+    """The streamable HTTP app: with keys each request needs one; without, only the
+    operator's own uid may connect (api/hosts.OperatorPeerOnly)."""
     app = build_server(state).streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
-    return BearerKeyRequired(app, state) if state.auth else app
+    if state.auth:
+        return BearerKeyRequired(app, state)
+    return OperatorPeerOnly(app, state.settings)
 
 
 async def serve_http(settings: Settings, *, host: str, port: int, worker: bool) -> None:
