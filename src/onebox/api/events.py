@@ -66,6 +66,7 @@ class Batch:
     lo: int
     hi: int
     events: tuple[dict[str, Any], ...]
+    read_at: float = 0.0  # monotonic time just after the hub read them
 
 
 class EventHub:
@@ -196,13 +197,14 @@ class EventHub:
             self._ready.set()
             return
         rows = await self._read(lambda conn: event_log.events_between(conn, lo, upto))
+        read_at = time.monotonic()
         by_run: dict[uuid.UUID, list[dict[str, Any]]] = {}
         for row in rows:
             if row["run_id"] is not None:
                 by_run.setdefault(row["run_id"], []).append(row)
         self.horizon = upto
         for run_id, queues in self._subs.items():
-            batch = Batch(lo, upto, tuple(by_run.get(run_id, ())))
+            batch = Batch(lo, upto, tuple(by_run.get(run_id, ())), read_at)
             for queue in queues:
                 if batch.events or queue.empty():  # a slow reader does not pile up empty ranges
                     queue.put_nowait(batch)
@@ -210,21 +212,38 @@ class EventHub:
 
 @dataclass
 class Recheck:
-    """Whether the caller may still listen (its API key is not revoked), asked every
-    ``every_s``; a stream ends at the first no."""
+    """Whether the caller may still listen (its API key is not revoked): asked every
+    ``every_s`` while the stream is quiet, and again before events read after the last
+    yes are delivered (that answer comes from a query made after they were read, so no
+    event emitted after a revocation gets through). A stream ends at the first no."""
 
     allowed: Callable[[], Awaitable[bool]]
     every_s: float
     due: float = 0.0
+    checked_at: float = 0.0  # monotonic start of the last check that said yes
+    revoked: bool = False
 
     def __post_init__(self) -> None:
-        self.due = time.monotonic() + self.every_s
+        self.checked_at = time.monotonic()
+        self.due = self.checked_at + self.every_s
 
-    async def still_allowed(self) -> bool:
-        if time.monotonic() < self.due:
+    async def still_allowed(self, read_at: float | None = None) -> bool:
+        """``read_at``: when the events about to be delivered were read (monotonic)."""
+        if self.revoked:
+            return False
+        now = time.monotonic()
+        if now < self.due and (read_at is None or read_at < self.checked_at):
             return True
-        self.due = time.monotonic() + self.every_s
-        return await self.allowed()
+        self.due = now + self.every_s
+        if not await self.allowed():
+            self.revoked = True
+            return False
+        self.checked_at = now
+        return True
+
+
+async def _allowed(recheck: Recheck | None, read_at: float | None = None) -> bool:
+    return recheck is None or await recheck.still_allowed(read_at)
 
 
 def run_event_stream(
@@ -234,7 +253,10 @@ def run_event_stream(
     """Events of one run with seq > ``after``, in order; None is a keep-alive tick, due every
     ``heartbeat_s`` whatever the events do (a wait for the first horizon, a long backfill, a
     slow database, other runs' traffic). Forever, unless ``recheck`` says the caller may no
-    longer listen: then the iterator ends."""
+    longer listen: then the iterator ends, within ``heartbeat_s`` of a revocation."""
+    if recheck is not None:
+        recheck.every_s = min(recheck.every_s, heartbeat_s)
+        recheck.due = min(recheck.due, recheck.checked_at + heartbeat_s)
     return with_keepalives(_run_events(hub, run_id, after, recheck), heartbeat_s)
 
 
@@ -289,16 +311,18 @@ async def _run_events(
     try:
         covered = after
         horizon = await hub.ready_horizon()
-        async for event in _backfill(hub.db, run_id, covered, horizon):
+        async for event in _backfill(hub.db, run_id, covered, horizon, recheck):
             yield event
         covered = max(covered, horizon)
-        while recheck is None or await recheck.still_allowed():
+        while await _allowed(recheck):
             batch = await _next_batch(queue, recheck)
             if batch is None or batch.hi <= covered:
                 continue
             if batch.lo > covered:
-                async for event in _backfill(hub.db, run_id, covered, batch.lo):
+                async for event in _backfill(hub.db, run_id, covered, batch.lo, recheck):
                     yield event
+            if batch.events and not await _allowed(recheck, batch.read_at):
+                return
             for event in batch.events:
                 if event["seq"] > covered:
                     yield event
@@ -318,10 +342,13 @@ async def _next_batch(queue: asyncio.Queue[Batch], recheck: Recheck | None) -> B
 
 
 async def _backfill(
-    db: Database, run_id: uuid.UUID, after: int, upto: int
+    db: Database, run_id: uuid.UUID, after: int, upto: int, recheck: Recheck | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
+    """The run's events in (after, upto], a page at a time; none once ``recheck`` says no."""
     while after < upto:
         rows = await event_log.run_events_between(db, run_id, after, upto, PAGE)
+        if rows and not await _allowed(recheck, time.monotonic()):
+            return
         for row in rows:
             yield row
         if len(rows) < PAGE:

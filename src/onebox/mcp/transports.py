@@ -12,10 +12,10 @@ import asyncio
 import contextlib
 import json
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from onebox.api.hosts import OperatorPeerOnly
 from onebox.config import Settings
@@ -35,7 +35,8 @@ async def serve_stdio(settings: Settings, *, worker: bool) -> None:
 
 
 class BearerKeyRequired:
-    """401 before the MCP app for a request without a valid API key."""
+    """401 before the MCP app for a request without a valid API key; a stream it answers
+    (``text/event-stream``) ends once the key is revoked (see :func:`serve_while_allowed`)."""
 
     def __init__(self, app: ASGIApp, state: McpState) -> None:
         self.app, self.state = app, state
@@ -51,7 +52,63 @@ class BearerKeyRequired:
         except Unauthorized as exc:
             await _refuse(send, exc)
             return
-        await self.app(scope, receive, send)
+
+        async def allowed() -> bool:
+            try:
+                await self.state.tenant(headers)
+            except Unauthorized:
+                return False
+            return True
+
+        await serve_while_allowed(self.app, scope, receive, send, allowed,
+                                  self.state.settings.api.key_recheck_s)
+
+
+class _Revoked(Exception):
+    """The key of a stream being answered was revoked."""
+
+
+async def serve_while_allowed(app: ASGIApp, scope: Scope, receive: Receive, send: Send,
+                              allowed: Callable[[], Awaitable[bool]], every_s: float) -> None:
+    """Run ``app``; once its response is an event stream, ask ``allowed`` every ``every_s``
+    and before each chunk is sent (so nothing produced after a revocation is), and end the
+    stream at the first no."""
+    status = {"stream": False, "ended": False}
+
+    async def guarded(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            status["stream"] = _is_event_stream(message)
+        elif status["stream"] and message.get("body") and not await allowed():
+            raise _Revoked
+        status["ended"] = message["type"] == "http.response.body" \
+            and not message.get("more_body", False)
+        await send(message)
+
+    task = asyncio.ensure_future(app(scope, receive, guarded))
+    revoked = False
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=every_s)
+            if not task.done() and status["stream"] and not await allowed():
+                revoked = True
+                task.cancel()
+    finally:
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, _Revoked):
+            await asyncio.wait({task})
+    if not revoked:
+        try:
+            task.result()
+        except _Revoked:
+            revoked = True
+    if revoked and status["stream"] and not status["ended"]:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _is_event_stream(message: Message) -> bool:
+    return any(k.lower() == b"content-type" and v.startswith(b"text/event-stream")
+               for k, v in message.get("headers", []))
 
 
 async def _refuse(send: Send, exc: Unauthorized) -> None:

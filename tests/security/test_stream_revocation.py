@@ -1,0 +1,114 @@
+"""Revoking a key ends its open streams: a run's SSE stream and an MCP HTTP stream.
+
+A stream opened with a key keeps the key's rights only while the key is active: once it is
+revoked the stream ends within the keep-alive interval (not at the run's end, nor never),
+and no event emitted after the revocation reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from test_e2b_tenancy import _serving
+
+from onebox.api import create_app
+from onebox.config import Settings
+from onebox.mcp.state import McpState
+from onebox.mcp.transports import http_app
+from onebox.runtime.api_keys import create_key, revoke_key
+from onebox.runtime.service import Runtime
+from onebox.store import runs as store
+from onebox.store.db import Database
+
+PLAN = {"steps": [{"id": "wait", "tool": "bash", "code": "true"}]}
+HEARTBEAT_S = 1.0
+MARGIN_S = 14.0  # far below key_recheck_s (20): a stream that waits for it is the bug
+
+
+@pytest.fixture
+async def rt(db: Database, settings: Settings) -> AsyncIterator[Runtime]:
+    from onebox.sandbox.registry import get_backend
+
+    runtime = Runtime(settings, db, get_backend(settings))
+    yield runtime
+    await runtime.backend.close()
+    await runtime.objects.close()
+
+
+async def _emit(db: Database, run_id: uuid.UUID, kind: str) -> None:
+    async with db.transaction() as conn:
+        await store.append_event(conn, run_id, kind, {"kind": kind}, trace_id=None)
+
+
+async def _until(lines: AsyncIterator[str], text: str) -> list[str]:
+    seen = []
+    async for line in lines:
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError(f"the stream ended before {text!r}: {seen}")
+
+
+async def test_a_run_stream_ends_at_revocation_and_gets_no_later_event(
+    settings: Settings, rt: Runtime, db: Database,
+) -> None:
+    settings.api.heartbeat_s, settings.api.key_recheck_s = HEARTBEAT_S, 20.0
+    key, row = await create_key(db, tenant_id="acme", name="watcher")
+    async with _serving(create_app(settings, runtime=rt)) as url, httpx.AsyncClient(
+            base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+        run_id = uuid.UUID((await c.post("/v1/runs", json={"plan": PLAN})).json()["run_id"])
+        async with c.stream("GET", f"/v1/runs/{run_id}/events/stream") as response:
+            lines = response.aiter_lines()
+            await _emit(db, run_id, "before_revocation")
+            await asyncio.wait_for(_until(lines, "before_revocation"), 60)  # the stream is live
+            await revoke_key(db, row["prefix"])
+            for _ in range(3):
+                await _emit(db, run_id, "after_revocation")
+            rest = await asyncio.wait_for(_drain(lines), HEARTBEAT_S + MARGIN_S)
+    assert "event: revoked" in rest, rest
+    assert not [line for line in rest if "after_revocation" in line], rest
+
+
+async def _drain(lines: AsyncIterator[str]) -> list[str]:
+    return [line async for line in lines]
+
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-03-26", "capabilities": {},
+    "clientInfo": {"name": "revocation-test", "version": "1"}}}
+ACCEPT = "application/json, text/event-stream"
+
+
+async def test_an_mcp_http_stream_ends_at_revocation(
+    settings: Settings, rt: Runtime, db: Database,
+) -> None:
+    settings.api.key_recheck_s = HEARTBEAT_S
+    key, row = await create_key(db, tenant_id="acme", name="mcp watcher")
+    state = McpState(settings, rt, auth=True)
+    async with _serving(http_app(state, "127.0.0.1")) as url, httpx.AsyncClient(
+            base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+        init = await c.post("/mcp", json=INIT, headers={"Accept": ACCEPT})
+        assert init.status_code == 200, init.text
+        session = {"mcp-session-id": init.headers["mcp-session-id"],
+                   "mcp-protocol-version": "2025-03-26"}
+        done = await c.post("/mcp", headers={"Accept": ACCEPT, **session},
+                            json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert done.status_code == 202, done.text
+        async with c.stream("GET", "/mcp", headers={"Accept": "text/event-stream",
+                                                     **session}) as response:
+            assert response.status_code == 200
+            lines = response.aiter_lines()
+            ping = asyncio.ensure_future(_drain(lines))
+            await asyncio.sleep(HEARTBEAT_S * 2)
+            assert not ping.done(), "the stream ended before the key was revoked"
+            await revoke_key(db, row["prefix"])
+            rest = await asyncio.wait_for(ping, HEARTBEAT_S + MARGIN_S)
+        assert not [line for line in rest if line.startswith("data:") and "result" in
+                    json.loads(line[5:] or "{}")], rest
+        after = await c.post("/mcp", json=INIT, headers={"Accept": ACCEPT})
+        assert after.status_code == 401
