@@ -220,6 +220,9 @@ class ApiSettings(BaseModel):
     auth: bool = Field(True, description="require an API key; off is allowed on loopback only")
     max_request_bytes: int = Field(1 << 20, ge=1024, description="JSON request bodies")
     max_upload_bytes: int = Field(64 << 20, ge=1024, description="file and document uploads")
+    max_concurrent_uploads_per_tenant: int = Field(
+        4, ge=1, description="uploads one tenant may stream at once into one server (each "
+        "staged on disk, at most max_upload_bytes); more are answered 429 with Retry-After")
     events_poll_s: float = Field(0.05, gt=0, le=10, description="how often SSE looks for events")
     heartbeat_s: float = Field(15.0, gt=0, description="SSE keep-alive comment interval")
     key_recheck_s: float = Field(10.0, gt=0, le=20, description="an open SSE stream re-checks "

@@ -8,6 +8,7 @@
     ├── NotFound                 a run, step, session, document... that does not exist
     ├── Conflict                 a state transition that is not allowed now
     │   └── LeaseLost            a worker's fencing token is stale; its write was refused
+    ├── TooManyRequests          a per-tenant bound on work at once is reached; retry later
     ├── ProviderError            an LLM / embedding provider failed
     │   ├── RateLimited
     │   └── ProviderTimeout
@@ -85,6 +86,19 @@ class Conflict(OneboxError):
 
 class LeaseLost(Conflict):
     code = "lease_lost"
+
+
+class TooManyRequests(OneboxError):
+    """A per-tenant bound on things at once (e.g. concurrent uploads) is reached; the API
+    answers 429 with ``Retry-After: retry_after_s``."""
+
+    code = "too_many_requests"
+    http_status = 429
+
+    def __init__(self, message: str, *, field: str | None = None,
+                 retry_after_s: int = 1) -> None:
+        super().__init__(message, field=field)
+        self.retry_after_s = retry_after_s
 
 
 class ProviderError(OneboxError):

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from onebox.errors import OneboxError
+from onebox.errors import OneboxError, TooManyRequests
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ async def onebox_error(request: Request, exc: Exception) -> JSONResponse:
         if exc.http_status >= 500:
             log.error("%s %s: %s", request.method, request.url.path, exc.message)
         headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        if isinstance(exc, TooManyRequests):
+            headers = {"Retry-After": str(exc.retry_after_s)}
         return JSONResponse(exc.to_dict(), status_code=exc.http_status, headers=headers)
     if isinstance(exc, RequestValidationError):
         errors = exc.errors()
