@@ -26,7 +26,7 @@ from onebox.api.bounds import JsonDepthLimit
 from onebox.api.e2b import router as e2b_router
 from onebox.api.errors import BodyLimit, SecurityHeaders, install_error_handlers
 from onebox.api.events import EventHub
-from onebox.api.hosts import LoopbackHostOnly, OperatorPeerOnly, check_no_auth_binding
+from onebox.api.hosts import LoopbackHostOnly, check_no_auth_binding
 from onebox.api.routes import (
     console,
     environments,
@@ -41,6 +41,7 @@ from onebox.api.routes import (
 from onebox.api.state import ApiState
 from onebox.config import Settings
 from onebox.llm.embedding import EmbeddingModel
+from onebox.peers import OperatorPeerOnly
 from onebox.runtime.service import Runtime
 from onebox.runtime.worker import Worker
 

@@ -32,8 +32,8 @@ def mcp_cmd(use_http: bool, host: str, port: int, no_auth: bool, no_worker: bool
     tenant, unless --no-auth (loopback only, connections from this user's uid only). Runs are executed by a worker started in this
     process, like `onebox up`; --no-worker leaves them to separate workers.
     """
-    from onebox.api.hosts import no_auth_banner
     from onebox.mcp import transports
+    from onebox.peers import no_auth_banner
 
     settings = common.settings()
     if not use_http:

@@ -55,7 +55,7 @@ def _configure(host: str | None, port: int | None, no_auth: bool) -> Settings:
         settings.api.auth = False
     check_exposure(settings)
     if not settings.api.auth:
-        from onebox.api.hosts import no_auth_banner
+        from onebox.peers import no_auth_banner
 
         common.err.print(no_auth_banner(), markup=False)
     return settings

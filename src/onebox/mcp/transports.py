@@ -17,11 +17,11 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from onebox.api.hosts import OperatorPeerOnly
 from onebox.config import Settings
 from onebox.errors import ConfigError
 from onebox.mcp.server import build_server
 from onebox.mcp.state import McpState, Unauthorized, open_state
+from onebox.peers import OperatorPeerOnly
 
 HTTP_PATH = "/mcp"
 
@@ -128,7 +128,7 @@ def check_exposure(settings: Settings, host: str, loopback: bool) -> None:
 
 def http_app(state: McpState, host: str) -> ASGIApp:
     """The streamable HTTP app: with keys each request needs one; without, only the
-    operator's own uid may connect (api/hosts.OperatorPeerOnly)."""
+    operator's own uid may connect (onebox.peers)."""
     app = build_server(state).streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
     if state.auth:
         return BearerKeyRequired(app, state)
