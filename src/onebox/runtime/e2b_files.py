@@ -16,6 +16,7 @@ import os
 import posixpath
 import stat
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from onebox.errors import Conflict, NotFound, SandboxError, ValidationError
@@ -116,11 +117,12 @@ async def read(backend: SandboxBackend, session_id: str, rel: str) -> bytes:
 
 
 async def write(db: Database, backend: SandboxBackend, session_id: str, rel: str,
-                data: bytes) -> Entry:
+                data: bytes | Path) -> Entry:
+    """Write ``data`` (bytes, or a file the server staged) to the workspace's ``rel``."""
     if not rel:
         raise ValidationError(f"{HOME} is a directory; name a file beneath it", field="path")
-    await session_service.upload(db, backend, session_id, rel, data)
-    return Entry(posixpath.basename(rel), to_e2b(rel), "file", len(data), 0o644, 0.0)
+    written = await session_service.upload(db, backend, session_id, rel, data)
+    return Entry(posixpath.basename(rel), to_e2b(rel), "file", written["size"], 0o644, 0.0)
 
 
 _MAKE_DIR = f'[ -e "$P" ] && exit {EXISTS_EXIT}; mkdir -p -- "$P"'

@@ -112,13 +112,21 @@ def _dir_files(top: Path) -> list[tuple[str, Path]]:
 
 
 async def stage(db: Database, objects: ObjectStore, tenant_id: str, name: str,
-                data: bytes) -> tuple[uuid.UUID, RunFile]:
-    """Store the bytes as a blob and an upload row naming it, under the object GC's shared
-    lock (the GC never sees the blob without its row); the upload id and its RunFile."""
-    staged, upload_id = RunFile(name, hashlib.sha256(data).hexdigest(), len(data)), uuid.uuid4()
+                data: bytes | Path) -> tuple[uuid.UUID, RunFile]:
+    """Store the bytes (or a file the server staged, never read whole) as a blob and an
+    upload row naming it, under the object GC's shared lock (the GC never sees the blob
+    without its row); the upload id and its RunFile."""
+    if isinstance(data, Path):
+        digest, size = await asyncio.to_thread(_digest_of, data)
+    else:
+        digest, size = hashlib.sha256(data).hexdigest(), len(data)
+    staged, upload_id = RunFile(name, digest, size), uuid.uuid4()
     async with db.transaction() as conn:
         await conn.execute(Q["lock_gc_shared"], {"key": GC_LOCK_KEY})
-        await objects.put_blob(data)
+        if not isinstance(data, Path):
+            await objects.put_blob(data)
+        elif not await objects.exists(blob_key(digest)):
+            await objects.put_file(blob_key(digest), data)
         await conn.execute(Q["insert_upload"], {
             "id": upload_id, "tenant_id": tenant_id, "path": name, "sha256": staged.sha256,
             "size_bytes": staged.size_bytes})
@@ -176,11 +184,22 @@ async def place_inputs(db: Database, objects: ObjectStore, backend: SandboxBacke
     return len(files)
 
 
+def _digest_of(path: Path) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
 async def save_upload(db: Database, objects: ObjectStore, tenant_id: str, name: str,
-                      data: bytes, limits: RuntimeSettings) -> dict[str, Any]:
-    """POST /v1/uploads: one file kept for the tenant until a run names it by id."""
+                      data: bytes | Path, limits: RuntimeSettings) -> dict[str, Any]:
+    """POST /v1/uploads: one file kept for the tenant until a run names it by id (``data``
+    may be a file the server staged)."""
     path = check_name(name, field="files")
-    check_caps([len(data)], limits)
+    size = (await asyncio.to_thread(data.stat)).st_size if isinstance(data, Path) else len(data)
+    check_caps([size], limits)
     upload_id, staged = await stage(db, objects, tenant_id, path, data)
     return {"id": upload_id, "path": path, "sha256": staged.sha256,
             "size_bytes": staged.size_bytes}

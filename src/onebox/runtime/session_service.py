@@ -10,6 +10,7 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from onebox.errors import Conflict, NotFound, SandboxError
@@ -61,7 +62,7 @@ async def require_session(db: Database, session_id: str, tenant_id: str) -> dict
 async def execute(
     db: Database, backend: SandboxBackend, session_id: str, *, code: str, language: str,
     timeout_s: float | None, memory_mb: int | None, allow_domains: list[str],
-    stdin: str | None, files: dict[str, bytes] | None = None,
+    stdin: str | None, files: dict[str, bytes | Path] | None = None,
 ) -> ExecResult:
     request = ExecRequest(
         session_id=session_id, code=code, language=language,  # type: ignore[arg-type]
@@ -114,16 +115,18 @@ def result_json(result: ExecResult) -> dict[str, Any]:
 
 
 async def upload(
-    db: Database, backend: SandboxBackend, session_id: str, path: str, data: bytes
+    db: Database, backend: SandboxBackend, session_id: str, path: str, data: bytes | Path
 ) -> dict[str, Any]:
-    """Write one file into the workspace through the backend (its owner, its disk quota)."""
+    """Write one file into the workspace through the backend (its owner, its disk quota);
+    a ``Path`` is a file the server staged, copied in without reading it into memory."""
     clean = "/".join(safe_parts(path))
     result = await execute(db, backend, session_id, code=":", language="bash", timeout_s=30,
                            memory_mb=None, allow_domains=[], stdin=None, files={clean: data})
     if not result.ok:
         raise SandboxError(f"could not write {clean!r} into session {session_id}: "
                            f"{result.error or result.stderr.strip()}")
-    return {"path": clean, "size": len(data)}
+    size = (await asyncio.to_thread(data.stat)).st_size if isinstance(data, Path) else len(data)
+    return {"path": clean, "size": size}
 
 
 async def files_of(backend: SandboxBackend, session_id: str) -> list[dict[str, Any]]:

@@ -70,7 +70,8 @@ class ExecRequest:
     code: str | None = None
     language: Language = "python"
     argv: tuple[str, ...] | None = None
-    files: Mapping[str, bytes] = field(default_factory=dict)
+    files: Mapping[str, bytes | Path] = field(default_factory=dict)  # a Path: a host file the
+    # server staged (an upload), copied in by the kernel, never read whole into memory
     env: Mapping[str, str] = field(default_factory=dict)
     stdin: bytes | None = None
     limits: Limits = field(default_factory=Limits)

@@ -371,9 +371,10 @@ def make_dirs(dir_fd: int, rel: str, mode: int = 0o755,
         raise
 
 
-def write_file(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o644,
+def write_file(dir_fd: int, rel: str, data: bytes | Path, *, mode: int = 0o644,
                owner: tuple[int, int] | None = None, exclusive: bool = False) -> None:
-    """Write ``data`` to ``rel`` (parents created); never through a symlink, FIFO or device."""
+    """Write ``data`` to ``rel`` (parents created); never through a symlink, FIFO or device.
+    A ``Path`` is a host file onebox staged (an upload): the kernel copies it in chunks."""
     parent, name = split_parent(rel)
     flags = WRITE_FLAGS | (os.O_EXCL if exclusive else 0)
     with opened(make_dirs(dir_fd, parent, owner=owner)) as pfd:
@@ -382,11 +383,20 @@ def write_file(dir_fd: int, rel: str, data: bytes, *, mode: int = 0o644,
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise Refused(errno.EINVAL, "not a regular file", rel)
         os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        if isinstance(data, Path):
+            _copy_in(fd, data)
+        else:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
         if owner is not None:
             os.fchown(fd, *owner)
+
+
+def _copy_in(fd: int, source: Path) -> None:
+    with opened(os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)) as src:
+        while os.sendfile(fd, src, None, CHUNK_BYTES):
+            pass
 
 
 def chmod_at(dir_fd: int, rel: str, mode: int) -> None:

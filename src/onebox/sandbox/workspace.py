@@ -76,7 +76,8 @@ def _safe_parts(relpath: str) -> str:
     return "/".join(names)
 
 
-def write_files(root: Path, files: Mapping[str, bytes], owner: tuple[int, int] | None) -> None:
+def write_files(root: Path, files: Mapping[str, bytes | Path],
+                owner: tuple[int, int] | None) -> None:
     """Write request files under root without following any symlink in the workspace."""
     with hostfs.root(root) as root_fd:
         for relpath, data in files.items():

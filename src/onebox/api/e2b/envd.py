@@ -8,6 +8,7 @@ import asyncio
 import stat
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -15,6 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from onebox.api.e2b import connect
 from onebox.api.e2b.deps import ENVD_PORT, Target, target
+from onebox.api.staging import Staging, staged_upload
 from onebox.errors import Conflict, NotFound, OneboxError, ValidationError
 from onebox.runtime import e2b_files as files
 from onebox.runtime import session_service
@@ -122,31 +124,36 @@ async def download(request: Request, path: Annotated[str, Query(max_length=4096)
 @router.post("/files")
 async def upload(request: Request,
                  path: Annotated[str | None, Query(max_length=4096)] = None) -> Response:
+    """Each file is staged on disk as it arrives (api/staging), then copied into the
+    workspace by the kernel: the server never holds an upload whole in memory."""
     try:
         t = await target(request, ENVD_PORT)
-        written = [await files.write(t.api.db, t.api.backend, t.sandbox_id, rel, data)
-                   for rel, data in await _uploaded(request, path)]
+        async with staged_upload(request, t.api, t.tenant_id) as staging:
+            written = [await files.write(t.api.db, t.api.backend, t.sandbox_id, rel, data)
+                       for rel, data in await _uploaded(request, path, staging)]
     except OneboxError as exc:
         return _files_error(exc)
     return JSONResponse([{"name": e.name, "type": "file", "path": e.path} for e in written])
 
 
-async def _uploaded(request: Request, path: str | None) -> list[tuple[str, bytes]]:
-    """(workspace path, bytes) of each file: an octet-stream body, or multipart parts."""
+async def _uploaded(request: Request, path: str | None,
+                    staging: Staging) -> list[tuple[str, Path]]:
+    """(workspace path, staged file) of each file: an octet-stream body, or multipart parts."""
     if not request.headers.get("content-type", "").startswith("multipart/"):
         if path is None:
             raise ValidationError("an octet-stream upload needs ?path=", field="path")
         if request.headers.get("content-encoding"):
             raise ValidationError("compressed uploads are not supported; write without gzip",
                                   field="Content-Encoding")
-        return [(files.to_workspace(path), await request.body())]
-    form = await request.form()
+        return [(files.to_workspace(path), await staging.body())]
+    form = await staging.form(file_fields={"file"})
+    found = [part for part in form if part.name == "file"]
     parts = []
-    for part in form.getlist("file"):
-        if isinstance(part, str):
+    for part in found:
+        if part.path is None or part.filename is None:
             raise ValidationError("each multipart 'file' part must be a file", field="file")
-        name = path if path is not None and len(form.getlist("file")) == 1 else part.filename
-        parts.append((files.to_workspace(name or ""), await part.read()))
+        name = path if path is not None and len(found) == 1 else part.filename
+        parts.append((files.to_workspace(name or ""), part.path))
     if not parts:
         raise ValidationError("the upload holds no 'file' part", field="file")
     return parts

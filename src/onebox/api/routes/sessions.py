@@ -7,12 +7,13 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Header, Query, Response, UploadFile
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 
 from onebox.api.auth import Caller, State
 from onebox.api.schemas import CreateSession, Execute
+from onebox.api.staging import UPLOAD_RESPONSES, file_parts, form_doc, staged_upload, text_part
 from onebox.errors import OneboxError, ValidationError
 from onebox.runtime import session_service as service
 from onebox.runtime import tenant_sessions
@@ -20,6 +21,7 @@ from onebox.runtime.workspace_files import stream_fd
 
 router = APIRouter(tags=["sessions"])
 SessionId = Annotated[str, PathParam(pattern=r"^api-[0-9a-f]{16}$")]
+MAX_PATH_CHARS = 1024
 
 
 @router.post("/v1/sessions", status_code=201, summary="Create a sandbox session")
@@ -77,14 +79,21 @@ async def _ndjson(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]
 
 
 @router.post("/v1/sessions/{session_id}/files", status_code=201,
-             summary="Upload a file into the session's workspace")
-async def upload(session_id: SessionId, state: State, caller: Caller,
-                 file: Annotated[UploadFile, File()],
-                 path: Annotated[str | None, Form(max_length=1024)] = None) -> dict[str, Any]:
+             summary="Upload a file into the session's workspace",
+             openapi_extra=form_doc({"file": False}, {"path": MAX_PATH_CHARS}),
+             responses=UPLOAD_RESPONSES)
+async def upload(session_id: SessionId, request: Request, state: State,
+                 caller: Caller) -> dict[str, Any]:
+    """Multipart ``file`` (and optionally ``path``, else the file's name); staged on disk as
+    it arrives (api/staging), then copied into the workspace, never held whole in memory."""
     await service.require_session(state.db, session_id, caller.tenant_id)
-    data = await file.read()
-    return await service.upload(state.db, state.backend, session_id,
-                                path or file.filename or "upload", data)
+    async with staged_upload(request, state, caller.tenant_id) as staging:
+        parts = await staging.form(file_fields={"file"})
+        path = text_part(parts, "path", MAX_PATH_CHARS)
+        file = file_parts(parts, "file")[-1]
+        assert file.path is not None  # file_parts checked it
+        return await service.upload(state.db, state.backend, session_id,
+                                    path or file.filename or "upload", file.path)
 
 
 @router.get("/v1/sessions/{session_id}/files", summary="List the session's files")
