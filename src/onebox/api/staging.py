@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
@@ -201,6 +202,9 @@ class Staging:
             async for chunk in self._chunks():
                 await asyncio.to_thread(parser.write, chunk)
             parser.finalize()
+        except FormParserError as exc:
+            raise ValidationError(f"the multipart body is malformed: {exc}",
+                                  field="file") from exc
         finally:
             form.close()
         if not form.complete:
