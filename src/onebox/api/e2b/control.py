@@ -138,7 +138,10 @@ async def kill(sandbox_id: SandboxId, request: Request, state: State, caller: Ca
 @router.post("/sandboxes/{sandbox_id}/resume", include_in_schema=False)
 @router.post("/sandboxes/{sandbox_id}/snapshots", include_in_schema=False)
 @router.post("/sandboxes/{sandbox_id}/fork", include_in_schema=False)
-async def unsupported(sandbox_id: SandboxId, request: Request, caller: Caller) -> None:
+async def unsupported(sandbox_id: SandboxId, request: Request, state: State,
+                      caller: Caller) -> None:
+    # another tenant's sandbox is "not found" here too, as on every other route
+    await sandboxes.require(state.db, e2b_state(request).sandboxes, sandbox_id, caller.tenant_id)
     action = request.url.path.rsplit("/", 1)[-1]
     raise Conflict(f"onebox does not {action} E2B sandboxes: a sandbox runs until its timeout "
                    "or kill(); its workspace can be snapshotted through /v1/snapshots",

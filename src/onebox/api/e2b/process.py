@@ -123,7 +123,11 @@ async def list_processes(request: Request) -> Response:
 
 
 @router.post("/{method}")
-async def unsupported(method: str) -> Response:
+async def unsupported(method: str, request: Request) -> Response:
+    try:  # the caller and sandbox first: no answer about a sandbox that is not the caller's
+        await target(request, ENVD_PORT)
+    except Exception as exc:  # noqa: BLE001 # swallow-ok: unary_error re-raises what it does not know (then logged as a 500)
+        return connect.unary_error(exc)
     return connect.unary_error(connect.RpcError(
         "unimplemented", f"process.{method[:40]} is not supported by onebox (no stdin, no PTY; "
         "see docs/e2b.md)"))

@@ -1,0 +1,473 @@
+"""Tenant boundary, generated from the app's own router: every route x every attacker.
+
+The route list is read from ``create_app``'s router at test time (the OpenAPI document and the
+routes it hides: E2B envd, Connect RPC, the code interpreter), so a new route is attacked
+without a hand-written test. Each path parameter names a resource kind (RESOURCE_OF); a
+route whose parameter is not mapped fails ``test_every_route_parameter_names_a_resource``.
+
+The victim (globex) owns one of every kind, made through the API with its own key. The
+attackers are: no key, a revoked key, another tenant's valid key (acme) naming globex's ids
+in every path parameter (and in the body and query fields that name a resource), and a
+sandbox's own E2B access token (acme's sandbox) used on globex's sandbox and on /v1. Every
+answer must be 401/403/404 (422 for a malformed value): never 2xx, never 5xx. Lists and
+searches with a valid foreign key may answer 2xx but must not carry a victim's id or secret.
+Failures are collected and asserted at the end, naming route, method, attacker and status.
+Afterwards the victim's resources are checked to exist and be unchanged. The MCP HTTP app
+(``onebox mcp --http``, a separate app) gets the same attackers on its one route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from test_e2b_tenancy import _serving as serving
+
+from onebox.api import create_app
+from onebox.config import Settings, load_settings
+from onebox.llm.embedding import EmbeddingKind, EmbeddingModel, Vector
+from onebox.runtime.api_keys import create_key, revoke_key
+from onebox.runtime.service import Runtime
+from onebox.runtime.worker import Worker
+from onebox.store.db import Database
+
+SECRET = "GLOBEX-VAULT-7731"
+PLAN = {"name": "victim-plan", "steps": [
+    {"id": "s", "tool": "bash", "code": f"cat in.txt > out.txt; echo {SECRET} >> out.txt"}]}
+
+# path parameter -> the resource kind it names (a dict: by route prefix, for shared names)
+RESOURCE_OF: dict[str, str | dict[str, str]] = {
+    "run_id": "run",
+    "step_id": "step",
+    "call_id": "model_call",
+    "session_id": "session",
+    "snapshot_id": "snapshot",
+    "document_id": "document",
+    "memory_id": "memory",
+    "thread_id": "thread",
+    "sandbox_id": "sandbox",
+    "name": {"/v1/profiles/": "profile", "/v1/environments/": "environment"},
+    "path": {"/v1/runs/{run_id}/files/": "run_file", "/v1/runs/{run_id}/artifacts/": "run_file",
+             "/v1/sessions/": "session_file"},
+    "method": {"/e2b/sandbox/filesystem.Filesystem/": "fs_method",
+               "/e2b/sandbox/process.Process/": "process_method"},
+}
+# routes that name their resource in a header instead of the path
+HEADER_RESOURCE = {"/e2b/sandbox/": ("E2b-Sandbox-Id", "sandbox")}
+# answered to anyone (liveness, readiness, envd health the SDK polls before it has a key)
+PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/e2b/sandbox/health"),
+          ("GET", "/openapi.json"), ("GET", "/")}
+# a valid foreign key writes its OWN tenant's object of that name (names are per tenant);
+# allowed only because the victim's object is checked unchanged afterwards
+OWN_NAMESPACE = {("PUT", "/v1/profiles/{name}")}
+REFUSED = {401, 403, 404, 422}
+# E2B's own answer for a sandbox the caller cannot reach (the SDK's is_running() reads it)
+ALSO_REFUSED = {("GET", "/e2b/sandbox/health"): {502}}
+# Connect RPC streams answer 200 and put the error in the end-of-stream frame
+CONNECT_CODES = {"unauthenticated": 401, "permission_denied": 403, "not_found": 404,
+                 "invalid_argument": 422}
+PARAM = re.compile(r"{(\w+)(?::\w+)?}")
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+
+    @property
+    def params(self) -> list[str]:
+        return PARAM.findall(self.path)
+
+
+def app_routes(app: Any) -> list[Route]:
+    """Every (method, path) the app answers: its router walked, schema-hidden routes too."""
+    found: list[Route] = []
+
+    def walk(routes: Sequence[Any]) -> None:
+        for r in routes:
+            inner = getattr(r, "original_router", None)
+            if inner is not None:
+                walk(inner.routes)
+            elif getattr(r, "methods", None):
+                found.extend(Route(m, r.path) for m in sorted(r.methods) if m != "HEAD")
+
+    walk(app.router.routes)
+    return sorted(set(found), key=lambda r: (r.path, r.method))
+
+
+def kind_of(param: str, path: str) -> str | None:
+    kind = RESOURCE_OF.get(param)
+    if isinstance(kind, dict):
+        return next((k for prefix, k in kind.items() if path.startswith(prefix)), None)
+    return kind
+
+
+def header_of(path: str) -> tuple[str, str] | None:
+    return next((h for prefix, h in HEADER_RESOURCE.items() if path.startswith(prefix)), None)
+
+
+def _app() -> Any:
+    import tempfile
+    from pathlib import Path
+
+    return create_app(load_settings(home=Path(tempfile.mkdtemp(prefix="onebox-routes-"))))
+
+
+def test_every_route_parameter_names_a_resource() -> None:
+    """The sweep fills every path parameter with a victim's id: a parameter it cannot map
+    would leave a route unattacked, so it fails here instead."""
+    app = _app()
+    routes = app_routes(app)
+    unmapped = sorted({f"add {p!r} to RESOURCE_OF (route {r.method} {r.path}): which "
+                       "resource kind does it name?"
+                       for r in routes for p in r.params if kind_of(p, r.path) is None})
+    assert not unmapped, "\n".join(unmapped)
+    schema_ops = {(m.upper(), p) for p, ops in app.openapi()["paths"].items() for m in ops}
+    walked = {(r.method, re.sub(r":\w+}", "}", r.path)) for r in routes}
+    assert schema_ops <= walked, f"the router walk missed {schema_ops - walked}"
+    assert any(r.path.startswith("/e2b/sandbox/") for r in routes), "envd routes not walked"
+
+
+class FlatEmbeddingModel(EmbeddingModel):
+    """Memories and documents need vectors; this suite never ranks them."""
+
+    name, dim = "test/flat-384", 384
+
+    async def _embed(self, texts: Sequence[str], kind: EmbeddingKind) -> list[Vector]:
+        return [[1.0] * self.dim for _ in texts]
+
+
+@dataclass
+class Server:
+    url: str
+    rt: Runtime
+    keys: dict[str, str]
+    app: Any
+    victim: dict[str, str] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def client(self, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, headers=headers or {}, timeout=60)
+
+
+@pytest.fixture
+async def server(db: Database, settings: Settings) -> AsyncIterator[Server]:
+    from onebox.sandbox.registry import get_backend
+
+    settings.runtime.poll_s = 0.1
+    settings.api.events_poll_s = 0.05
+    backend = get_backend(settings)
+    rt = Runtime(settings, db, backend)
+    keys = {t: (await create_key(db, tenant_id=t, name=f"{t}-boundary"))[0]
+            for t in ("acme", "globex")}
+    revoked, row = await create_key(db, tenant_id="acme", name="acme-revoked")
+    await revoke_key(db, row["prefix"])
+    keys["revoked"] = revoked
+    stop = asyncio.Event()
+    work = Worker(db, backend, settings, objects=rt.objects)
+    runner = asyncio.create_task(work.serve(stop, drain_s=2))
+    app = create_app(settings, runtime=rt, embedding=FlatEmbeddingModel())
+    try:
+        async with serving(app) as url:
+            yield Server(url, rt, keys, app)
+    finally:
+        stop.set()
+        await runner
+        await backend.close()
+        await rt.objects.close()
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _ok(r: httpx.Response, what: str) -> Any:
+    assert r.status_code < 300, f"victim setup: {what} answered {r.status_code}: {r.text[:400]}"
+    return r.json() if r.content else None
+
+
+async def _make_victim(s: Server) -> None:
+    """globex owns one of every kind, each made through the API with its own key."""
+    v = s.victim
+    async with s.client(_bearer(s.keys["globex"])) as g:
+        up = _ok(await g.post("/v1/uploads", files={"files": ("in.txt", b"victim input\n")}),
+                 "upload")
+        v["upload"] = str(up["uploads"][0]["id"])
+        v["run"] = _ok(await g.post("/v1/runs", json={"plan": PLAN, "files": [v["upload"]]}),
+                       "run")["run_id"]
+        for _ in range(600):
+            detail = _ok(await g.get(f"/v1/runs/{v['run']}"), "run detail")
+            if detail["run"]["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                break
+            await asyncio.sleep(0.1)
+        assert detail["run"]["status"] == "SUCCEEDED", detail["run"]
+        v["step"], v["run_file"] = "s", "out.txt"
+        v["model_call"] = str(uuid.uuid4())  # a plan run calls no model: any id is foreign
+        v["session"] = _ok(await g.post("/v1/sessions"), "session")["id"]
+        _ok(await g.post(f"/v1/sessions/{v['session']}/execute",
+                         json={"language": "bash", "code": f"echo {SECRET} > secret.txt"}),
+            "session execute")
+        v["session_file"] = "secret.txt"
+        snaps = _ok(await g.get("/v1/snapshots", params={"run_id": v["run"]}), "snapshots")
+        if not snaps["snapshots"]:
+            from onebox.objects import get_object_store
+            from onebox.snapshots.archive import record_snapshot
+
+            store = get_object_store(s.rt.settings)
+            await record_snapshot(s.rt.db, store, s.rt.backend.workspace(v["session"]),
+                                  session_id=v["session"])
+            await store.close()
+            snaps = _ok(await g.get("/v1/snapshots"), "snapshots")
+        v["snapshot"] = str(snaps["snapshots"][0]["id"])
+        v["thread"] = _ok(await g.post("/v1/threads", json={"title": "victim thread"}),
+                          "thread")["id"]
+        v["environment"] = "victim-env"
+        _ok(await g.post("/v1/environments", json={"name": v["environment"], "packages": ["six"],
+                                                   "wait": False}), "environment")
+        # (no wait: the build needs the network, which tests may not have; the row exists
+        # from the request on, BUILDING, then READY or FAILED: either is globex's)
+        v["profile"] = "victim-profile"
+        _ok(await g.put(f"/v1/profiles/{v['profile']}", json={"model": "victim-model", "memory_scope": "victim"}),
+            "profile")
+        v["memory"] = str(_ok(await g.post("/v1/memory", json={
+            "scope": "victim", "content": f"The vault code is {SECRET}."}), "memory")["id"])
+        v["document"] = str(_ok(await g.post("/v1/knowledge/documents", json={
+            "source": "vault.md", "collection": "victim", "text": f"Vault: {SECRET}."}),
+            "document")["document_id"])
+        sbx = _ok(await g.post("/e2b/v2/sandboxes", json={"templateID": "base"},
+                               headers={"X-API-Key": s.keys["globex"]}), "e2b sandbox")
+        v["sandbox"] = sbx["sandboxID"]
+        s.tokens["globex"] = sbx["envdAccessToken"]
+        _ok(await g.post("/e2b/sandbox/files", params={"path": "/home/user/secret.txt"},
+                         files={"file": ("secret.txt", SECRET.encode())},
+                         headers=_sandbox_headers(v["sandbox"], sbx["envdAccessToken"])),
+            "e2b file")
+    v["fs_method"], v["process_method"] = "Remove", "SendInput"
+    async with s.client(_bearer(s.keys["acme"])) as a:
+        own = _ok(await a.post("/e2b/v2/sandboxes", json={"templateID": "base"},
+                               headers={"X-API-Key": s.keys["acme"]}), "attacker's sandbox")
+        s.tokens["acme"] = own["envdAccessToken"]
+
+
+def _sandbox_headers(sandbox_id: str, token: str) -> dict[str, str]:
+    return {"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token}
+
+
+# a body that would do harm (or read the secret) for the owner, per route
+BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("POST", "/v1/sessions/{session_id}/execute"): {"language": "bash", "code": "cat secret.txt"},
+    ("POST", "/v1/threads/{thread_id}/messages"): {"message": "what is the vault code?"},
+    ("POST", "/e2b/sandbox/filesystem.Filesystem/{method}"): {"path": "/home/user/secret.txt"},
+    ("POST", "/e2b/sandbox/execute"): {"code": "print(open('/home/user/secret.txt').read())"},
+    ("POST", "/e2b/sandbox/process.Process/Start"): {
+        "process": {"cmd": "cat", "args": ["/home/user/secret.txt"]}},
+    ("POST", "/e2b/sandboxes/{sandbox_id}/timeout"): {"timeout": 1},
+    ("POST", "/e2b/v2/sandboxes/{sandbox_id}/connect"): {"timeout": 1},
+    ("POST", "/e2b/sandboxes/{sandbox_id}/connect"): {"timeout": 1},
+    ("PUT", "/v1/profiles/{name}"): {"model": "m", "memory_scope": "attacker"},
+    ("POST", "/v1/runs/{run_id}/steps/{step_id}/approve"): {},
+    ("POST", "/v1/runs/{run_id}/steps/{step_id}/reject"): {},
+}
+QUERIES: dict[tuple[str, str], dict[str, str]] = {
+    ("GET", "/e2b/sandbox/files"): {"path": "/home/user/secret.txt"},
+    ("POST", "/e2b/sandbox/files"): {"path": "/home/user/secret.txt"},
+}
+MULTIPART = {("POST", "/v1/sessions/{session_id}/files"), ("POST", "/e2b/sandbox/files"),
+             ("POST", "/v1/uploads"), ("POST", "/v1/knowledge/upload")}
+
+
+def _probes(routes: list[Route], v: dict[str, str]) -> Iterator[tuple[Route, dict[str, Any]]]:
+    """Each route that names a resource (path or header), filled with the victim's ids, plus
+    the body and query fields that name one (first: the sweep's PUT of a profile of the
+    victim's name makes the attacker one of its own)."""
+    # body and query fields that name a resource: each with its twin naming a fresh one
+    fresh = {k: str(uuid.uuid4()) for k in ("run", "session", "upload")} | {
+        "profile": "never-made", "environment": "never-built"}
+    for label, url, where, build in (
+            ("GET /v1/snapshots?run_id", "/v1/snapshots", "params",
+             lambda ids: {"run_id": ids["run"]}),
+            ("GET /v1/snapshots?session_id", "/v1/snapshots", "params",
+             lambda ids: {"session_id": ids["session"]}),
+            ("POST /v1/runs files=[upload]", "/v1/runs", "json",
+             lambda ids: {"plan": PLAN, "files": [ids["upload"]]}),
+            ("POST /v1/runs profile=", "/v1/runs", "json",
+             lambda ids: {"task": "hi", "profile": ids["profile"]}),
+            ("POST /v1/sessions environment=", "/v1/sessions", "json",
+             lambda ids: {"environment": ids["environment"]}),
+            ("POST /v1/threads profile=", "/v1/threads", "json",
+             lambda ids: {"profile": ids["profile"]}),
+            ("POST /e2b/v2/sandboxes templateID=", "/e2b/v2/sandboxes", "json",
+             lambda ids: {"templateID": ids["environment"]})):
+        method, name = label.split(" ", 1)
+        yield Route(method, name), {"url": url, where: build(v),
+                                    "fresh": {"url": url, where: build(fresh)}}
+    for r in routes:
+        url = r.path
+        for p in r.params:
+            kind = kind_of(p, r.path)
+            assert kind is not None
+            url = re.sub("{" + p + r"(?::\w+)?}", v[kind], url, count=1)
+        header = header_of(r.path)
+        if not r.params and header is None:
+            continue
+        req: dict[str, Any] = {"url": url, "params": QUERIES.get((r.method, r.path))}
+        if (r.method, r.path) in MULTIPART:
+            req["files"] = {"file": ("secret.txt", b"overwritten")}
+        elif r.method in ("POST", "PUT", "PATCH"):
+            req["json"] = BODIES.get((r.method, r.path), {})
+        if header is not None:
+            req["headers"] = {header[0]: v[header[1]]}
+        yield r, req
+
+
+async def _send(c: httpx.AsyncClient, method: str, req: dict[str, Any],
+                headers: dict[str, str]) -> httpx.Response:
+    kw = {k: req[k] for k in ("params", "json", "files") if req.get(k) is not None}
+    hdrs = {**headers, **req.get("headers", {})}
+    async with c.stream(method, req["url"], headers=hdrs, **kw) as r:  # type: ignore[arg-type]
+        if r.status_code < 300 and r.headers.get("content-type", "").startswith(
+                "text/event-stream"):
+            return r  # a stream that opened is already the finding
+        await r.aread()
+        return r
+
+
+def status_of(r: httpx.Response) -> int:
+    """The HTTP status, or for a Connect stream the status its end-of-stream error means."""
+    if not r.headers.get("content-type", "").startswith("application/connect+"):
+        return r.status_code
+    body, code = r.content, None
+    while len(body) >= 5:
+        size = int.from_bytes(body[1:5], "big")
+        frame, body = body[5:5 + size], body[5 + size:]
+        with contextlib.suppress(ValueError):
+            code = (json.loads(frame).get("error") or {}).get("code", code)
+    return CONNECT_CODES.get(code or "", r.status_code)
+
+
+def _leaks(text: str, v: dict[str, str]) -> list[str]:
+    secrets = [SECRET] + [v[k] for k in ("run", "session", "snapshot", "thread", "memory",
+                                         "document", "sandbox", "upload")]
+    return [s for s in secrets if s in text]
+
+
+async def test_no_route_crosses_the_tenant_boundary(server: Server) -> None:
+    s = server
+    await _make_victim(s)
+    v = s.victim
+    before = await _victim_intact(s)
+    assert not before, "the owner cannot read its own resources: " + "\n".join(before)
+    routes = app_routes(s.app)
+    attackers = {
+        "no key": {},
+        "revoked key": {**_bearer(s.keys["revoked"]), "X-API-Key": s.keys["revoked"]},
+        "another tenant's key": {**_bearer(s.keys["acme"]), "X-API-Key": s.keys["acme"]},
+        "another sandbox's access token": {"X-Access-Token": s.tokens["acme"],
+                                           **_bearer(s.tokens["acme"])},
+        "the victim's sandbox token on other routes": {"X-Access-Token": s.tokens["globex"],
+                                                       **_bearer(s.tokens["globex"])},
+    }
+    failures: list[str] = []
+    sent = 0
+    async with s.client() as c:
+        # 1, 2: every route refuses a missing or revoked key with 401 (public ones aside)
+        for r in routes:
+            if (r.method, r.path) in PUBLIC:
+                continue
+            req = next((q for rr, q in _probes([r], v) if rr == r), None) or {
+                "url": r.path, "json": {} if r.method in ("POST", "PUT") else None}
+            if (r.method, r.path) in MULTIPART:
+                req = {**req, "json": None, "files": {"file": ("x.txt", b"x")}}
+            for name in ("no key", "revoked key"):
+                resp = await _send(c, r.method, req, attackers[name])
+                sent += 1
+                if status_of(resp) != 401:
+                    failures.append(f"{r.method} {r.path} [{name}] -> {resp.status_code} "
+                                    f"(want 401): {resp.text[:200]}")
+        # 3, 4: valid credentials of someone else, naming the victim's resources
+        for r, req in _probes(routes, v):
+            for name in ("another tenant's key", "another sandbox's access token",
+                         "the victim's sandbox token on other routes"):
+                if name.startswith("the victim's") and r.path.startswith("/e2b/sandbox/"):
+                    continue  # its own sandbox: the token's purpose
+                resp = await _send(c, r.method, req, attackers[name])
+                sent += 1
+                status = status_of(resp)
+                if "fresh" in req and status < 300:
+                    # a field naming a resource may be accepted as a name of the caller's own
+                    # namespace: only if the answer is the one a never-used name gets
+                    fresh = await _send(c, r.method, req["fresh"], attackers[name])
+                    sent += 1
+                    if status_of(fresh) == status and not _leaks(resp.text, v):
+                        continue
+                if (r.method, r.path) in OWN_NAMESPACE and name == "another tenant's key" \
+                        and status < 300:
+                    continue
+                if status not in REFUSED | ALSO_REFUSED.get((r.method, r.path), set()):
+                    failures.append(f"{r.method} {r.path} as {req['url']} [{name}] -> {status}: "
+                                    f"{resp.text[:200]}")
+        # lists and searches: a valid foreign key sees none of the victim's ids
+        async with s.client(_bearer(s.keys["acme"])) as a:
+            for r in routes:
+                if r.method != "GET" or r.params or header_of(r.path) or \
+                        (r.method, r.path) in PUBLIC or r.path.endswith("/stream"):
+                    continue
+                resp = await a.get(r.path)
+                sent += 1
+                if resp.status_code >= 500 or _leaks(resp.text, v):
+                    failures.append(f"GET {r.path} [another tenant's key, list] -> "
+                                    f"{resp.status_code} leaks {_leaks(resp.text, v)}")
+            for url, body in (("/v1/knowledge/search", {"query": "vault", "collections":
+                                                        ["victim"]}),
+                              ("/v1/memory/recall", {"scope": "victim", "query": "vault"}),
+                              ("/v1/cache/lookup", {"question": "vault code?",
+                                                    "scope": "victim"})):
+                resp = await a.post(url, json=body)
+                sent += 1
+                if resp.status_code >= 500 or _leaks(resp.text, v):
+                    failures.append(f"POST {url} [another tenant's key, search] -> "
+                                    f"{resp.status_code} leaks {_leaks(resp.text, v)}")
+    failures += await _victim_intact(s)
+    print(f"tenant boundary: {len(routes)} routes, {sent} attacks")
+    assert not failures, f"{len(failures)} boundary failures:\n" + "\n".join(failures)
+
+
+async def _victim_intact(s: Server) -> list[str]:
+    """After the sweep (cancels, deletes, restores, removes...): globex still has everything."""
+    v, bad = s.victim, []
+    async with s.client(_bearer(s.keys["globex"])) as g:
+        checks = {
+            "run": (f"/v1/runs/{v['run']}", lambda b: b["run"]["status"] == "SUCCEEDED"),
+            "run artifact": (f"/v1/runs/{v['run']}/artifacts/out.txt", lambda b: SECRET in b),
+            "session file": (f"/v1/sessions/{v['session']}/files/secret.txt",
+                             lambda b: b.strip() == SECRET),
+            "thread": (f"/v1/threads/{v['thread']}", lambda b: True),
+            "environment": (f"/v1/environments/{v['environment']}", lambda b: True),
+            "profile": (f"/v1/profiles/{v['profile']}",
+                        lambda b: b["spec"].get("memory_scope") == "victim"),
+            "snapshot": (f"/v1/snapshots/{v['snapshot']}/download", lambda b: True),
+            "sandbox": (f"/e2b/sandboxes/{v['sandbox']}", lambda b: True),
+            "memories": ("/v1/memory", lambda b: v["memory"] in str(b)),
+            "documents": ("/v1/knowledge/documents", lambda b: v["document"] in str(b)),
+        }
+        for what, (url, check) in checks.items():
+            r = await g.get(url, headers={"X-API-Key": s.keys["globex"]})
+            body: Any = r.text
+            with contextlib.suppress(ValueError):
+                body = r.json() if "json" in r.headers.get("content-type", "") else r.text
+            if r.status_code != 200 or not check(body):
+                bad.append(f"victim's {what} changed by the sweep: {url} -> {r.status_code} "
+                           f"{r.text[:200]}")
+        r = await g.get("/e2b/sandbox/files", params={"path": "/home/user/secret.txt"},
+                        headers=_sandbox_headers(v["sandbox"], s.tokens["globex"]))
+        if r.status_code != 200 or r.text != SECRET:
+            bad.append(f"victim's sandbox file changed: {r.status_code} {r.text[:200]}")
+    return bad
