@@ -69,6 +69,9 @@ PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/e2b/sandbox/health"
 # allowed only because the victim's object is checked unchanged afterwards
 OWN_NAMESPACE = {("PUT", "/v1/profiles/{name}")}
 REFUSED = {401, 403, 404, 422}
+# reads the owner's control cannot make either: a plan run calls no model (the call id is a
+# random one), and a finished run's workspace is gone (its files are its artifacts)
+NO_CONTROL = {"/v1/runs/{run_id}/model-calls/{call_id}", "/v1/runs/{run_id}/files/{path:path}"}
 # E2B's own answer for a sandbox the caller cannot reach (the SDK's is_running() reads it)
 ALSO_REFUSED = {("GET", "/e2b/sandbox/health"): {502}}
 # Connect RPC streams answer 200 and put the error in the end-of-stream frame
@@ -378,6 +381,13 @@ async def test_no_route_crosses_the_tenant_boundary(server: Server) -> None:
     failures: list[str] = []
     sent = 0
     async with s.client() as c:
+        # control: with the owner's key every read the sweep makes reaches a real resource
+        owner = {**_bearer(s.keys["globex"]), "X-API-Key": s.keys["globex"]}
+        for r, req in _probes(routes, v):
+            if r.method == "GET" and "fresh" not in req and r.path not in NO_CONTROL \
+                    and not r.path.endswith("/stream"):
+                resp = await _send(c, r.method, req, owner)
+                assert resp.status_code < 300, f"owner's {r.method} {req['url']}: {resp.text}"
         # 1, 2: every route refuses a missing or revoked key with 401 (public ones aside)
         for r in routes:
             if (r.method, r.path) in PUBLIC:
@@ -471,3 +481,104 @@ async def _victim_intact(s: Server) -> list[str]:
         if r.status_code != 200 or r.text != SECRET:
             bad.append(f"victim's sandbox file changed: {r.status_code} {r.text[:200]}")
     return bad
+
+
+# MCP tool argument -> the resource kind it names (None: names no resource of a tenant)
+MCP_ARGS: dict[str, str | None] = {
+    "run_id": "run", "session_id": "session", "path": "run_file", "scope": "memory_scope",
+    "profile": "profile", "collection": "collection", "collections": "collection",
+    "code": None, "language": None, "timeout_s": None, "allow_domains": None, "task": None,
+    "files": None, "plan": None, "query": None, "k": None, "text": None, "wait_s": None,
+    "timeout": None, "name": None, "metadata": None, "max_bytes": None, "yaml": None,
+}
+MCP_CALL_ARGS = {"code": "print(open('secret.txt').read())", "language": "python",
+                 "query": "vault code", "text": "attacker note", "task": "hi"}
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-03-26", "capabilities": {},
+    "clientInfo": {"name": "tenant-boundary", "version": "1"}}}
+MCP_ACCEPT = "application/json, text/event-stream"
+
+
+def _rpc(r: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC answer of a streamable-HTTP response (plain JSON or one SSE event)."""
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:] for line in r.text.splitlines() if line.startswith("data:")]
+        return json.loads(data[-1]) if data else {}
+    return r.json() if r.content else {}
+
+
+async def test_mcp_http_refuses_other_tenants_resources(server: Server) -> None:
+    """`onebox mcp --http`: its one route refuses a missing, revoked or sandbox-token key
+    with 401, and each tool (listed by the server itself) that takes a resource id answers a
+    tool error for the victim's, leaking nothing and changing nothing."""
+    from onebox.mcp.state import McpState
+    from onebox.mcp.transports import HTTP_PATH, http_app
+
+    s = server
+    await _make_victim(s)
+    v = {**s.victim, "memory_scope": "victim", "collection": "victim"}
+    failures: list[str] = []
+    state = McpState(s.rt.settings, s.rt, auth=True)
+    async with serving(http_app(state, "127.0.0.1")) as url, \
+            httpx.AsyncClient(base_url=url, timeout=60) as c:
+        for name, key in (("no key", None), ("revoked key", s.keys["revoked"]),
+                          ("a sandbox's access token", s.tokens["globex"])):
+            headers = {"Accept": MCP_ACCEPT, **(_bearer(key) if key else {})}
+            for method in ("POST", "GET", "DELETE"):
+                r = await c.request(method, HTTP_PATH, headers=headers,
+                                    json=INIT if method == "POST" else None)
+                if r.status_code != 401:
+                    failures.append(f"MCP {method} {HTTP_PATH} [{name}] -> {r.status_code}")
+        headers = {"Accept": MCP_ACCEPT, **_bearer(s.keys["acme"])}
+        init = await c.post(HTTP_PATH, json=INIT, headers=headers)
+        assert init.status_code == 200, init.text
+        headers |= {"mcp-session-id": init.headers["mcp-session-id"],
+                    "mcp-protocol-version": "2025-03-26"}
+        await c.post(HTTP_PATH, headers=headers,
+                     json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        tools = _rpc(await c.post(HTTP_PATH, headers=headers, json={
+            "jsonrpc": "2.0", "id": 2, "method": "tools/list"}))["result"]["tools"]
+        unmapped = sorted(f"add {arg!r} (tool {t['name']}) to MCP_ARGS: which resource kind "
+                          "does it name, if any?" for t in tools
+                          for arg in t["inputSchema"].get("properties", {}) if arg not in MCP_ARGS)
+        assert not unmapped, "\n".join(unmapped)
+        calls = 0
+        for n, tool in enumerate(tools, start=3):
+            props = tool["inputSchema"].get("properties", {})
+            named = [a for a in props if MCP_ARGS[a]]
+            if not any(MCP_ARGS[a] in ("run", "session", "run_file") for a in named):
+                continue  # namespaced names only (scope, collection, profile): below
+            args = {a: MCP_CALL_ARGS[a] for a in tool["inputSchema"].get("required", [])
+                    if a in MCP_CALL_ARGS}
+            args |= {a: v[str(MCP_ARGS[a])] for a in named}
+            r = await c.post(HTTP_PATH, headers=headers, json={
+                "jsonrpc": "2.0", "id": n, "method": "tools/call",
+                "params": {"name": tool["name"], "arguments": args}})
+            calls += 1
+            answer = _rpc(r)
+            refused = "error" in answer or answer.get("result", {}).get("isError")
+            if r.status_code >= 500 or not refused or SECRET in r.text:
+                failures.append(f"MCP tool {tool['name']}({args}) [another tenant's key] -> "
+                                f"{r.status_code} {r.text[:300]}")
+        assert calls >= 4, f"only {calls} MCP tools take a run or session id: the list changed?"
+        for tool, args in (("recall", {"query": "vault code", "scope": "victim"}),
+                           ("search_knowledge", {"query": "vault code"})):
+            r = await c.post(HTTP_PATH, headers=headers, json={
+                "jsonrpc": "2.0", "id": 99, "method": "tools/call",
+                "params": {"name": tool, "arguments": args}})
+            if r.status_code >= 500 or SECRET in r.text:
+                failures.append(f"MCP tool {tool}({args}) [another tenant's key] leaks: "
+                                f"{r.text[:300]}")
+        # control: the owner's key reaches the same file through the same tool
+        own = {"Accept": MCP_ACCEPT, **_bearer(s.keys["globex"])}
+        init = await c.post(HTTP_PATH, json=INIT, headers=own)
+        own |= {"mcp-session-id": init.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-03-26"}
+        await c.post(HTTP_PATH, headers=own,
+                     json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        mine = await c.post(HTTP_PATH, headers=own, json={
+            "jsonrpc": "2.0", "id": 100, "method": "tools/call", "params": {
+                "name": "read_run_file", "arguments": {"run_id": v["run"], "path": "out.txt"}}})
+        assert SECRET in mine.text, f"the owner's own read did not reach the file: {mine.text}"
+    failures += await _victim_intact(s)
+    assert not failures, f"{len(failures)} MCP boundary failures:\n" + "\n".join(failures)
