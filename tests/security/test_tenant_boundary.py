@@ -139,6 +139,41 @@ def test_every_route_parameter_names_a_resource() -> None:
     assert any(r.path.startswith("/e2b/sandbox/") for r in routes), "envd routes not walked"
 
 
+def _schema_fields(schema: dict[str, Any]) -> dict[str, set[str]]:
+    """Every query parameter and request-body property of the schema -> its routes."""
+    parts = schema["components"]["schemas"]
+
+    def resolved(node: dict[str, Any]) -> dict[str, Any]:
+        return parts[node["$ref"].split("/")[-1]] if "$ref" in node else node
+
+    fields: dict[str, set[str]] = {}
+    for path, ops in schema["paths"].items():
+        for method, op in ops.items():
+            where = f"{method.upper()} {path}"
+            for param in op.get("parameters", []):
+                if param["in"] == "query":
+                    fields.setdefault(param["name"], set()).add(where)
+            for content in op.get("requestBody", {}).get("content", {}).values():
+                body = resolved(content["schema"])
+                for alt in body.get("anyOf", [body]):
+                    for name in resolved(alt).get("properties", {}):
+                        fields.setdefault(name, set()).add(where)
+    return fields
+
+
+def test_every_field_that_names_a_resource_is_probed() -> None:
+    """A query or body field of the schema must be in FIELD_OF, and one that names a
+    resource kind must be sent the victim's in FIELD_PROBES."""
+    fields = _schema_fields(_app().openapi())
+    unmapped = sorted(f"add {f!r} to FIELD_OF ({', '.join(sorted(routes))}): which resource "
+                      "does it name, if any?" for f, routes in fields.items() if f not in FIELD_OF)
+    assert not unmapped, "\n".join(unmapped)
+    probed = set().union(*(p[4] for p in FIELD_PROBES))
+    missing = sorted(f"add a FIELD_PROBES entry sending the victim's {FIELD_OF[f]} in {f!r}"
+                     for f in fields if FIELD_OF[f] not in (None, NAMESPACED) and f not in probed)
+    assert not missing, "\n".join(missing)
+
+
 class FlatEmbeddingModel(EmbeddingModel):
     """Memories and documents need vectors; this suite never ranks them."""
 
@@ -204,8 +239,10 @@ async def _make_victim(s: Server) -> None:
         up = _ok(await g.post("/v1/uploads", files={"files": ("in.txt", b"victim input\n")}),
                  "upload")
         v["upload"] = str(up["uploads"][0]["id"])
-        v["run"] = _ok(await g.post("/v1/runs", json={"plan": PLAN, "files": [v["upload"]]}),
-                       "run")["run_id"]
+        v["idempotency"] = "victim-idempotency-key"
+        v["run"] = _ok(await g.post("/v1/runs", json={
+            "plan": PLAN, "files": [v["upload"]], "idempotency_key": v["idempotency"]}),
+            "run")["run_id"]
         for _ in range(600):
             detail = _ok(await g.get(f"/v1/runs/{v['run']}"), "run detail")
             if detail["run"]["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
@@ -283,6 +320,44 @@ QUERIES: dict[tuple[str, str], dict[str, str]] = {
     ("GET", "/e2b/sandbox/files"): {"path": "/home/user/secret.txt"},
     ("POST", "/e2b/sandbox/files"): {"path": "/home/user/secret.txt"},
 }
+# query and body fields of the schema -> what they name: a resource kind (probed below with
+# the victim's), NAMESPACED (a name inside the caller's own tenant: acme's "victim" scope is
+# not globex's; searched and listed in the sweep) or None (names nothing)
+NAMESPACED = "namespaced"
+FIELD_OF: dict[str, str | None] = {
+    "run_id": "run", "session_id": "session", "files": "upload", "profile": "profile",
+    "environment": "environment", "templateID": "environment", "idempotency_key": "idempotency",
+    "to": "step", "from": "step",  # steps of the path's run: the run is checked first
+    "collection": NAMESPACED, "collections": NAMESPACED, "scope": NAMESPACED,
+    "user_id": NAMESPACED, "name": NAMESPACED, "path": NAMESPACED, "file": None,
+    **dict.fromkeys((
+        "after", "allow_domains", "before", "by", "code", "comment", "content", "envVars",
+        "format", "happened_at", "include_superseded", "k", "kind", "language", "limit",
+        "max_access", "max_cost", "memory_mb", "message", "metadata", "older_than_days",
+        "packages", "plan", "q", "query", "question", "since", "source", "state", "stateless",
+        "status", "stdin", "task", "text", "timeout", "timeout_s", "title", "until", "wait",
+        "zip")),
+}
+FIELD_PROBES: list[tuple[str, str, str, Any, set[str]]] = [
+    ("GET /v1/snapshots?run_id", "/v1/snapshots", "params",
+     lambda ids: {"run_id": ids["run"]}, {"run_id"}),
+    ("GET /v1/snapshots?session_id", "/v1/snapshots", "params",
+     lambda ids: {"session_id": ids["session"]}, {"session_id"}),
+    ("POST /v1/runs files=[upload]", "/v1/runs", "json",
+     lambda ids: {"plan": PLAN, "files": [ids["upload"]]}, {"files"}),
+    ("POST /v1/runs profile=", "/v1/runs", "json",
+     lambda ids: {"task": "hi", "profile": ids["profile"]}, {"profile"}),
+    ("POST /v1/runs idempotency_key=", "/v1/runs", "json",
+     lambda ids: {"plan": PLAN, "idempotency_key": ids["idempotency"]}, {"idempotency_key"}),
+    ("POST /v1/sessions environment=", "/v1/sessions", "json",
+     lambda ids: {"environment": ids["environment"]}, {"environment"}),
+    ("POST /v1/threads profile=", "/v1/threads", "json",
+     lambda ids: {"profile": ids["profile"]}, {"profile"}),
+    ("POST /e2b/v2/sandboxes templateID=", "/e2b/v2/sandboxes", "json",
+     lambda ids: {"templateID": ids["environment"]}, {"templateID"}),
+    ("GET /v1/runs/{run_id}/diff?to", "/v1/runs/{run}/diff", "params",
+     lambda ids: {"to": ids["step"], "from": ids["step"]}, {"to", "from"}),
+]
 MULTIPART = {("POST", "/v1/sessions/{session_id}/files"), ("POST", "/e2b/sandbox/files"),
              ("POST", "/v1/uploads"), ("POST", "/v1/knowledge/upload")}
 
@@ -293,25 +368,12 @@ def _probes(routes: list[Route], v: dict[str, str]) -> Iterator[tuple[Route, dic
     victim's name makes the attacker one of its own)."""
     # body and query fields that name a resource: each with its twin naming a fresh one
     fresh = {k: str(uuid.uuid4()) for k in ("run", "session", "upload")} | {
-        "profile": "never-made", "environment": "never-built"}
-    for label, url, where, build in (
-            ("GET /v1/snapshots?run_id", "/v1/snapshots", "params",
-             lambda ids: {"run_id": ids["run"]}),
-            ("GET /v1/snapshots?session_id", "/v1/snapshots", "params",
-             lambda ids: {"session_id": ids["session"]}),
-            ("POST /v1/runs files=[upload]", "/v1/runs", "json",
-             lambda ids: {"plan": PLAN, "files": [ids["upload"]]}),
-            ("POST /v1/runs profile=", "/v1/runs", "json",
-             lambda ids: {"task": "hi", "profile": ids["profile"]}),
-            ("POST /v1/sessions environment=", "/v1/sessions", "json",
-             lambda ids: {"environment": ids["environment"]}),
-            ("POST /v1/threads profile=", "/v1/threads", "json",
-             lambda ids: {"profile": ids["profile"]}),
-            ("POST /e2b/v2/sandboxes templateID=", "/e2b/v2/sandboxes", "json",
-             lambda ids: {"templateID": ids["environment"]})):
+        "profile": "never-made", "environment": "never-built", "idempotency": "never-used",
+        "step": "s"}
+    for label, url, where, build, _fields in FIELD_PROBES:
         method, name = label.split(" ", 1)
-        yield Route(method, name), {"url": url, where: build(v),
-                                    "fresh": {"url": url, where: build(fresh)}}
+        yield Route(method, name), {"url": url.format(**v), where: build(v), "fresh": {
+            "url": url.format(**fresh), where: build(fresh)}}
     for r in routes:
         url = r.path
         for p in r.params:
@@ -392,8 +454,8 @@ async def test_no_route_crosses_the_tenant_boundary(server: Server) -> None:
         for r in routes:
             if (r.method, r.path) in PUBLIC:
                 continue
-            req = next((q for rr, q in _probes([r], v) if rr == r), None) or {
-                "url": r.path, "json": {} if r.method in ("POST", "PUT") else None}
+            req = next((q for rr, q in _probes([r], v) if rr == r), {
+                "url": r.path, "json": {} if r.method in ("POST", "PUT") else None})
             if (r.method, r.path) in MULTIPART:
                 req = {**req, "json": None, "files": {"file": ("x.txt", b"x")}}
             for name in ("no key", "revoked key"):
