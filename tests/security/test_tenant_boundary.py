@@ -2,18 +2,21 @@
 
 The route list is read from ``create_app``'s router at test time (the OpenAPI document and the
 routes it hides: E2B envd, Connect RPC, the code interpreter), so a new route is attacked
-without a hand-written test. Each path parameter names a resource kind (RESOURCE_OF); a
-route whose parameter is not mapped fails ``test_every_route_parameter_names_a_resource``.
+without a hand-written test. Each path parameter names a resource kind (RESOURCE_OF), each
+query or body field of the schema is mapped in FIELD_OF, each MCP tool argument in MCP_ARGS;
+anything unmapped fails a guard test saying what to add.
 
 The victim (globex) owns one of every kind, made through the API with its own key. The
 attackers are: no key, a revoked key, another tenant's valid key (acme) naming globex's ids
-in every path parameter (and in the body and query fields that name a resource), and a
-sandbox's own E2B access token (acme's sandbox) used on globex's sandbox and on /v1. Every
-answer must be 401/403/404 (422 for a malformed value): never 2xx, never 5xx. Lists and
-searches with a valid foreign key may answer 2xx but must not carry a victim's id or secret.
-Failures are collected and asserted at the end, naming route, method, attacker and status.
-Afterwards the victim's resources are checked to exist and be unchanged. The MCP HTTP app
-(``onebox mcp --http``, a separate app) gets the same attackers on its one route.
+in every path parameter, sandbox header and resource-naming body or query field, acme's
+sandbox access token on globex's sandbox and everywhere, and globex's own sandbox token
+outside its sandbox. Every answer must be 401/403/404 (422 for a malformed value): never
+2xx, never 5xx. Lists and searches with a valid foreign key (and a field read as a name of
+the caller's own tenant) may answer 2xx, only as a never-used name would and without any of
+the victim's ids or text. Failures are collected and asserted at the end, naming route,
+method, attacker and status. Before the sweep the owner's key reads every resource the
+sweep names (the probes reach real targets); after it, they must be as they were. The MCP
+HTTP app (``onebox mcp --http``, a separate app) gets the same attackers.
 """
 
 from __future__ import annotations
@@ -62,9 +65,8 @@ RESOURCE_OF: dict[str, str | dict[str, str]] = {
 }
 # routes that name their resource in a header instead of the path
 HEADER_RESOURCE = {"/e2b/sandbox/": ("E2b-Sandbox-Id", "sandbox")}
-# answered to anyone (liveness, readiness, envd health the SDK polls before it has a key)
-PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/e2b/sandbox/health"),
-          ("GET", "/openapi.json"), ("GET", "/")}
+# answered to anyone: liveness, readiness, the schema, the console's redirect
+PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/openapi.json"), ("GET", "/")}
 # a valid foreign key writes its OWN tenant's object of that name (names are per tenant);
 # allowed only because the victim's object is checked unchanged afterwards
 OWN_NAMESPACE = {("PUT", "/v1/profiles/{name}")}
