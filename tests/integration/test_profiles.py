@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from run_helpers import serve_until_ended
 
-from onebox.config import Settings
+from onebox.config import ProviderSettings, Settings
 from onebox.errors import NotFound, ValidationError
 from onebox.runtime import runs as runs_api
 from onebox.runtime.agent_runs import submit_task
@@ -52,36 +52,57 @@ async def test_a_task_run_is_never_run_by_another_model(
     assert len(calls) == 2
 
 
+MOONSHOT = ProviderSettings(name="moonshot", base_url="https://api.moonshot.ai/v1",
+                            api_key_env="ONEBOX_TEST_MOONSHOT_KEY", models=["kimi-k2"])
+LOCAL = ProviderSettings(name="local", base_url="http://127.0.0.1:11434/v1")
+
+
 async def test_a_worker_serves_the_profiles_it_has_keys_for(db: Database,
                                                             settings: Settings) -> None:
     mine = with_model(settings, "own")
+    mine.providers = [MOONSHOT, LOCAL]
     async with db.connection() as conn:
-        await save_profile(conn, "default", parse_profile({
-            "name": "kimi", "model": "kimi-k2", "base_url": "https://api.moonshot.ai/v1",
-            "api_key_env": "ONEBOX_TEST_MOONSHOT_KEY", "memory_scope": "research"}))
-        await save_profile(conn, "default", parse_profile({
-            "name": "local", "model": "llama3", "base_url": "http://127.0.0.1:11434/v1"}))
+        await save_profile(conn, mine, "default", parse_profile({
+            "name": "kimi", "provider": "moonshot", "model": "kimi-k2",
+            "memory_scope": "research"}))
+        await save_profile(conn, mine, "default", parse_profile({
+            "name": "local", "provider": "local", "model": "llama3"}))
         without = await served_models(conn, mine, environ={})
         with_key = await served_models(conn, mine, environ={"ONEBOX_TEST_MOONSHOT_KEY": "sk"})
+        elsewhere = await served_models(conn, with_model(settings, "own"),
+                                        environ={"ONEBOX_TEST_MOONSHOT_KEY": "sk"})
         kept = await run_profile(conn, mine, "default", "kimi")
         with pytest.raises(NotFound, match="onebox profile list"):
             await run_profile(conn, mine, "default", "nope")
         with pytest.raises(NotFound):  # profiles belong to tenants
             await run_profile(conn, mine, "acme", "kimi")
-    own = model_key("own", "http://own.invalid/v1")
-    kimi = model_key("kimi-k2", "https://api.moonshot.ai/v1")
-    local = model_key("llama3", "http://127.0.0.1:11434/v1")
-    assert without == sorted([own, local])
-    assert with_key == sorted([own, kimi, local])
-    assert kept is not None and kept["api_key_env"] == "ONEBOX_TEST_MOONSHOT_KEY"
-    assert "sk" not in str(kept), "a run keeps the key's name, never the key"
+    own = model_key("own", "default")
+    assert without == sorted([own, model_key("llama3", "local")])
+    assert with_key == sorted([own, model_key("kimi-k2", "moonshot"), model_key("llama3", "local")])
+    assert elsewhere == [own], "a worker that has not declared a provider serves none of it"
+    assert kept is not None and kept["provider"] == "moonshot"
+    assert "base_url" not in kept and "api_key_env" not in kept and "sk" not in str(kept)
+
+
+async def test_a_profile_names_a_declared_provider_and_one_of_its_models(
+        db: Database, settings: Settings) -> None:
+    settings.providers = [MOONSHOT]
+    async with db.connection() as conn:
+        with pytest.raises(ValidationError, match="onebox provider add") as unknown:
+            await save_profile(conn, settings, "acme", parse_profile(
+                {"name": "p", "provider": "elsewhere", "model": "m"}))
+        with pytest.raises(ValidationError, match="kimi-k2") as other_model:
+            await save_profile(conn, settings, "acme", parse_profile(
+                {"name": "p", "provider": "moonshot", "model": "gpt-4o"}))
+    assert unknown.value.field == "provider" and other_model.value.field == "model"
 
 
 @pytest.mark.parametrize(("data", "field"), [
     ({"name": "bad name", "model": "m"}, "name"),
     ({"name": "ok", "model": ""}, "model"),
-    ({"name": "ok", "model": "m", "api_key_env": "sk-live-123"}, "api_key_env"),
-    ({"name": "ok", "model": "m", "base_url": "file:///etc/passwd"}, "base_url"),
+    ({"name": "ok", "model": "m", "api_key_env": "SECRET_TOKEN"}, "api_key_env"),
+    ({"name": "ok", "model": "m", "base_url": "http://127.0.0.1:8080/v1"}, "base_url"),
+    ({"name": "ok", "model": "m", "provider": "../x"}, "provider"),
     ({"name": "ok", "model": "m", "surprise": 1}, "surprise"),
 ])
 def test_a_bad_profile_names_the_field(data: dict, field: str) -> None:
@@ -115,8 +136,8 @@ async def test_a_profiles_instructions_and_memory_scope_reach_the_model_and_memo
         db: Database, backend: SandboxBackend, settings: Settings) -> None:
     serving = with_model(settings, "tuned")
     async with db.connection() as conn:
-        await save_profile(conn, "default", parse_profile({
-            "name": "terse", "model": "tuned", "base_url": "http://tuned.invalid/v1",
+        await save_profile(conn, settings, "default", parse_profile({
+            "name": "terse", "model": "tuned",
             "instructions": "Answer in French.", "memory_scope": "notes"}))
     plan = {"name": "r", "steps": [
         {"id": "keep", "kind": "memory_remember", "input": {"text": "the launch is at noon"}}]}

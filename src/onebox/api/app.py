@@ -93,6 +93,7 @@ def create_app(
     for module in (runs, sessions, knowledge, profiles, system, console, uploads,
                    environments):
         app.include_router(module.router)
+    app.include_router(profiles.providers_router)
     app.include_router(threads.router)
     app.include_router(e2b_router)  # E2B compatibility: /e2b/...
     app.mount("/ui", StaticFiles(directory=web_dir(), html=True), name="ui")

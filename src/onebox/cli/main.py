@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "memory": "onebox.cli.memory",
     "tools": "onebox.cli.tools",
     "profile": "onebox.cli.profile",
+    "provider": "onebox.cli.provider",
     "env": "onebox.cli.env",
     "schedule": "onebox.cli.schedule",
     **dict.fromkeys(("snapshot", "replay"), "onebox.cli.snapshot"),

@@ -25,15 +25,14 @@ def register(main: click.Group) -> None:
 
 @click.group("profile")
 def profile() -> None:
-    """Agent profiles: model, endpoint, API key variable, memory scope, tools, limits."""
+    """Agent profiles: provider and model, memory scope, tools, limits."""
 
 
 @profile.command("create")
 @click.argument("name")
-@click.option("--model", required=True, help="the model name at the endpoint")
-@click.option("--base-url", help="the OpenAI-compatible endpoint (https://.../v1)")
-@click.option("--api-key-env", help="the NAME of the environment variable that holds the "
-              "API key on the workers (the key itself is never stored)")
+@click.option("--model", required=True, help="the model name at the provider")
+@click.option("--provider", help="a provider the operator declared (`onebox provider list`; "
+              "default: the process's own model settings)")
 @click.option("--instructions", help="added to the system prompt of every model call")
 @click.option("--memory-scope", help="the memory scope the agent remembers into and recalls")
 @click.option("--tool", "tools", multiple=True, help="a catalog tool the agent may use "
@@ -59,14 +58,15 @@ def create_cmd(name: str, as_json: bool, **fields: Any) -> None:
 
     async def go(db: Database) -> dict[str, Any]:
         async with db.connection() as conn:
-            return await service.save_profile(conn, TENANT, parsed)
+            return await service.save_profile(conn, settings, TENANT, parsed)
 
-    saved = common.with_db(common.settings(), go)
+    settings = common.settings()
+    saved = common.with_db(settings, go)
     if as_json:
         common.print_json(saved)
     else:
-        common.out.print(f"profile [bold]{name}[/] saved: {parsed.model} at "
-                         f"{parsed.base_url or 'the default endpoint'}")
+        common.out.print(f"profile [bold]{name}[/] saved: {parsed.model} at provider "
+                         f"{parsed.provider or 'default'}")
 
 
 def _parse(name: str, data: dict[str, Any]) -> service.Profile:
@@ -95,11 +95,11 @@ def list_cmd(as_json: bool) -> None:
     if as_json:
         common.print_json({"profiles": rows})
         return
-    table = Table("name", "model", "endpoint", "key variable", "memory scope")
+    table = Table("name", "provider", "model", "memory scope")
     for row in rows:
         spec = row["spec"]
-        table.add_row(row["name"], spec["model"], spec.get("base_url") or "",
-                      spec.get("api_key_env") or "", spec.get("memory_scope") or "")
+        table.add_row(row["name"], spec.get("provider") or "default", spec["model"],
+                      spec.get("memory_scope") or "")
     common.out.print(table)
 
 

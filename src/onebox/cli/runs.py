@@ -22,6 +22,7 @@ from onebox.runtime import runs as runs_api
 from onebox.runtime.agent_runs import submit_task
 from onebox.runtime.explain import explain
 from onebox.runtime.profiles import needs_model, served_models
+from onebox.runtime.providers import provider_of
 from onebox.runtime.service import Runtime
 from onebox.runtime.submit import Submitted
 from onebox.store.db import Database
@@ -127,10 +128,9 @@ async def _warn_if_not_served(rt: Runtime, settings: Settings, profile: dict[str
     async with rt.db.connection() as conn:
         served = await served_models(conn, settings)
     if key is not None and key not in served:
-        env = profile.get("api_key_env")
-        common.err.print(f"this process cannot call {profile['model']} ("
-                         + (f"{env} is not set here" if env else "not its model")
-                         + "): the run waits for a worker that can (`onebox worker` started "
+        common.err.print(f"this process cannot call {profile['model']} at provider "
+                         f"{provider_of(profile)!r} (not declared here, or its key variable "
+                         "is not set): the run waits for a worker that can (`onebox worker` started "
                          "with it); Ctrl-C cancels", markup=False)
 
 

@@ -1,18 +1,18 @@
 """Agent profiles: which model does a run's model work, and with which defaults.
 
-A profile names a model and its OpenAI-compatible endpoint, the *name* of the environment
-variable that holds the API key (the secret itself stays in the worker's environment), the
-memory scope the agent remembers into, the tools it may use, and default sandbox limits and
-network grants for its steps. Profiles are stored per tenant::
+A profile names a provider the operator declared (:mod:`onebox.runtime.providers`; never a
+URL or an environment variable: those are the operator's) and a model there, the memory
+scope the agent remembers into, the tools it may use, and default sandbox limits and network
+grants for its steps. Profiles are stored per tenant::
 
-    onebox profile create kimi --model kimi-k2 --base-url https://api.moonshot.ai/v1 \\
-        --api-key-env MOONSHOT_API_KEY --memory-scope research
+    onebox profile create kimi --provider moonshot --model kimi-k2 --memory-scope research
 
 A run keeps a copy of the profile it was submitted with (``runs.profile``); a run submitted
 without one gets the submitter's own model settings as its profile. Each model call of the
-run is queued with the model it needs (``task_execution.needs_model``, ``model@endpoint``),
+run is queued with the model it needs (``task_execution.needs_model``, ``model@provider``),
 and only a worker that serves that model claims it: a worker serves its own configured model
-and every stored profile whose API key variable is set in its environment. So a run is never
+and every stored profile whose provider it has declared, with the provider's key variable
+set in its environment. So a run is never
 silently performed by another model; it waits for a worker that has it.
 """
 
@@ -31,6 +31,8 @@ from onebox.config import LLMSettings, Settings
 from onebox.errors import NotFound
 from onebox.errors import ValidationError as OneboxValidationError
 from onebox.llm.base import ChatRequest, Message
+from onebox.runtime import providers as declared_providers
+from onebox.runtime.providers import DEFAULT, HOW_TO_ADD, Provider, provider_of
 from onebox.store import profiles as rows
 from onebox.store.runs import Conn
 
@@ -45,8 +47,7 @@ class Profile(BaseModel):
 
     name: str = Field(pattern=NAME)
     model: str = Field(min_length=1, max_length=200)
-    base_url: str | None = Field(None, max_length=2000, pattern=r"^https?://")
-    api_key_env: str | None = Field(None, pattern=ENV_NAME)
+    provider: str | None = Field(None, pattern=NAME)  # an operator-declared one; None: default
     instructions: str | None = Field(None, max_length=20_000)
     memory_scope: str | None = Field(None, pattern=NAME)
     tools: list[str] | None = Field(None, max_length=200)
@@ -60,16 +61,24 @@ class Profile(BaseModel):
 
     @property
     def key(self) -> str:
-        return model_key(self.model, self.base_url)
+        return model_key(self.model, self.provider or DEFAULT)
 
 
-def model_key(model: str, base_url: str | None) -> str:
-    """What a worker must serve to perform a model call: the model at its endpoint."""
-    return f"{model}@{(base_url or '').rstrip('/')}"
+def model_key(model: str, provider: str) -> str:
+    """What a worker must serve to perform a model call: the model at its provider."""
+    return f"{model}@{provider}"
+
+
+OPERATOR_FIELDS = ("base_url", "api_key_env")  # what only a provider declaration may hold
 
 
 def parse_profile(data: Mapping[str, Any]) -> Profile:
     """A Profile, or a ValidationError naming the first bad field and what it accepts."""
+    for field in OPERATOR_FIELDS:
+        if data.get(field) is not None:
+            raise OneboxValidationError(
+                f"profile field {field!r}: a profile names a provider ('provider') and a "
+                f"model, never an endpoint or a key variable; {HOW_TO_ADD}", field=field)
     try:
         return Profile.model_validate(dict(data))
     except ValidationError as exc:
@@ -79,7 +88,11 @@ def parse_profile(data: Mapping[str, Any]) -> Profile:
                                     field=field) from None
 
 
-async def save_profile(conn: Conn, tenant_id: str, profile: Profile) -> dict[str, Any]:
+async def save_profile(conn: Conn, settings: Settings, tenant_id: str,
+                       profile: Profile) -> dict[str, Any]:
+    """Store the profile once its provider is declared and offers its model."""
+    declared_providers.choose(await declared_providers.declared(conn, settings),
+                              profile.provider, profile.model)
     return _public(await rows.upsert(conn, tenant_id, profile.name, profile.model_dump()))
 
 
@@ -105,38 +118,51 @@ async def run_profile(conn: Conn, settings: Settings | None, tenant_id: str,
     """The profile a new run keeps: the named one, else the submitter's own model (None
     when it has none: such a run's model work is taken by any worker with a model)."""
     if name is not None:
-        return dict((await get_profile(conn, tenant_id, name))["spec"])
+        spec = dict((await get_profile(conn, tenant_id, name))["spec"])
+        if settings is None:
+            return spec
+        provider = declared_providers.resolve(
+            await declared_providers.declared(conn, settings), spec)
+        kept = {k: v for k, v in spec.items() if k not in OPERATOR_FIELDS}
+        return {**kept, "provider": provider.name}
     if settings is None or not settings.llm.model:
         return None
-    return {"name": None, "model": settings.llm.model, "base_url": settings.llm.base_url,
-            "api_key_env": None}
+    return {"name": None, "provider": DEFAULT, "model": settings.llm.model}
 
 
 def needs_model(profile: Mapping[str, Any] | None) -> str | None:
-    return None if not profile else model_key(profile["model"], profile.get("base_url"))
+    return None if not profile else model_key(profile["model"], provider_of(profile))
 
 
 async def served_models(conn: Conn, settings: Settings,
                         environ: Mapping[str, str] = os.environ) -> list[str]:
-    """The models this worker can call: its own, and every stored profile whose API key
-    variable is set here (or that needs none)."""
-    served = [model_key(settings.llm.model, settings.llm.base_url)] if settings.llm.model else []
+    """The models this worker can call: its own, and every stored profile whose provider is
+    declared here with its key variable set (or needing none)."""
+    providers = await declared_providers.declared(conn, settings)
+    served = [model_key(settings.llm.model, DEFAULT)] if settings.llm.model else []
     for spec in await rows.all_specs(conn):
-        if spec.get("api_key_env") is None or environ.get(spec["api_key_env"]):
-            served.append(model_key(spec["model"], spec.get("base_url")))
+        try:
+            provider = declared_providers.resolve(providers, spec)
+        except OneboxValidationError:
+            continue  # names no provider declared here: another worker's, or nobody's
+        if provider.api_key_env is None or environ.get(provider.api_key_env):
+            served.append(model_key(spec["model"], provider.name))
     return sorted(set(served))
 
 
 def llm_settings_for(profile: Mapping[str, Any], own: LLMSettings,
+                     providers: Mapping[str, Provider],
                      environ: Mapping[str, str] = os.environ) -> LLMSettings:
-    """The chat model settings for a profile's calls; its key comes from this worker's
-    environment, by the name the profile stores."""
-    if model_key(profile["model"], profile.get("base_url")) == model_key(
-            own.model or "", own.base_url):
-        return own
-    env = profile.get("api_key_env")
+    """The chat model settings for a profile's calls: the endpoint and key of the provider
+    the operator declared under the name the profile keeps, never anything the profile
+    itself holds."""
+    provider = declared_providers.choose(providers, provider_of(profile), profile["model"])
+    if provider.name == DEFAULT:
+        return own if profile["model"] == own.model else own.model_copy(
+            update={"model": profile["model"]})
+    env = provider.api_key_env
     key = environ.get(env) if env else None
-    return own.model_copy(update={"model": profile["model"], "base_url": profile.get("base_url"),
+    return own.model_copy(update={"model": profile["model"], "base_url": provider.base_url,
                                   "api_key": SecretStr(key) if key else None})
 
 

@@ -30,6 +30,7 @@ from onebox.runtime.agent_steps import AgentWork, Performed
 from onebox.runtime.archive import Outcome, archive_failure, archive_step, load_plan_version
 from onebox.runtime.executor import StepRunner
 from onebox.runtime.profiles import llm_settings_for, model_key, needs_model, served_models
+from onebox.runtime.providers import DEFAULT, Provider, declared
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
 from onebox.runtime.retention import RetentionChore
 from onebox.runtime.schedules import fire_due
@@ -64,6 +65,7 @@ class Worker:
         self._model = model
         self._models: dict[str, ChatModel] = {}
         self._served: list[str] = []
+        self._providers: dict[str, Provider] = {}
         self.workspaces = StepWorkspace(db, backend, objects, settings) if objects else None
         self.knowledge = StepKnowledge(db, settings)
         self.concurrency = concurrency or settings.runtime.concurrency
@@ -127,16 +129,17 @@ class Worker:
         if key not in self._models:
             assert profile is not None
             self._models[key] = chat_model_from_settings(
-                llm_settings_for(profile, self.settings.llm))
+                llm_settings_for(profile, self.settings.llm, self._providers))
         return self._models[key]
 
     def _own_models(self) -> set[str]:
         llm = self.settings.llm
-        return {model_key(llm.model, llm.base_url)} if llm.model else set()
+        return {model_key(llm.model, DEFAULT)} if llm.model else set()
 
     async def _refresh_served(self) -> None:
         """The models this worker calls: its own and the stored profiles it has keys for."""
         async with self.db.connection() as conn:
+            self._providers = await declared(conn, self.settings)
             self._served = await served_models(conn, self.settings)
 
     async def _idle(self, stop: asyncio.Event) -> None:

@@ -39,3 +39,20 @@ async def all_specs(conn: Conn) -> list[dict[str, Any]]:
 async def delete(conn: Conn, tenant_id: str, name: str) -> bool:
     cur = await conn.execute(Q["delete_profile"], {"tenant_id": tenant_id, "name": name})
     return await cur.fetchone() is not None
+
+
+async def upsert_provider(conn: Conn, name: str, spec: dict[str, Any]) -> Row:
+    cur = await conn.execute(Q["upsert_provider"], {"name": name, "spec": Jsonb(spec)})
+    row: Row | None = await cur.fetchone()
+    assert row is not None
+    return row
+
+
+async def provider_specs(conn: Conn) -> list[dict[str, Any]]:
+    cur = await conn.execute(Q["list_providers"])
+    return [r["spec"] for r in await cur.fetchall()]
+
+
+async def delete_provider(conn: Conn, name: str) -> bool:
+    cur = await conn.execute(Q["delete_provider"], {"name": name})
+    return await cur.fetchone() is not None

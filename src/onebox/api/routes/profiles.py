@@ -1,4 +1,5 @@
-"""/v1/profiles: the tenant's agent profiles (model, endpoint, key variable name, defaults)."""
+"""/v1/profiles: the tenant's agent profiles (provider, model, defaults); /v1/providers: the
+model providers the operator declared, which profiles choose among (names and models only)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,17 @@ from fastapi import APIRouter, Response
 from onebox.api.auth import Caller, State
 from onebox.api.schemas import JsonObject
 from onebox.runtime import profiles as service
+from onebox.runtime import providers as declared_providers
 
 router = APIRouter(prefix="/v1/profiles", tags=["profiles"])
+providers_router = APIRouter(prefix="/v1/providers", tags=["profiles"])
+
+
+@providers_router.get("", summary="The model providers a profile may name")
+async def list_providers(state: State, caller: Caller) -> dict[str, Any]:
+    async with state.db.connection() as conn:
+        found = await declared_providers.declared(conn, state.settings)
+    return {"providers": [p.public() for p in found.values()]}
 
 
 @router.get("", summary="List the tenant's agent profiles")
@@ -30,7 +40,7 @@ async def put_profile(name: str, body: JsonObject, state: State, caller: Caller,
                       response: Response) -> dict[str, Any]:
     profile = service.parse_profile({**body, "name": name})
     async with state.db.connection() as conn:
-        saved = await service.save_profile(conn, caller.tenant_id, profile)
+        saved = await service.save_profile(conn, state.settings, caller.tenant_id, profile)
     response.status_code = 200
     return saved
 

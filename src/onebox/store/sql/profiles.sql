@@ -18,3 +18,16 @@ SELECT spec FROM onebox.profiles;
 
 -- name: delete_profile
 DELETE FROM onebox.profiles WHERE tenant_id = %(tenant_id)s AND name = %(name)s RETURNING name;
+
+-- Operator-declared model providers (no tenant: see onebox.runtime.providers).
+
+-- name: upsert_provider
+INSERT INTO onebox.providers (name, spec) VALUES (%(name)s, %(spec)s)
+ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, updated_at = now()
+RETURNING name, spec;
+
+-- name: list_providers
+SELECT name, spec FROM onebox.providers ORDER BY name;
+
+-- name: delete_provider
+DELETE FROM onebox.providers WHERE name = %(name)s RETURNING name;

