@@ -18,7 +18,8 @@ WHERE r.tenant_id = %(tenant_id)s
   AND (%(text)s::text IS NULL
        OR r.name ILIKE '%%' || %(text)s || '%%'
        OR r.id::text LIKE %(text)s || '%%'
-       OR r.request::text ILIKE '%%' || %(text)s || '%%')
+       OR EXISTS (SELECT 1 FROM jsonb_path_query(r.request, 'strict $.**') v
+                  WHERE jsonb_typeof(v) = 'string' AND v #>> '{}' ILIKE '%%' || %(text)s || '%%'))
   AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s::timestamptz)
 ORDER BY r.created_at DESC
 LIMIT %(limit)s;
