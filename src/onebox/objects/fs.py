@@ -1,12 +1,16 @@
 """The default object store: one file per object under a local directory.
 
 Writes go to a temporary file in the target directory, are flushed to disk and
-renamed into place, so a reader sees either the whole object or none.
+renamed into place, so a reader sees either the whole object or none. The store is private
+to the process that runs onebox: its root and every directory under it are 0700, every
+object 0600, so neither another local user nor a session's uid that escaped its sandbox can
+read another tenant's stored files, whatever the modes of the home above it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import shutil
@@ -19,6 +23,7 @@ from onebox.errors import StorageError
 from onebox.objects.base import CHUNK_BYTES, ObjectStore, check_key, corrupted, missing
 
 TMP_PREFIX = ".tmp-"
+DIR_MODE, FILE_MODE = 0o700, 0o600
 
 
 class FsObjectStore(ObjectStore):
@@ -49,8 +54,9 @@ class FsObjectStore(ObjectStore):
     def _write(self, target: Path, fill: Callable[[BinaryIO], object]) -> None:
         tmp = target.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tmp.open("wb") as fh:
+            self._private_dirs(target.parent)
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                                   FILE_MODE), "wb") as fh:
                 fill(fh)
                 if self.fsync:
                     fh.flush()
@@ -59,6 +65,17 @@ class FsObjectStore(ObjectStore):
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise StorageError(f"cannot write object {target}: {exc}") from exc
+
+    def _private_dirs(self, directory: Path) -> None:
+        """Create ``directory`` and the missing ones between it and the root, each 0700; a
+        root left open by an older onebox is narrowed (it is the store's own)."""
+        missing_dirs = [d for d in (directory, *directory.parents) if not d.exists()]
+        for d in reversed(missing_dirs):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d, DIR_MODE)
+        st = self.root.stat()
+        if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+            os.chmod(self.root, DIR_MODE)
 
     async def get(self, key: str) -> bytes:
         path = self._path(key)

@@ -1,0 +1,86 @@
+"""What onebox stores on the host is private to onebox: an escaped session uid or another
+local user reads none of it, even under a home other users can traverse."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from onebox.objects.fs import FsObjectStore
+
+SESSION_UID = 265_000  # in the default session range: what a namespace escape would be
+
+
+def _readable_as(uid: int, paths: list[Path]) -> list[str]:
+    """The paths a process running as ``uid`` (no groups) could open, plus a control read of a
+    world-readable file that must succeed (so the probe really ran as that uid)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to uid and try
+        os.close(read)
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            opened = ["control"] if os.access("/etc/hostname", os.R_OK) and \
+                Path("/etc/hostname").read_bytes() is not None else []
+            for path in paths:
+                try:
+                    with open(path, "rb") as fh:
+                        fh.read(1)
+                    opened.append(str(path))
+                except OSError:
+                    pass
+            os.write(write, "\n".join(opened).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        out = fh.read()
+    os.waitpid(pid, 0)
+    return out.splitlines()
+
+
+@pytest.fixture
+def open_home() -> Iterator[Path]:
+    """A home under a parent every user can traverse (the case where modes matter)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to probe as other uids")
+    home = Path(tempfile.mkdtemp(prefix="onebox-open-home-", dir="/tmp"))
+    home.chmod(0o755)
+    yield home
+    import shutil
+
+    shutil.rmtree(home, ignore_errors=True)
+
+
+async def test_stored_objects_are_unreadable_to_session_uids_and_other_users(
+        open_home: Path) -> None:
+    store = FsObjectStore(open_home / "objects")
+    await store.put("blobs/ab/abcdef", b"alice's upload")
+    await store.put("files/run-1/report.csv", b"secret,figures\n")
+    stored = [p for p in (open_home / "objects").rglob("*") if p.is_file()]
+    assert len(stored) == 2
+    for path in [open_home / "objects", *(open_home / "objects").rglob("*")]:
+        assert path.stat().st_mode & 0o077 == 0, f"{path} is open to others"
+    nobody = pwd.getpwnam("nobody").pw_uid
+    for uid in (SESSION_UID, nobody):
+        seen = _readable_as(uid, stored)
+        assert seen == ["control"], f"uid {uid} read {seen[1:]} (or the probe did not run)"
+
+
+async def test_an_object_root_left_open_by_an_older_onebox_is_narrowed(open_home: Path) -> None:
+    root = open_home / "objects"
+    (root / "blobs" / "00").mkdir(parents=True)
+    root.chmod(0o755)
+    old = root / "blobs" / "00" / "old"
+    old.write_bytes(b"written world-readable before")
+    old.chmod(0o644)
+    await FsObjectStore(root).put("blobs/01/new", b"new")
+    assert root.stat().st_mode & 0o777 == 0o700
+    assert _readable_as(SESSION_UID, [old]) == ["control"]
