@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 
 from onebox.cli.foreground import Progress
-from onebox.cli.render import answer_panel
+from onebox.cli.render import answer_panel, safe_text
 from onebox.runtime import live_logs
 from onebox.runtime import runs as runs_api
 from onebox.runtime.thread_steps import is_upkeep_row
@@ -96,7 +96,7 @@ class TurnView:
                        + error)
 
     def _text(self, text: str) -> None:
-        self.console.print(text, end="" if text.endswith("\n") else "\n", markup=False,
+        self.console.print(safe_text(text), end="" if text.endswith("\n") else "\n", markup=False,
                            highlight=False, soft_wrap=True)
 
     async def _waiting(self) -> None:

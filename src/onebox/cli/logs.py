@@ -18,6 +18,7 @@ import click
 
 from onebox.api.events import EventHub, Recheck, run_event_stream
 from onebox.cli import common
+from onebox.cli.render import safe_text
 from onebox.errors import NotFound
 from onebox.runtime import live_logs
 from onebox.runtime import runs as runs_api
@@ -37,7 +38,9 @@ def register(main: click.Group) -> None:
 @click.argument("run_id")
 @click.argument("step", required=False)
 @click.option("-f", "--follow", is_flag=True, help="keep printing while the run runs")
-def logs_cmd(run_id: str, step: str | None, follow: bool) -> None:
+@click.option("--raw", is_flag=True, help="the bytes as printed, control sequences included "
+              "(default: shown escaped, so output cannot drive the terminal)")
+def logs_cmd(run_id: str, step: str | None, follow: bool, raw: bool) -> None:
     """Print what RUN's steps printed (of STEP only), as they print it with -f."""
     settings = common.settings()
 
@@ -46,7 +49,7 @@ def logs_cmd(run_id: str, step: str | None, follow: bool) -> None:
         await runs_api.get_run(db, rid)  # NotFound for an unknown run
         if step is not None:
             await _check_step(db, rid, step)
-        printer = Printer(show_steps=step is None)
+        printer = Printer(show_steps=step is None, raw=raw)
         last = await _print_stored(db, rid, step, printer, after=0)
         if follow:
             last = await _follow(db, rid, step, printer, last)
@@ -60,6 +63,7 @@ class Printer:
     """Writes log events: text to its stream, a header when the step changes."""
 
     show_steps: bool
+    raw: bool = False
     step: str | None = None
     last_seq: int = 0
 
@@ -72,7 +76,8 @@ class Printer:
         if event["type"] == "step_output_truncated":
             click.echo(f"[onebox] {payload['message']}", err=True)
         else:
-            click.echo(payload["text"], nl=False, err=payload["stream"] == "stderr")
+            text = payload["text"] if self.raw else safe_text(payload["text"])
+            click.echo(text, nl=False, err=payload["stream"] == "stderr")
 
 
 async def _check_step(db: Database, run_id: uuid.UUID, step: str) -> None:

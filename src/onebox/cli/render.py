@@ -1,7 +1,13 @@
-"""Rich renderings of runs and steps, shared by `onebox run`, `show` and `runs`."""
+"""Rich renderings of runs and steps, shared by `onebox run`, `show` and `runs`.
+
+Text a run produced (what sandboxed code printed, answers, names, errors) reaches the
+operator's terminal through :func:`safe_text`: control sequences are shown escaped, never
+interpreted (no clipboard writes, window titles, cleared screens or reordered text).
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich import box
@@ -16,6 +22,19 @@ STATUS_STYLE = {
     "WAITING": "cyan",
 }
 MAX_FAILED_SHOWN = 10
+# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def safe_text(text: str) -> str:
+    """``text`` with every terminal control character written out (``\\x1b``, ``\\u202e``);
+    tab and newline stay (a Windows line end becomes a newline)."""
+    return UNSAFE.sub(_escaped, text.replace("\r\n", "\n"))
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def status_text(status: str) -> Text:
@@ -62,10 +81,10 @@ def steps_table(steps: list[dict[str, Any]], *, title: str | None = None) -> Tab
 def run_header(run: dict[str, Any]) -> Text:
     text = Text.assemble(
         ("run ", "bold"), (str(run["id"]), "bold cyan"), "  ", status_text(run["status"]),
-        f"  {run['name'] or ''}  trace {run['trace_id']}",
+        f"  {safe_text(run['name'] or '')}  trace {run['trace_id']}",
     )
     if run.get("error"):
-        text.append(f"\n{run['error']}", style="red")
+        text.append(f"\n{safe_text(run['error'])}", style="red")
     return text
 
 
@@ -86,7 +105,7 @@ def answer_panel(run: dict[str, Any]) -> Panel | None:
     """The run's answer, whole (it is bounded when stored), or None when it has none."""
     if not run.get("answer"):
         return None
-    return Panel(Text(run["answer"]), title="answer", title_align="left",
+    return Panel(Text(safe_text(run["answer"])), title="answer", title_align="left",
                  border_style="green", expand=False)
 
 
@@ -106,10 +125,10 @@ def timeline(run: dict[str, Any], steps: list[dict[str, Any]], *, tail_lines: in
                    no_wrap=True, overflow="ignore")
               for s in waiting_approvals(steps)]
     for s in steps:
-        body = _tail(s.get("stdout") or "", tail_lines)
-        errtail = _tail(s.get("stderr") or "", tail_lines)
+        body = _tail(safe_text(s.get("stdout") or ""), tail_lines)
+        errtail = _tail(safe_text(s.get("stderr") or ""), tail_lines)
         if s.get("error") and s["status"] != "SUCCESS":
-            errtail = (errtail + "\n" if errtail else "") + f"[{s['error']}]"
+            errtail = (errtail + "\n" if errtail else "") + f"[{safe_text(s['error'])}]"
         if not body and not errtail:
             continue
         content = Text(body)
@@ -131,8 +150,8 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
         table.add_column(col, no_wrap=col not in ("name", "error"), overflow="fold")
     for r in runs:
         table.add_row(
-            str(r["id"]), status_text(r["status"]), r["name"] or "",
+            str(r["id"]), status_text(r["status"]), Text(safe_text(r["name"] or "")),
             f"{r['steps_succeeded']}", r["created_at"].strftime("%Y-%m-%d %H:%M:%S"),
-            (r["error"] or "")[:60],
+            Text(safe_text(r["error"] or "")[:60]),
         )
     return table

@@ -8,6 +8,7 @@ import click
 from rich.table import Table
 
 from onebox.cli import common
+from onebox.cli.render import safe_text
 from onebox.runtime import threads
 from onebox.store.db import Database
 
@@ -66,9 +67,9 @@ def _print_turn(turn: dict[str, Any]) -> None:
     common.out.print(f"\n[bold]turn {turn['turn']}[/] run {turn['run_id']} "
                      f"{turn['status'] or 'REMOVED'}  context {ctx['total_tokens']} tokens, "
                      f"{mems} memories, summary v{ctx['summary_version']}")
-    common.out.print(f"user: {turn['message']}", markup=False, soft_wrap=True)
+    common.out.print(f"user: {safe_text(turn['message'])}", markup=False, soft_wrap=True)
     answer = turn["answer"] or turn["error"] or "(no answer yet)"
-    common.out.print(f"agent: {answer}", markup=False, soft_wrap=True)
+    common.out.print(f"agent: {safe_text(answer)}", markup=False, soft_wrap=True)
     if turn.get("upkeep_error"):
         common.out.print(f"not remembered (upkeep failed): {turn['upkeep_error']}",
                          markup=False, soft_wrap=True)
