@@ -8,6 +8,12 @@ be an ordinary user that cannot read another session's files, write kernel setti
 or signal the supervisor. The workspace root's owner *is* the session's identity:
 there is no other table to get out of step with it.
 
+A uid is never one a local account or group has, nor one that ``/etc/subuid`` or
+``/etc/subgid`` delegates to an account (its user namespaces map onto those ids). A uid is
+given again only once nothing of its old session runs: processes still running as it (as a
+real, effective, saved or filesystem id) are killed when its workspace is freed and again
+before it is handed out; a uid whose processes cannot be killed is skipped.
+
 Allocations are machine-wide marker files (one per uid, created with ``O_EXCL``,
 holding the workspace path) in ``sandbox.uid_registry``, so two onebox processes,
 or two homes on one machine, never hand out the same uid. A uid is freed when its
@@ -24,7 +30,9 @@ import contextlib
 import errno
 import logging
 import os
+import signal
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +43,7 @@ logger = logging.getLogger(__name__)
 Owner = tuple[int, int]
 MAX_CHOWN_ENTRIES = 1_000_000
 ONEBOX_VAR = Path("/var/lib/onebox")
+SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
 
 
 @dataclass(frozen=True)
@@ -57,12 +66,14 @@ class IdentityInfo:
 class SessionIdentities:
     """Allocates, adopts and frees the host identity of session workspaces."""
 
-    def __init__(self, registry: Path, uid_min: int, uid_max: int) -> None:
+    def __init__(self, registry: Path, uid_min: int, uid_max: int, *,
+                 subid_files: tuple[Path, ...] = SUBID_FILES) -> None:
         self.registry = registry
         self.uid_min, self.uid_max = uid_min, uid_max
         self.per_session = os.geteuid() == 0
         self._next = uid_min
-        self._taken = _local_ids(uid_min, uid_max) if self.per_session else frozenset()
+        self._taken = (_local_ids(uid_min, uid_max) | _delegated_ids(uid_min, uid_max, subid_files)
+                       if self.per_session else frozenset())
         if self.per_session:
             registry.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(registry, 0o700)
@@ -121,6 +132,9 @@ class SessionIdentities:
         marker = self._marker(uid)
         with contextlib.suppress(OSError):
             if marker.read_text() == str(workspace):
+                if not end_processes_of(uid):
+                    logger.warning("not freeing uid %s: its processes outlive SIGKILL", uid)
+                    return
                 marker.unlink()
 
     def _allocate(self, workspace: Path) -> int:
@@ -140,6 +154,10 @@ class SessionIdentities:
         for offset in range(span):
             uid = self.uid_min + (start - self.uid_min + offset) % span
             if uid not in self._taken and self._mark(uid, workspace, exclusive=True):
+                if not end_processes_of(uid):  # left by an escape; never share the uid
+                    logger.warning("skipping session uid %s: its processes outlive SIGKILL", uid)
+                    self._marker(uid).unlink(missing_ok=True)
+                    continue
                 self._next = uid + 1 if uid < self.uid_max else self.uid_min
                 return uid
         return None
@@ -194,6 +212,54 @@ def _local_ids(lo: int, hi: int) -> frozenset[int]:
                 if len(fields) > 2 and fields[2].isdigit() and lo <= int(fields[2]) <= hi:
                     ids.add(int(fields[2]))
     return frozenset(ids)
+
+
+def _delegated_ids(lo: int, hi: int, files: tuple[Path, ...]) -> frozenset[int]:
+    """Ids inside lo..hi that subordinate-id files (``name:start:count`` lines) delegate."""
+    ids: set[int] = set()
+    for path in files:
+        with contextlib.suppress(OSError):
+            for line in path.read_text(errors="replace").splitlines():
+                fields = line.strip().split(":")
+                if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+                    start, count = int(fields[1]), int(fields[2])
+                    ids.update(range(max(lo, start), min(hi, start + count - 1) + 1))
+    return frozenset(ids)
+
+
+def processes_of(uid: int) -> list[int]:
+    """Pids with ``uid`` as any of their user or group ids (real, effective, saved, fs)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and _runs_as(entry.name, uid):
+            found.append(int(entry.name))
+    return found
+
+
+def _runs_as(pid: str, uid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("State:") and line.split()[1:2] == ["Z"]:
+                    return False  # a zombie runs nothing; its parent reaps it
+                if line.startswith(("Uid:", "Gid:")) and str(uid) in line.split()[1:]:
+                    return True
+    except OSError:
+        return False  # gone meanwhile
+    return False
+
+
+def end_processes_of(uid: int, *, wait_s: float = 2.0) -> bool:
+    """SIGKILL every process running as ``uid``; True once none is left (within ``wait_s``)."""
+    deadline = time.monotonic() + wait_s
+    while pids := processes_of(uid):
+        if time.monotonic() > deadline:
+            return False
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    return True
 
 
 def _stale(marker: Path, uid: int) -> bool:
