@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from sbx_helpers import sh
 
+from onebox.config import Settings
 from onebox.errors import PolicyViolation
 from onebox.sandbox.linux import BwrapSandbox
+from onebox.store.db import Database
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -38,3 +40,34 @@ async def test_a_limit_exactly_at_its_cap_runs(linux: BwrapSandbox) -> None:
     cap = linux.cfg.max_pids
     result = await sh(linux, "print('ok')", session="caps-at", pids=cap)
     assert result.exit_code == 0 and result.stdout.strip() == "ok"
+
+
+async def test_a_background_environment_build_with_bad_packages_is_refused_before_202(
+        db: Database, settings: Settings) -> None:
+    """`wait: false` answers 202 only for a build that can start: a package list pip would
+    refuse (an option, a URL, nothing) is a 422 naming the entry, not a 202 and a log line."""
+    import httpx
+    from test_e2b_tenancy import _serving
+
+    from onebox.api import create_app
+    from onebox.runtime.api_keys import create_key
+    from onebox.runtime.service import Runtime
+    from onebox.sandbox.registry import get_backend
+
+    backend = get_backend(settings)
+    key = (await create_key(db, tenant_id="acme", name="envs"))[0]
+    try:
+        async with _serving(create_app(settings, runtime=Runtime(settings, db, backend))) as url, \
+                httpx.AsyncClient(base_url=url, timeout=30,
+                                  headers={"Authorization": f"Bearer {key}"}) as c:
+            for packages, field in ((["--index-url=http://10.0.0.1/simple"], "packages[0]"),
+                                    (["six", "https://evil.example/x.whl"], "packages[1]"),
+                                    ([], "packages")):
+                r = await c.post("/v1/environments",
+                                 json={"name": "bad", "packages": packages, "wait": False})
+                assert r.status_code == 422, (packages, r.status_code, r.text)
+                assert r.json()["field"] == field
+            listed = (await c.get("/v1/environments")).json()["environments"]
+    finally:
+        await backend.close()
+    assert listed == [], "nothing was started for a refused build"

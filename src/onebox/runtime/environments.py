@@ -60,6 +60,13 @@ def check_name(name: str) -> str:
     return name
 
 
+def check_build(name: str, packages: list[str] | None) -> tuple[str, ...]:
+    """The packages a build of ``name`` installs, or the ValidationError it would fail with:
+    checked before a build is accepted, so a background build cannot fail on its input."""
+    check_name(name)
+    return env_layers.check_requirements(list(packages or PREDEFINED.get(name, ())))
+
+
 def public(row: Row) -> Row:
     return {key: row.get(key) for key in PUBLIC}
 
@@ -69,8 +76,7 @@ async def build(db: Database, backend: SandboxBackend, settings: Settings, tenan
                 on_log: LogSink | None = None) -> Row:
     """Build (or reuse) the environment ``name`` from ``packages`` (default: a predefined
     environment's list); returns its row, with ``reused`` true when no build ran."""
-    check_name(name)
-    wanted = env_layers.check_requirements(list(packages or PREDEFINED.get(name, ())))
+    wanted = check_build(name, packages)
     python = await asyncio.to_thread(env_layers.python_version)
     spec = env_layers.spec_sha256(wanted, python)
     log = on_log or (lambda _line: None)

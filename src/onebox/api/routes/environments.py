@@ -36,6 +36,7 @@ async def list_environments(state: State, caller: Caller) -> dict[str, Any]:
 @router.post("", status_code=201, summary="Build an environment (or reuse the same list's)")
 async def build_environment(body: BuildEnvironment, state: State, caller: Caller,
                             response: Response) -> dict[str, Any]:
+    service.check_build(body.name, body.packages)  # bad input: 422 now, never a 202
     build = service.build(state.db, state.backend, state.settings, caller.tenant_id,
                           body.name, body.packages)
     if body.wait:
