@@ -71,3 +71,41 @@ async def test_a_background_environment_build_with_bad_packages_is_refused_befor
     finally:
         await backend.close()
     assert listed == [], "nothing was started for a refused build"
+
+
+async def test_a_json_route_keeps_its_body_limit_whatever_the_content_type_says(
+        db: Database, settings: Settings) -> None:
+    """The upload limit belongs to the upload routes: a 3 MiB body labelled multipart (with a
+    length, or streamed without one) to POST /v1/runs is a 413 naming the JSON limit, while
+    the same bytes to POST /v1/uploads are still read as an upload."""
+    import httpx
+    from test_e2b_tenancy import _serving
+
+    from onebox.api import create_app
+    from onebox.runtime.api_keys import create_key
+    from onebox.runtime.service import Runtime
+    from onebox.sandbox.registry import get_backend
+
+    settings.api.max_request_bytes = 1 << 20
+    body = b"--x\r\n" + b"a" * (3 << 20)
+    multipart = {"Content-Type": "multipart/form-data; boundary=x"}
+
+    async def streamed() -> object:
+        for start in range(0, len(body), 1 << 16):
+            yield body[start:start + (1 << 16)]
+
+    backend = get_backend(settings)
+    key = (await create_key(db, tenant_id="acme", name="bounds"))[0]
+    try:
+        async with _serving(create_app(settings, runtime=Runtime(settings, db, backend))) as url, \
+                httpx.AsyncClient(base_url=url, timeout=30,
+                                  headers={"Authorization": f"Bearer {key}"}) as c:
+            sized = await c.post("/v1/runs", content=body, headers=multipart)
+            chunked = await c.post("/v1/runs", content=streamed(), headers=multipart)
+            upload = await c.post("/v1/uploads", content=body, headers=multipart)
+    finally:
+        await backend.close()
+    for r in (sized, chunked):
+        assert r.status_code == 413, r.text
+        assert str(1 << 20) in r.text
+    assert upload.status_code != 413, "the upload route keeps the upload limit"

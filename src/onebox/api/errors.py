@@ -9,6 +9,7 @@ with an id to find the traceback in the server log. Never a stack trace.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -29,7 +30,14 @@ HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "n
               413: "request_too_large", 415: "unsupported_media_type", 422: "invalid_input"}
 # Bodies bounded by max_upload_bytes: multipart forms and raw file bytes (E2B's file-object
 # upload); a JSON route never parses an octet-stream body (FastAPI answers 422).
-UPLOAD_TYPES = (b"multipart/", b"application/octet-stream")
+# The routes that take files: the upload limit is theirs, whatever a request's content type
+# says (a JSON route labelled multipart/form-data gets the JSON limit).
+UPLOAD_ROUTES = re.compile(r"^(/v1/uploads|/v1/sessions/[^/]+/files|/v1/knowledge/upload"
+                           r"|/e2b/sandbox/files)/?$")
+
+
+def is_upload_route(scope: Scope) -> bool:
+    return scope.get("method") == "POST" and bool(UPLOAD_ROUTES.match(scope.get("path", "")))
 
 
 class Unauthorized(OneboxError):
@@ -98,8 +106,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        is_upload = headers.get(b"content-type", b"").startswith(UPLOAD_TYPES)
-        limit = self.max_upload_bytes if is_upload else self.max_bytes
+        limit = self.max_upload_bytes if is_upload_route(scope) else self.max_bytes
         declared = headers.get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await _too_large(send, limit)
