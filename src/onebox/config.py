@@ -41,6 +41,10 @@ class SandboxSettings(BaseModel):
     max_output_bytes: int = Field(1_000_000, ge=1024)
     idle_timeout_s: float = Field(900.0, gt=0)
     pool_size: int = Field(2, ge=0, description="pre-created sandboxes kept warm")
+    max_sessions_per_tenant: int = Field(
+        64, ge=1, le=1_000_000, description="live sessions one tenant may hold at once "
+        "(sessions, E2B sandboxes, interpreters, its runs' sessions), so no tenant takes the "
+        "whole session uid range; one more is refused with 429")
     egress_allow_private: list[str] = Field(
         default_factory=list,
         description="IP addresses/networks the egress proxy may reach although private "

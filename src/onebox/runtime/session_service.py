@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from onebox.config import SandboxSettings, Settings
 from onebox.errors import Conflict, NotFound, SandboxError
 from onebox.objects import ObjectStore
 from onebox.runtime import environments
@@ -46,10 +47,18 @@ async def create_session(db: Database, backend: SandboxBackend, tenant_id: str,
     """A new session; with ``environment`` (a built one), every call runs with its layer."""
     chosen = None if environment is None else await environments.layer(
         db, environments.backend_settings(backend), tenant_id, environment)
-    row = await rows.insert_session(db, new_session_id(), backend.name, tenant_id)
+    row = await rows.insert_session(db, new_session_id(), backend.name, tenant_id,
+                                    _session_share(backend))
     if chosen is not None:
         await environments.set_session_environment(db, row["id"], chosen)
     return {**row, "environment": environments.layer_json(chosen)}
+
+
+def _session_share(backend: SandboxBackend) -> int:
+    """The live sessions one tenant may hold (the operator's setting of this backend)."""
+    settings = getattr(backend, "settings", None)
+    sandbox = settings.sandbox if isinstance(settings, Settings) else SandboxSettings()
+    return sandbox.max_sessions_per_tenant
 
 
 async def require_session(db: Database, session_id: str, tenant_id: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from onebox.errors import TooManyRequests
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
 
@@ -16,11 +17,18 @@ Q = load_queries("tenant_sessions")
 Row = dict[str, Any]
 
 
-async def insert_session(db: Database, session_id: str, backend: str, tenant_id: str) -> Row:
-    """Record a new ACTIVE session of the tenant on this sandbox backend; returns its row."""
+async def insert_session(db: Database, session_id: str, backend: str, tenant_id: str,
+                         max_live: int) -> Row:
+    """Record a new ACTIVE session of the tenant on this sandbox backend; returns its row.
+    A tenant holding ``max_live`` live sessions already is refused (429)."""
     row = await db.fetchone(Q["insert_session"], {
-        "id": session_id, "backend": backend, "tenant_id": tenant_id})
-    assert row is not None  # INSERT ... RETURNING returns the row or raises
+        "id": session_id, "backend": backend, "tenant_id": tenant_id, "max_live": max_live})
+    if row is None:
+        raise TooManyRequests(
+            f"tenant {tenant_id!r} holds {max_live} live sessions, the most one tenant may "
+            "(ONEBOX_SANDBOX__MAX_SESSIONS_PER_TENANT); delete the ones it no longer needs "
+            "(DELETE /v1/sessions/{id}, or kill E2B sandboxes) and try again",
+            field="session", retry_after_s=5)
     return row
 
 

@@ -1,7 +1,11 @@
 -- Sandbox sessions a tenant opened by hand, and the snapshots a tenant may read.
 
 -- name: insert_session
-INSERT INTO onebox.sessions (id, backend, tenant_id) VALUES (%(id)s, %(backend)s, %(tenant_id)s)
+-- Only while the tenant holds fewer than its share of live sessions (no row: refused).
+INSERT INTO onebox.sessions (id, backend, tenant_id)
+SELECT %(id)s, %(backend)s, %(tenant_id)s
+WHERE (SELECT count(*) FROM onebox.sessions
+       WHERE tenant_id = %(tenant_id)s AND status = 'ACTIVE') < %(max_live)s
 RETURNING id, tenant_id, backend, status, created_at, last_used_at, released_at;
 
 -- name: tenant_session
