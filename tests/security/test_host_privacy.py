@@ -84,3 +84,21 @@ async def test_an_object_root_left_open_by_an_older_onebox_is_narrowed(open_home
     await FsObjectStore(root).put("blobs/01/new", b"new")
     assert root.stat().st_mode & 0o777 == 0o700
     assert _readable_as(SESSION_UID, [old]) == ["control"]
+
+
+def test_doctor_reports_a_home_other_users_can_enter(open_home: Path) -> None:
+    from onebox.config import load_settings
+    from onebox.runtime.doctor import check_home
+
+    home = open_home / "home"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    opened = check_home(load_settings(home=home))
+    home.chmod(0o700)
+    private = check_home(load_settings(home=home))
+    open_home.chmod(0o777)  # a parent anyone may write: the home could be swapped
+    swappable = check_home(load_settings(home=home))
+    open_home.chmod(0o755)
+    assert not opened.ok and "755" in opened.detail and f"chmod 700 {home}" in (opened.fix or "")
+    assert private.ok, private.detail
+    assert not swappable.ok and "writable by others" in swappable.detail

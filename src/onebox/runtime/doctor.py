@@ -6,6 +6,7 @@ import importlib.metadata
 import os
 import platform
 import shutil
+import stat
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -154,6 +155,28 @@ def check_sandbox(settings: Settings) -> Check:
                                                  if health.problems else ""))
 
 
+def check_home(settings: Settings) -> Check:
+    """The home holds the database, stored files and keys: other local users (and a session
+    uid that escaped) must not read or write it, nor swap a directory above it."""
+    home = settings.home.expanduser()
+    problems = []
+    for part in (home, *home.parents):
+        try:
+            st = part.stat()
+        except OSError:
+            continue  # not made yet
+        mode = stat.S_IMODE(st.st_mode)
+        if part == home and mode & 0o077:
+            problems.append(f"{part} is mode {mode:o} (group/others may enter or read it)")
+        elif part != home and mode & 0o002 and not mode & stat.S_ISVTX:
+            problems.append(f"{part} is writable by others (mode {mode:o}, no sticky bit)")
+    if problems:
+        return Check("home privacy", False, "; ".join(problems),
+                     f"chmod 700 {home}, and keep the directories above it writable by their "
+                     "owner only", level="warning")
+    return Check("home privacy", True, f"{home} is private to its owner")
+
+
 def _run(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
 
@@ -161,7 +184,7 @@ def _run(argv: list[str]) -> str:
 async def run_checks(settings: Settings) -> list[Check]:
     checks = [await check_database(settings), check_bwrap(), check_userns(), check_cgroups(),
               check_seccomp(), check_kvm(), check_embeddings(settings), check_llm(settings),
-              check_sandbox(settings)]
+              check_sandbox(settings), check_home(settings)]
     return checks
 
 
