@@ -64,3 +64,16 @@ def test_delegated_subordinate_ids_are_never_handed_out(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     assert ids.claim(ws) == (UID + 8, UID + 8)
+
+
+def test_markers_of_deleted_homes_are_reclaimed_at_start(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    old, fresh = registry / str(UID), registry / str(UID + 1)
+    old.write_text(str(tmp_path / "deleted-home" / "workspaces" / "s1"))
+    fresh.write_text(str(tmp_path / "being-claimed"))  # another process, mid-claim
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    SessionIdentities(registry, UID, UID + 8)
+    assert not old.exists(), "the marker of a workspace that is gone stays taken"
+    assert fresh.exists(), "a marker being claimed right now was taken away"

@@ -44,6 +44,7 @@ Owner = tuple[int, int]
 MAX_CHOWN_ENTRIES = 1_000_000
 ONEBOX_VAR = Path("/var/lib/onebox")
 SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
+MARKER_GRACE_S = 60.0  # a marker this old without its workspace is a leftover
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class SessionIdentities:
         if self.per_session:
             registry.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(registry, 0o700)
+            self._sweep(min_age_s=MARKER_GRACE_S)  # markers of deleted homes and workspaces
 
     def info(self) -> IdentityInfo:
         fixed = None if self.per_session else (os.getuid(), os.getgid())
@@ -175,10 +177,15 @@ class SessionIdentities:
             handle.write(str(workspace))
         return True
 
-    def _sweep(self) -> None:
-        """Drop markers whose workspace is gone or belongs to another uid (crash leftovers)."""
+    def _sweep(self, min_age_s: float = 0.0) -> None:
+        """Drop markers whose workspace is gone or belongs to another uid (crash leftovers,
+        deleted homes); with ``min_age_s``, only markers older than that (a marker another
+        process is claiming right now has no workspace owner yet)."""
+        now = time.time()
         for marker in self.registry.iterdir():
-            if marker.name.isdigit() and _stale(marker, int(marker.name)):
+            if not marker.name.isdigit() or _younger(marker, now - min_age_s):
+                continue
+            if _stale(marker, int(marker.name)):
                 logger.info("freeing session uid %s: its workspace is gone", marker.name)
                 marker.unlink(missing_ok=True)
 
@@ -260,6 +267,13 @@ def end_processes_of(uid: int, *, wait_s: float = 2.0) -> bool:
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
     return True
+
+
+def _younger(marker: Path, than: float) -> bool:
+    try:
+        return marker.stat(follow_symlinks=False).st_mtime > than
+    except OSError:
+        return True  # gone meanwhile: nothing to do
 
 
 def _stale(marker: Path, uid: int) -> bool:
