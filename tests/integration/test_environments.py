@@ -104,7 +104,7 @@ async def test_a_profiles_environment_reaches_its_steps_and_blocks_rm(
         == "READY"
     profile = parse_profile({"name": "p", "model": "m", "environment": "tiny"})
     async with db.connection() as conn:
-        await save_profile(conn, "default", profile)
+        await save_profile(conn, settings, "default", profile)
     step = parse_plan({"steps": [{"id": "a", "tool": "python", "code": "1"}]}).steps[0]
     assert with_profile_defaults(step, profile.model_dump()).environment == "tiny"
     with pytest.raises(Conflict, match="profile"):

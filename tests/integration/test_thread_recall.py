@@ -53,7 +53,7 @@ async def thread_with(db: Database, settings: Settings, tenant: str = "default",
                       memory_share: float | None = None) -> threads.Thread:
     name = f"p{uuid.uuid4().hex[:8]}"
     async with db.transaction() as conn:
-        await save_profile(conn, tenant, parse_profile({
+        await save_profile(conn, settings, tenant, parse_profile({
             "name": name, "model": "scripted", "context_turns": context_turns,
             "context_tokens": context_tokens, "context_memory_share": memory_share}))
     return await threads.create_thread(db, settings, tenant, profile=name)

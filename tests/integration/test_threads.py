@@ -61,7 +61,7 @@ async def drive(db: Database, backend: SandboxBackend, settings: Settings, run_i
 async def memory_only_thread(db: Database, settings: Settings) -> threads.Thread:
     """A thread whose turns see no earlier turn verbatim: only the summary and memory."""
     async with db.transaction() as conn:
-        await save_profile(conn, "default", parse_profile(
+        await save_profile(conn, settings, "default", parse_profile(
             {"name": "recall", "model": "scripted", "context_turns": 0}))
     return await threads.create_thread(db, settings, "default", title="notes",
                                        profile="recall")
