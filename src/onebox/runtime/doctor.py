@@ -163,8 +163,9 @@ def check_home(settings: Settings) -> Check:
     for part in (home, *home.parents):
         try:
             st = part.stat()
+        # swallow-ok: a directory not made yet (or unreadable) has no mode to report
         except OSError:
-            continue  # not made yet
+            continue
         mode = stat.S_IMODE(st.st_mode)
         if part == home and mode & 0o077:
             problems.append(f"{part} is mode {mode:o} (group/others may enter or read it)")
