@@ -12,8 +12,10 @@ import pytest_asyncio
 from sbx_helpers import DISK_MB
 
 from onebox.config import SandboxSettings, Settings, load_settings
+from onebox.runtime.service import Runtime
 from onebox.sandbox.linux import BwrapSandbox
 from onebox.sandbox.registry import linux_available
+from onebox.store.db import Database
 
 
 def _settings(home: Path, **overrides: object) -> Settings:
@@ -84,3 +86,14 @@ def host_server() -> Iterator[tuple[int, list[str]]]:
     thread.start()
     yield server.server_address[1], _Handler.hits
     server.shutdown()
+
+
+@pytest.fixture
+async def rt(db: Database, settings: Settings) -> AsyncIterator[Runtime]:
+    """The runtime over this test's database and real sandbox backend (closed after)."""
+    from onebox.sandbox.registry import get_backend
+
+    runtime = Runtime(settings, db, get_backend(settings))
+    yield runtime
+    await runtime.backend.close()
+    await runtime.objects.close()

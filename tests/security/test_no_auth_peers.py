@@ -14,7 +14,6 @@ import pwd
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ from test_e2b_tenancy import _serving
 from onebox.api import create_app
 from onebox.config import Settings
 from onebox.runtime.service import Runtime
-from onebox.store.db import Database
 
 NOBODY = 65534
 ONEBOX = str(Path(sys.executable).with_name("onebox"))
@@ -40,16 +38,6 @@ def _curl(url: str, *, uid: int | None, extra: tuple[str, ...] = ()) -> tuple[in
                           timeout=60, cwd="/")
     body, _, status = proc.stdout.rpartition("\n")
     return int(status or 0), body
-
-
-@pytest.fixture
-async def rt(db: Database, settings: Settings) -> AsyncIterator[Runtime]:
-    from onebox.sandbox.registry import get_backend
-
-    runtime = Runtime(settings, db, get_backend(settings))
-    yield runtime
-    await runtime.backend.close()
-    await runtime.objects.close()
 
 
 async def test_the_api_without_keys_serves_only_the_operators_uid(

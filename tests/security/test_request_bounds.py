@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
 import pytest
 from sbx_helpers import sh
+from test_e2b_tenancy import _serving
 
+from onebox.api import create_app
 from onebox.config import Settings
 from onebox.errors import PolicyViolation
+from onebox.runtime.api_keys import create_key
+from onebox.runtime.service import Runtime
 from onebox.sandbox.linux import BwrapSandbox
-from onebox.store.db import Database
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -42,69 +49,50 @@ async def test_a_limit_exactly_at_its_cap_runs(linux: BwrapSandbox) -> None:
     assert result.exit_code == 0 and result.stdout.strip() == "ok"
 
 
+@contextlib.asynccontextmanager
+async def tenant_client(rt: Runtime, tenant: str = "acme") -> AsyncIterator[httpx.AsyncClient]:
+    """A client with a fresh key of ``tenant`` to an API server over ``rt`` (app built now,
+    so settings changed before the call apply)."""
+    key = (await create_key(rt.db, tenant_id=tenant, name=f"{tenant}-bounds"))[0]
+    async with _serving(create_app(rt.settings, runtime=rt)) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30,
+                              headers={"Authorization": f"Bearer {key}"}) as client:
+        yield client
+
+
 async def test_a_background_environment_build_with_bad_packages_is_refused_before_202(
-        db: Database, settings: Settings) -> None:
+        rt: Runtime) -> None:
     """`wait: false` answers 202 only for a build that can start: a package list pip would
     refuse (an option, a URL, nothing) is a 422 naming the entry, not a 202 and a log line."""
-    import httpx
-    from test_e2b_tenancy import _serving
-
-    from onebox.api import create_app
-    from onebox.runtime.api_keys import create_key
-    from onebox.runtime.service import Runtime
-    from onebox.sandbox.registry import get_backend
-
-    backend = get_backend(settings)
-    key = (await create_key(db, tenant_id="acme", name="envs"))[0]
-    try:
-        async with _serving(create_app(settings, runtime=Runtime(settings, db, backend))) as url, \
-                httpx.AsyncClient(base_url=url, timeout=30,
-                                  headers={"Authorization": f"Bearer {key}"}) as c:
-            for packages, field in ((["--index-url=http://10.0.0.1/simple"], "packages[0]"),
-                                    (["six", "https://evil.example/x.whl"], "packages[1]"),
-                                    ([], "packages")):
-                r = await c.post("/v1/environments",
-                                 json={"name": "bad", "packages": packages, "wait": False})
-                assert r.status_code == 422, (packages, r.status_code, r.text)
-                assert r.json()["field"] == field
-            listed = (await c.get("/v1/environments")).json()["environments"]
-    finally:
-        await backend.close()
+    async with tenant_client(rt) as c:
+        for packages, field in ((["--index-url=http://10.0.0.1/simple"], "packages[0]"),
+                                (["six", "https://evil.example/x.whl"], "packages[1]"),
+                                ([], "packages")):
+            r = await c.post("/v1/environments",
+                             json={"name": "bad", "packages": packages, "wait": False})
+            assert r.status_code == 422, (packages, r.status_code, r.text)
+            assert r.json()["field"] == field
+        listed = (await c.get("/v1/environments")).json()["environments"]
     assert listed == [], "nothing was started for a refused build"
 
 
 async def test_a_json_route_keeps_its_body_limit_whatever_the_content_type_says(
-        db: Database, settings: Settings) -> None:
+        rt: Runtime, settings: Settings) -> None:
     """The upload limit belongs to the upload routes: a 3 MiB body labelled multipart (with a
     length, or streamed without one) to POST /v1/runs is a 413 naming the JSON limit, while
     the same bytes to POST /v1/uploads are still read as an upload."""
-    import httpx
-    from test_e2b_tenancy import _serving
-
-    from onebox.api import create_app
-    from onebox.runtime.api_keys import create_key
-    from onebox.runtime.service import Runtime
-    from onebox.sandbox.registry import get_backend
-
     settings.api.max_request_bytes = 1 << 20
     body = b"--x\r\n" + b"a" * (3 << 20)
     multipart = {"Content-Type": "multipart/form-data; boundary=x"}
 
-    async def streamed() -> object:
+    async def streamed() -> AsyncIterator[bytes]:
         for start in range(0, len(body), 1 << 16):
             yield body[start:start + (1 << 16)]
 
-    backend = get_backend(settings)
-    key = (await create_key(db, tenant_id="acme", name="bounds"))[0]
-    try:
-        async with _serving(create_app(settings, runtime=Runtime(settings, db, backend))) as url, \
-                httpx.AsyncClient(base_url=url, timeout=30,
-                                  headers={"Authorization": f"Bearer {key}"}) as c:
-            sized = await c.post("/v1/runs", content=body, headers=multipart)
-            chunked = await c.post("/v1/runs", content=streamed(), headers=multipart)
-            upload = await c.post("/v1/uploads", content=body, headers=multipart)
-    finally:
-        await backend.close()
+    async with tenant_client(rt) as c:
+        sized = await c.post("/v1/runs", content=body, headers=multipart)
+        chunked = await c.post("/v1/runs", content=streamed(), headers=multipart)
+        upload = await c.post("/v1/uploads", content=body, headers=multipart)
     for r in (sized, chunked):
         assert r.status_code == 413, r.text
         assert str(1 << 20) in r.text

@@ -3,38 +3,23 @@ sandbox.max_sessions_per_tenant live sessions, and another tenant still gets and
 
 from __future__ import annotations
 
-import httpx
-from test_e2b_tenancy import _serving
+from test_request_bounds import tenant_client
 
-from onebox.api import create_app
 from onebox.config import Settings
-from onebox.runtime.api_keys import create_key
 from onebox.runtime.service import Runtime
-from onebox.sandbox.registry import get_backend
-from onebox.store.db import Database
 
 
-async def test_a_tenant_holds_at_most_its_share_of_sessions(db: Database,
+async def test_a_tenant_holds_at_most_its_share_of_sessions(rt: Runtime,
                                                             settings: Settings) -> None:
     settings.sandbox.max_sessions_per_tenant = 3
-    backend = get_backend(settings)
-    keys = {t: (await create_key(db, tenant_id=t, name=f"{t}-share"))[0]
-            for t in ("alice", "bob")}
-    try:
-        async with _serving(create_app(settings, runtime=Runtime(settings, db, backend))) as url:
-            def client(tenant: str) -> httpx.AsyncClient:
-                return httpx.AsyncClient(base_url=url, timeout=60,
-                                         headers={"Authorization": f"Bearer {keys[tenant]}"})
-            async with client("alice") as alice, client("bob") as bob:
-                held = [await alice.post("/v1/sessions", json={}) for _ in range(3)]
-                refused = await alice.post("/v1/sessions", json={})
-                mine = await bob.post("/v1/sessions", json={})
-                ran = await bob.post(f"/v1/sessions/{mine.json()['id']}/execute",
-                                     json={"code": "echo bob", "language": "bash"})
-                freed = await alice.delete(f"/v1/sessions/{held[0].json()['id']}")
-                again = await alice.post("/v1/sessions", json={})
-    finally:
-        await backend.close()
+    async with tenant_client(rt, "alice") as alice, tenant_client(rt, "bob") as bob:
+        held = [await alice.post("/v1/sessions", json={}) for _ in range(3)]
+        refused = await alice.post("/v1/sessions", json={})
+        mine = await bob.post("/v1/sessions", json={})
+        ran = await bob.post(f"/v1/sessions/{mine.json()['id']}/execute",
+                             json={"code": "echo bob", "language": "bash"})
+        freed = await alice.delete(f"/v1/sessions/{held[0].json()['id']}")
+        again = await alice.post("/v1/sessions", json={})
     assert [r.status_code for r in held] == [201, 201, 201]
     assert refused.status_code == 429, refused.text
     assert "MAX_SESSIONS_PER_TENANT" in refused.json()["message"]

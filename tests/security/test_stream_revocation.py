@@ -13,7 +13,6 @@ import uuid
 from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 from test_e2b_tenancy import _serving
 
 from onebox.api import create_app
@@ -28,16 +27,6 @@ from onebox.store.db import Database
 PLAN = {"steps": [{"id": "wait", "tool": "bash", "code": "true"}]}
 HEARTBEAT_S = 1.0
 MARGIN_S = 14.0  # far below key_recheck_s (20): a stream that waits for it is the bug
-
-
-@pytest.fixture
-async def rt(db: Database, settings: Settings) -> AsyncIterator[Runtime]:
-    from onebox.sandbox.registry import get_backend
-
-    runtime = Runtime(settings, db, get_backend(settings))
-    yield runtime
-    await runtime.backend.close()
-    await runtime.objects.close()
 
 
 async def _emit(db: Database, run_id: uuid.UUID, kind: str) -> None:

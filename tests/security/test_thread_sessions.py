@@ -11,10 +11,7 @@ that a thread's session never becomes reachable by id.)
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
-import pytest
 
 from onebox.api import create_app
 from onebox.config import Settings
@@ -28,16 +25,6 @@ from onebox.sandbox.base import ExecRequest
 from onebox.store.db import Database
 
 SECRET = "acme-thread-secret-7731"
-
-
-@pytest.fixture
-async def rt(db: Database, settings: Settings) -> AsyncIterator[Runtime]:
-    from onebox.sandbox.registry import get_backend
-
-    runtime = Runtime(settings, db, get_backend(settings))
-    yield runtime
-    await runtime.backend.close()
-    await runtime.objects.close()
 
 
 async def _acme_turn_with_a_secret(rt: Runtime, settings: Settings) -> str:
