@@ -135,10 +135,13 @@ def needs_model(profile: Mapping[str, Any] | None) -> str | None:
 
 
 async def served_models(conn: Conn, settings: Settings,
-                        environ: Mapping[str, str] = os.environ) -> list[str]:
+                        environ: Mapping[str, str] = os.environ, *,
+                        providers: Mapping[str, Provider] | None = None) -> list[str]:
     """The models this worker can call: its own, and every stored profile whose provider is
-    declared here with its key variable set (or needing none)."""
-    providers = await declared_providers.declared(conn, settings)
+    declared here with its key variable set (or needing none). ``providers``: the
+    declarations when the caller has just read them."""
+    if providers is None:
+        providers = await declared_providers.declared(conn, settings)
     served = [model_key(settings.llm.model, DEFAULT)] if settings.llm.model else []
     for spec in await rows.all_specs(conn):
         try:

@@ -140,7 +140,7 @@ class Worker:
         """The models this worker calls: its own and the stored profiles it has keys for."""
         async with self.db.connection() as conn:
             self._providers = await declared(conn, self.settings)
-            self._served = await served_models(conn, self.settings)
+            self._served = await served_models(conn, self.settings, providers=self._providers)
 
     async def _idle(self, stop: asyncio.Event) -> None:
         self._wake.clear()
