@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -316,6 +318,30 @@ async def test_the_process_backend_never_runs_code_as_root_either(tmp_path: Path
     assert lo <= int(uid_a) <= hi and uid_a == gid_a and uid_a != uid_b
     assert groups_a.startswith("[]")
     assert "EACCES" in a.stdout and a.stdout.rstrip().endswith("in")
+
+
+@as_root
+async def test_the_process_backend_skips_an_interpreter_session_users_cannot_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """root's PATH may start with a shim in a private directory (pyenv under a 0700 /root):
+    the session uid must be given a python3 it can run, not a 126 'Permission denied'."""
+    from onebox.sandbox.process import ProcessSandbox
+
+    private = tmp_path / "private" / "shims"
+    private.mkdir(parents=True)
+    (private / "python3").symlink_to(sys.executable)
+    os.chmod(private.parent, 0o700)
+    monkeypatch.setenv("PATH", f"{private}:{os.environ['PATH']}")
+    assert shutil.which("python3") == str(private / "python3")  # the probe is first on PATH
+    sandbox = SandboxSettings(backend="process", pool_size=0, timeout_s=20)
+    backend = ProcessSandbox(load_settings(home=tmp_path / "proc-home", sandbox=sandbox))
+    try:
+        r = await backend.execute(ExecRequest(session_id="a", code="import sys; print(sys.executable)"))
+    finally:
+        await backend.close()
+    assert r.ok, r.stderr
+    assert not r.stdout.startswith(str(private))
 
 
 @as_root

@@ -43,11 +43,33 @@ from onebox.sandbox.workspace import Changes, changes_since, state, write_files
 RUSAGE_KB = 1 if sys.platform.startswith("linux") else 1 / 1024
 
 
+def _open_to_others(path: str) -> bool:
+    """Whether a session uid (neither owner nor group) can run ``path``: every directory on
+    the way to it and to what its links resolve to is searchable, the file readable and
+    executable by others. A pyenv shim under a 0700 /root is on root's PATH but not theirs."""
+    try:
+        real = Path(os.path.realpath(path))
+        for part in {*Path(path).parents, *real.parents}:
+            if not os.stat(part).st_mode & 0o001:
+                return False
+        return os.stat(real).st_mode & 0o005 == 0o005
+    except OSError:
+        return False
+
+
+def _runnable(name: str, *fallbacks: str) -> str:
+    """The first ``name`` on PATH (then ``fallbacks``) a session uid can run; if none can,
+    the first found, so the exec fails with the kernel's own 126 and the path it refused."""
+    found = [p for d in os.get_exec_path() if (p := shutil.which(name, path=d))]
+    found += [f for f in fallbacks if f and os.path.isfile(f)]
+    return next((p for p in found if _open_to_others(p)), found[0] if found else name)
+
+
 def _interpreters() -> dict[str, str]:
     return {
-        "python": shutil.which("python3") or sys.executable,
-        "bash": shutil.which("bash") or "/bin/sh",
-        "node": shutil.which("node") or "node",
+        "python": _runnable("python3", sys.executable, "/usr/bin/python3"),
+        "bash": _runnable("bash", "/bin/sh"),
+        "node": _runnable("node"),
     }
 
 
