@@ -12,6 +12,7 @@ may reach any address but the one the operator declared for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -50,9 +51,28 @@ class Setup:
                                  headers={"Authorization": f"Bearer {self.key}"})
 
 
+@dataclass
+class Stack:
+    settings: Settings
+    rt: Runtime
+    backend: Any
+
+    @contextlib.asynccontextmanager
+    async def worker(self) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        runner = asyncio.create_task(Worker(self.rt.db, self.backend, self.settings,
+                                            objects=self.rt.objects).serve(stop, drain_s=2))
+        try:
+            yield
+        finally:
+            stop.set()
+            await runner
+
+
 @pytest.fixture
-async def setup(db: Database, settings: Settings,
-                monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Setup]:
+async def idle(db: Database, settings: Settings,
+               monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Setup, Stack]]:
+    """The API and the declared provider, no worker yet."""
     from onebox.sandbox.registry import get_backend
 
     for name, value in (*CANARIES.items(), OPERATOR_KEY):
@@ -64,17 +84,18 @@ async def setup(db: Database, settings: Settings,
         backend = get_backend(settings)
         rt = Runtime(settings, db, backend)
         key = (await create_key(db, tenant_id="evil", name="evil-canary"))[0]
-        stop = asyncio.Event()
-        runner = asyncio.create_task(
-            Worker(db, backend, settings, objects=rt.objects).serve(stop, drain_s=2))
         try:
             async with serving(create_app(settings, runtime=rt)) as url:
-                yield Setup(url, key, db, attacker, operator)
+                yield Setup(url, key, db, attacker, operator), Stack(settings, rt, backend)
         finally:
-            stop.set()
-            await runner
             await backend.close()
             await rt.objects.close()
+
+
+@pytest.fixture
+async def setup(idle: tuple[Setup, Stack]) -> AsyncIterator[Setup]:
+    async with idle[1].worker():
+        yield idle[0]
 
 
 def _seen(server: ScriptedOpenAIServer) -> str:
@@ -147,3 +168,47 @@ async def test_the_operators_key_goes_to_the_operators_provider_only(setup: Setu
         assert value not in _seen(setup.operator), "an unrelated secret reached the provider"
     for value in (*CANARIES.values(), OPERATOR_KEY[1]):
         assert value not in logs, "a worker secret reached the sandbox"
+
+
+async def _kept_as_before_providers(setup: Setup, base_url: str, env: str) -> str:
+    """A run on the operator's provider whose kept profile and queued model call are made
+    to look like ones written before providers existed: an endpoint and a variable."""
+    async with setup.client() as c:
+        assert (await c.put("/v1/profiles/ours", json={"provider": "op", "model": "op-model"})
+                ).status_code == 200
+        r = await c.post("/v1/runs", json={"task": "say hi", "profile": "ours"})
+        assert r.status_code == 201, r.text
+    run_id = r.json()["run_id"]
+    kept = {"name": "ours", "model": "op-model", "base_url": base_url, "api_key_env": env}
+    async with setup.db.connection() as conn:
+        await conn.execute("UPDATE onebox.runs SET profile = %s WHERE id = %s",
+                           (Jsonb(kept), run_id))
+        cur = await conn.execute(
+            "UPDATE onebox.task_execution SET needs_model = %s WHERE run_id = %s "
+            "AND needs_model IS NOT NULL", (f"op-model@{base_url.rstrip('/')}", run_id))
+        assert cur.rowcount >= 1, "the run's first model call is queued"
+    return str(run_id)
+
+
+async def test_a_run_kept_with_an_undeclared_endpoint_fails_at_run_time(
+        idle: tuple[Setup, Stack]) -> None:
+    setup, stack = idle
+    run_id = await _kept_as_before_providers(setup, setup.attacker.base_url, "SECRET_TOKEN")
+    async with stack.worker(), setup.client() as c:
+        run = await _ended(c, run_id)
+    assert run["status"] == "FAILED", run
+    assert "no declared provider matches" in json.dumps(run), run
+    assert setup.attacker.requests == [] and setup.operator.requests == []
+
+
+async def test_a_run_kept_with_a_declared_endpoint_uses_the_declaration(
+        idle: tuple[Setup, Stack]) -> None:
+    setup, stack = idle
+    plan = {"name": "hi", "steps": [{"id": "hi", "tool": "python", "code": "print('hi')"}]}
+    setup.operator.add(ServerReply.json(INTENT), ServerReply.json(plan))
+    run_id = await _kept_as_before_providers(setup, setup.operator.base_url, OPERATOR_KEY[0])
+    async with stack.worker(), setup.client() as c:
+        run = await _ended(c, run_id)
+    assert run["status"] == "SUCCEEDED", run.get("error")
+    assert {h["authorization"] for h in setup.operator.headers} == {f"Bearer {OPERATOR_KEY[1]}"}
+    assert setup.attacker.requests == []

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from onebox.agent.actions import ToolsResult
 from onebox.agent.plan import Step
 from onebox.config import LLMSettings, Settings
-from onebox.errors import NotFound
+from onebox.errors import ConfigError, NotFound
 from onebox.errors import ValidationError as OneboxValidationError
 from onebox.llm.base import ChatRequest, Message
 from onebox.runtime import providers as declared_providers
@@ -138,8 +138,10 @@ async def served_models(conn: Conn, settings: Settings,
                         environ: Mapping[str, str] = os.environ, *,
                         providers: Mapping[str, Provider] | None = None) -> list[str]:
     """The models this worker can call: its own, and every stored profile whose provider is
-    declared here with its key variable set (or needing none). ``providers``: the
-    declarations when the caller has just read them."""
+    declared here with its key variable set (or needing none). Model calls of runs kept with
+    their own endpoint (before providers) are served where a declaration matches them with
+    its key here, and where none matches at all: the worker then fails them, sending
+    nothing. ``providers``: the declarations when the caller has just read them."""
     if providers is None:
         providers = await declared_providers.declared(conn, settings)
     served = [model_key(settings.llm.model, DEFAULT)] if settings.llm.model else []
@@ -148,18 +150,34 @@ async def served_models(conn: Conn, settings: Settings,
             provider = declared_providers.resolve(providers, spec)
         except OneboxValidationError:
             continue  # names no provider declared here: another worker's, or nobody's
-        if provider.api_key_env is None or environ.get(provider.api_key_env):
+        if _has_key(provider, environ):
             served.append(model_key(spec["model"], provider.name))
+    for key, kept in await rows.kept_without_provider(conn):
+        try:
+            provider = declared_providers.resolve(providers, kept)
+        except OneboxValidationError:
+            served.append(key)  # nothing declared matches: claimed to be failed clearly
+            continue
+        if _has_key(provider, environ):
+            served.append(key)
     return sorted(set(served))
+
+
+def _has_key(provider: Provider, environ: Mapping[str, str]) -> bool:
+    return provider.api_key_env is None or bool(environ.get(provider.api_key_env))
 
 
 def llm_settings_for(profile: Mapping[str, Any], own: LLMSettings,
                      providers: Mapping[str, Provider],
                      environ: Mapping[str, str] = os.environ) -> LLMSettings:
     """The chat model settings for a profile's calls: the endpoint and key of the provider
-    the operator declared under the name the profile keeps, never anything the profile
-    itself holds."""
-    provider = declared_providers.choose(providers, provider_of(profile), profile["model"])
+    the operator declared under the name the profile keeps (or, for a run kept before
+    providers, the declared one with its URL and variable), never anything the profile
+    itself holds. None declared: a ConfigError the run fails with (retrying cannot help)."""
+    try:
+        provider = declared_providers.resolve(providers, profile)
+    except OneboxValidationError as exc:
+        raise ConfigError(exc.message, field=exc.field) from None
     if provider.name == DEFAULT:
         return own if profile["model"] == own.model else own.model_copy(
             update={"model": profile["model"]})

@@ -10,7 +10,8 @@ the operator did not declare.
 
 Profiles stored before providers existed hold a ``base_url``/``api_key_env``; they keep
 working where a declared provider has the same URL and key variable, and are refused at run
-submission where none does.
+submission where none does. A run already kept that way is resolved by the worker the same
+way, and fails with that message where nothing matches; no key is sent for it.
 """
 
 from __future__ import annotations
@@ -104,12 +105,13 @@ def resolve(providers: Mapping[str, Provider], spec: Mapping[str, Any]) -> Provi
 
 
 def provider_of(profile: Mapping[str, Any]) -> str:
-    """The provider name a run's kept profile routes its model calls to. A run kept before
-    providers existed with its own endpoint names none a worker serves: it waits."""
+    """The provider part of the key a run's model calls are queued with. A run kept before
+    providers existed, with its own endpoint, keeps the key it was queued with then (its
+    endpoint): a worker serves it only after resolving it against its declarations."""
     if profile.get("provider"):
         return str(profile["provider"])
     if profile.get("base_url") or profile.get("api_key_env"):
-        return f"undeclared:{profile.get('base_url') or ''}"
+        return str(profile.get("base_url") or "").rstrip("/")
     return DEFAULT
 
 

@@ -36,6 +36,13 @@ async def all_specs(conn: Conn) -> list[dict[str, Any]]:
     return [r["spec"] for r in await cur.fetchall()]
 
 
+async def kept_without_provider(conn: Conn) -> list[tuple[str, dict[str, Any]]]:
+    """(needs_model, kept profile) of queued model calls of runs kept with their own
+    endpoint, from before providers existed."""
+    cur = await conn.execute(Q["kept_without_provider"])
+    return [(r["needs_model"], r["profile"]) for r in await cur.fetchall()]
+
+
 async def delete(conn: Conn, tenant_id: str, name: str) -> bool:
     cur = await conn.execute(Q["delete_profile"], {"tenant_id": tenant_id, "name": name})
     return await cur.fetchone() is not None

@@ -16,6 +16,16 @@ WHERE tenant_id = %(tenant_id)s ORDER BY name;
 -- name: all_profile_specs
 SELECT spec FROM onebox.profiles;
 
+-- name: kept_without_provider
+-- Queued model calls of runs kept before providers existed (a profile with its own endpoint
+-- and no provider): the worker resolves each against its declarations (pending rows only,
+-- through task_execution_queue_idx).
+SELECT DISTINCT t.needs_model, r.profile
+FROM onebox.task_execution t JOIN onebox.runs r ON r.id = t.run_id
+WHERE t.status = 'PENDING' AND t.waiting_for IS NULL AND t.available_at <= now()
+  AND t.needs_model IS NOT NULL AND r.profile->>'provider' IS NULL
+LIMIT 1000;
+
 -- name: delete_profile
 DELETE FROM onebox.profiles WHERE tenant_id = %(tenant_id)s AND name = %(name)s RETURNING name;
 
