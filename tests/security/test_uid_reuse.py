@@ -4,7 +4,9 @@ one that /etc/subuid or /etc/subgid delegates to an account."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,35 +27,49 @@ def _root() -> Iterator[None]:
         os.kill(pid, 9)
 
 
-def _leftover(uid: int, secret: Path) -> None:
+def _leftover(uid: int, base: Path, log: Path) -> None:
     """What an escaped session leaves: a daemon running as its uid (re-parented to init)
-    that keeps trying to read the next owner's file."""
-    loop = f"while :; do cat {secret} >> /tmp/onebox-leftover-{uid} 2>/dev/null; sleep 0.05; done"
+    that keeps reading the workspace files of the sessions under ``base``."""
+    files = f"{base}/ws-alice/secret.txt {base}/ws-bob/secret.txt"
+    loop = f"while :; do cat {files} >> {log} 2>/dev/null; sleep 0.05; done"
     subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                     "sh", "-c", f"( {loop} ) >/dev/null 2>&1 & "], check=True)
 
 
+def _read_within(log: Path, text: str, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if log.exists() and text in log.read_text(errors="replace"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_a_uid_is_not_given_again_while_a_process_of_it_lives(tmp_path: Path) -> None:
-    ids = SessionIdentities(tmp_path / "registry", UID, UID)
-    first = tmp_path / "ws-alice"
-    first.mkdir()
-    assert ids.claim(first) == (UID, UID)
-    bob_secret = tmp_path / "ws-bob" / "secret.txt"
-    _leftover(UID, bob_secret)
-    time.sleep(0.2)
-    assert processes_of(UID), "the leftover runs as the session uid (the probe is real)"
-    first.rmdir()
-    ids.free(first, UID)
-    second = tmp_path / "ws-bob"
-    second.mkdir()
-    assert ids.claim(second) == (UID, UID)
-    bob_secret.write_text("bob's launch code")
-    os.chown(bob_secret, UID, UID)
-    time.sleep(0.3)
-    assert processes_of(UID) == [], "a process of the old session survived the uid's reuse"
-    stolen = Path(f"/tmp/onebox-leftover-{UID}")
-    assert not stolen.exists() or "launch code" not in stolen.read_text()
-    stolen.unlink(missing_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="onebox-uid-reuse-", dir="/var/tmp"))
+    os.chmod(base, 0o711)  # session users traverse it, as they do sandbox.root
+    log = base / "stolen"
+    log.touch()
+    os.chown(log, UID, UID)
+    try:
+        ids = SessionIdentities(tmp_path / "registry", UID, UID)
+        alice = base / "ws-alice"
+        alice.mkdir()
+        (alice / "secret.txt").write_text("alice's note")
+        assert ids.claim(alice) == (UID, UID)
+        _leftover(UID, base, log)
+        assert _read_within(log, "alice's note", 10), "the probe never read its own workspace"
+        shutil.rmtree(alice)
+        ids.free(alice, UID)
+        bob = base / "ws-bob"
+        bob.mkdir()
+        (bob / "secret.txt").write_text("bob's launch code")
+        assert ids.claim(bob) == (UID, UID)
+        assert not _read_within(log, "launch code", 1.0), \
+            "a process of the old session read the next session's workspace"
+        assert processes_of(UID) == [], "a process of the old session survived the uid's reuse"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_delegated_subordinate_ids_are_never_handed_out(tmp_path: Path) -> None:

@@ -262,7 +262,7 @@ class BwrapSandbox(SandboxBackend):
         if self.disk_enabled:
             await self.disk.detach(path)
         await asyncio.to_thread(shutil.rmtree, path, True)
-        self.identities.free(path, uid)
+        await asyncio.to_thread(self.identities.free, path, uid)
 
     # -- one execution ---------------------------------------------------------
 

@@ -125,7 +125,7 @@ class ProcessSandbox(SandboxBackend):
     async def _drop_ws(self, path: Path) -> None:
         uid = uid_of(path)
         await asyncio.to_thread(shutil.rmtree, path, True)
-        self.identities.free(path, uid)
+        await asyncio.to_thread(self.identities.free, path, uid)
 
     def _run_as(self, workspace: Path) -> Owner | None:
         return self.identities.owner_of(workspace) if self.identities.per_session else None
