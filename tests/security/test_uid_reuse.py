@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from onebox.errors import SandboxUnavailable
 from onebox.sandbox.identity import SessionIdentities, processes_of
 
 UID = 264_321  # inside the default session range, outside any account
@@ -74,12 +75,26 @@ def test_a_uid_is_not_given_again_while_a_process_of_it_lives(tmp_path: Path) ->
 
 def test_delegated_subordinate_ids_are_never_handed_out(tmp_path: Path) -> None:
     subuid, subgid = tmp_path / "subuid", tmp_path / "subgid"
-    subuid.write_text(f"builder:{UID}:5\n")
-    subgid.write_text(f"builder:{UID + 5}:3\n")
+    subuid.write_text(f"root:100000:65536\nbuilder:{UID - 2}:5\n# a comment\n")
+    subgid.write_text(f"builder:{UID + 3}:5\n")
     ids = SessionIdentities(tmp_path / "registry", UID, UID + 8, subid_files=(subuid, subgid))
     ws = tmp_path / "ws"
     ws.mkdir()
     assert ids.claim(ws) == (UID + 8, UID + 8)
+    assert f"skipping {UID}-{UID + 7}, delegated by /etc/subuid" in ids.info().describe()
+    with pytest.raises(SandboxUnavailable, match=f"{UID}-{UID + 7}"):
+        other = tmp_path / "ws2"
+        other.mkdir()
+        ids.claim(other)
+
+
+def test_missing_subordinate_id_files_delegate_nothing(tmp_path: Path) -> None:
+    ids = SessionIdentities(tmp_path / "registry", UID, UID,
+                            subid_files=(tmp_path / "none", tmp_path / "neither"))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert ids.claim(ws) == (UID, UID)
+    assert "skipping" not in ids.info().describe()
 
 
 def test_markers_of_deleted_homes_are_reclaimed_at_start(tmp_path: Path) -> None:

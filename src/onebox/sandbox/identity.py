@@ -41,6 +41,7 @@ from onebox.errors import SandboxUnavailable
 logger = logging.getLogger(__name__)
 
 Owner = tuple[int, int]
+Span = tuple[int, int]  # first..last id, inclusive
 MAX_CHOWN_ENTRIES = 1_000_000
 ONEBOX_VAR = Path("/var/lib/onebox")
 SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
@@ -55,11 +56,14 @@ class IdentityInfo:
     uid_min: int
     uid_max: int
     fixed: Owner | None
+    delegated: tuple[Span, ...] = ()  # parts of the range /etc/subuid or /etc/subgid delegate
 
     def describe(self) -> str:
         if self.per_session:
+            skipped = ", ".join(f"{lo}-{hi}" for lo, hi in self.delegated)
             return (f"a per-session unprivileged host uid/gid from {self.uid_min}-{self.uid_max} "
-                    "(onebox runs as root)")
+                    "(onebox runs as root)" + (f"; skipping {skipped}, delegated by /etc/subuid "
+                                               "or /etc/subgid" if skipped else ""))
         assert self.fixed is not None
         return f"host uid {self.fixed[0]} gid {self.fixed[1]} (the user running onebox)"
 
@@ -73,7 +77,9 @@ class SessionIdentities:
         self.uid_min, self.uid_max = uid_min, uid_max
         self.per_session = os.geteuid() == 0
         self._next = uid_min
-        self._taken = (_local_ids(uid_min, uid_max) | _delegated_ids(uid_min, uid_max, subid_files)
+        self.delegated = _delegated_spans(uid_min, uid_max, subid_files) if self.per_session else ()
+        self._taken = (_local_ids(uid_min, uid_max).union(*(range(lo, hi + 1)
+                                                            for lo, hi in self.delegated))
                        if self.per_session else frozenset())
         if self.per_session:
             registry.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -82,7 +88,7 @@ class SessionIdentities:
 
     def info(self) -> IdentityInfo:
         fixed = None if self.per_session else (os.getuid(), os.getgid())
-        return IdentityInfo(self.per_session, self.uid_min, self.uid_max, fixed)
+        return IdentityInfo(self.per_session, self.uid_min, self.uid_max, fixed, self.delegated)
 
     def owner_of(self, workspace: Path) -> Owner:
         """The identity a sandbox on ``workspace`` runs as (its root directory's owner)."""
@@ -146,9 +152,12 @@ class SessionIdentities:
             uid = self._first_free(workspace)
             if uid is not None:
                 return uid
+        skipped = "".join(f", {lo}-{hi}" for lo, hi in self.delegated)
         raise SandboxUnavailable(
             f"no free session uid in {self.uid_min}-{self.uid_max}: every one has a live "
-            "workspace. Fix: remove idle sessions, or widen ONEBOX_SANDBOX__SESSION_UID_MAX")
+            "workspace, keeps a process that outlived SIGKILL, belongs to a local account or is "
+            f"delegated by /etc/subuid or /etc/subgid{skipped and ' (' + skipped[2:] + ')'}. Fix: remove "
+            "idle sessions, or move ONEBOX_SANDBOX__SESSION_UID_MIN/_MAX to free ids")
 
     def _first_free(self, workspace: Path) -> int | None:
         span = self.uid_max - self.uid_min + 1
@@ -221,17 +230,25 @@ def _local_ids(lo: int, hi: int) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _delegated_ids(lo: int, hi: int, files: tuple[Path, ...]) -> frozenset[int]:
-    """Ids inside lo..hi that subordinate-id files (``name:start:count`` lines) delegate."""
-    ids: set[int] = set()
+def _delegated_spans(lo: int, hi: int, files: tuple[Path, ...]) -> tuple[Span, ...]:
+    """The parts of lo..hi that subordinate-id files (``name:start:count`` lines) delegate,
+    merged and sorted; a missing file delegates nothing."""
+    spans: list[Span] = []
     for path in files:
         with contextlib.suppress(OSError):
             for line in path.read_text(errors="replace").splitlines():
                 fields = line.strip().split(":")
                 if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
-                    start, count = int(fields[1]), int(fields[2])
-                    ids.update(range(max(lo, start), min(hi, start + count - 1) + 1))
-    return frozenset(ids)
+                    first, last = int(fields[1]), int(fields[1]) + int(fields[2]) - 1
+                    if first <= hi and last >= lo and last >= first:
+                        spans.append((max(lo, first), min(hi, last)))
+    merged: list[Span] = []
+    for first, last in sorted(spans):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return tuple(merged)
 
 
 def processes_of(uid: int) -> list[int]:
