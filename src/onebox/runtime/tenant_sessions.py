@@ -21,8 +21,11 @@ async def insert_session(db: Database, session_id: str, backend: str, tenant_id:
                          max_live: int) -> Row:
     """Record a new ACTIVE session of the tenant on this sandbox backend; returns its row.
     A tenant holding ``max_live`` live sessions already is refused (429)."""
-    row = await db.fetchone(Q["insert_session"], {
-        "id": session_id, "backend": backend, "tenant_id": tenant_id, "max_live": max_live})
+    async with db.transaction() as conn:
+        await conn.execute(Q["lock_tenant_sessions"], {"tenant_id": tenant_id})
+        cur = await conn.execute(Q["insert_session"], {
+            "id": session_id, "backend": backend, "tenant_id": tenant_id, "max_live": max_live})
+        row: Row | None = await cur.fetchone()
     if row is None:
         raise TooManyRequests(
             f"tenant {tenant_id!r} holds {max_live} live sessions, the most one tenant may "

@@ -1,7 +1,12 @@
 -- Sandbox sessions a tenant opened by hand, and the snapshots a tenant may read.
 
+-- name: lock_tenant_sessions
+-- Held until the transaction ends: a tenant's concurrent opens are counted one at a time.
+SELECT pg_advisory_xact_lock(hashtextextended('onebox.sessions:' || %(tenant_id)s, 0));
+
 -- name: insert_session
--- Only while the tenant holds fewer than its share of live sessions (no row: refused).
+-- Only while the tenant holds fewer than its share of live sessions (no row: refused); run
+-- under lock_tenant_sessions, so concurrent opens cannot all see the same count.
 INSERT INTO onebox.sessions (id, backend, tenant_id)
 SELECT %(id)s, %(backend)s, %(tenant_id)s
 WHERE (SELECT count(*) FROM onebox.sessions
