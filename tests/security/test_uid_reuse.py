@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from onebox.errors import SandboxUnavailable
+from onebox.sandbox import homes
 from onebox.sandbox.identity import SessionIdentities, processes_of
+from onebox.sandbox.sweep import OwnerLock
 
 UID = 264_321  # inside the default session range, outside any account
 
@@ -108,3 +110,46 @@ def test_markers_of_deleted_homes_are_reclaimed_at_start(tmp_path: Path) -> None
     SessionIdentities(registry, UID, UID + 8)
     assert not old.exists(), "the marker of a workspace that is gone stays taken"
     assert fresh.exists(), "a marker being claimed right now was taken away"
+
+
+def test_dirs_of_deleted_homes_are_reclaimed_with_their_uids(tmp_path: Path) -> None:
+    root, ids = tmp_path / "homes", SessionIdentities(tmp_path / "registry", UID, UID + 8)
+
+    def state_dir_of(home: Path, *, age_s: float = 3600) -> Path:
+        state_dir = root / homes.dir_name(home)
+        state_dir.mkdir(parents=True)
+        homes.record(state_dir, home)
+        then = time.time() - age_s
+        os.utime(state_dir / "home", (then, then))
+        return state_dir
+
+    gone, live = tmp_path / "gone-home", tmp_path / "live-home"
+    live.mkdir()
+    orphan = state_dir_of(gone)
+    workspace = orphan / "workspaces" / "s1"
+    workspace.mkdir(parents=True)
+    assert ids.claim(workspace) == (UID, UID)
+    leftover = subprocess.Popen(["setpriv", f"--reuid={UID}", f"--regid={UID}",
+                                 "--clear-groups", "sleep", "1000"], start_new_session=True)
+    kept = [state_dir_of(live), state_dir_of(tmp_path / "just-gone", age_s=0),
+            state_dir_of(tmp_path / "gone-but-running")]
+    lock = OwnerLock(kept[-1])  # a onebox process still runs on that dir
+    no_record = root / "0123456789abcdef"
+    no_record.mkdir()
+    try:
+        while not processes_of(UID):
+            time.sleep(0.02)  # the leftover is running as the session uid (the probe is real)
+        assert (tmp_path / "registry" / str(UID)).exists()
+        me = tmp_path / "me"
+        (root / homes.dir_name(me)).mkdir()
+        removed = homes.start(root / homes.dir_name(me), me, ids, homes=root)
+        survivors = processes_of(UID)
+    finally:
+        lock.close()
+        leftover.kill()
+        leftover.wait()
+    assert removed == [orphan] and not orphan.exists()
+    assert not (tmp_path / "registry" / str(UID)).exists(), "the gone home's uid stays taken"
+    assert survivors == [], "the gone home's session process was not ended"
+    assert all(d.exists() for d in [*kept, no_record]), "a dir that may be live was removed"
+    assert (root / homes.dir_name(me) / "home").read_text() == str(me)

@@ -17,9 +17,9 @@ before it is handed out; a uid whose processes cannot be killed is skipped.
 Allocations are machine-wide marker files (one per uid, created with ``O_EXCL``,
 holding the workspace path) in ``sandbox.uid_registry``, so two onebox processes,
 or two homes on one machine, never hand out the same uid. A uid is freed when its
-session's files are gone; markers left by a crashed process are swept when the
-range runs out (a marker whose workspace no longer exists, or is owned by someone
-else, is stale).
+session's files are gone; markers left by a crashed process or a deleted home are swept
+when onebox starts (those older than a minute) and when the range runs out (a marker whose
+workspace no longer exists, or is owned by someone else, is stale).
 
 When onebox runs as a normal user, the sandbox maps to that user, as before.
 """
@@ -144,6 +144,15 @@ class SessionIdentities:
                     logger.warning("not freeing uid %s: its processes outlive SIGKILL", uid)
                     return
                 marker.unlink()
+
+    def uids_below(self, root: Path) -> dict[int, Path]:
+        """The uids whose marker records a workspace below ``root`` (a dir being removed)."""
+        held: dict[int, Path] = {}
+        for marker in self.registry.iterdir():
+            with contextlib.suppress(OSError):
+                if marker.name.isdigit() and Path(marker.read_text()).is_relative_to(root):
+                    held[int(marker.name)] = Path(marker.read_text())
+        return held
 
     def _allocate(self, workspace: Path) -> int:
         for sweep in (False, True):

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from onebox.config import Settings
 from onebox.errors import SandboxError
-from onebox.sandbox import policy, seccomp
+from onebox.sandbox import homes, policy, seccomp
 from onebox.sandbox.base import (
     CellRequest,
     CellResult,
@@ -120,6 +120,7 @@ class BwrapSandbox(SandboxBackend):
         self._cleanups: set[asyncio.Task[None]] = set()
         self._io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="onebox-cgroup")
         self._prepare_dirs()
+        homes.start(self.state_dir, settings.home, self.identities)  # of deleted homes
         self.sweeper = DeadOwnerSweeper(self.state_dir, self.identities, self.owner_lock)
         self.sweeper.sweep()
         with contextlib.suppress(RuntimeError):  # no event loop: a backend for health() only

@@ -27,7 +27,7 @@ from typing import Any
 
 from onebox.config import Settings
 from onebox.errors import PolicyViolation
-from onebox.sandbox import policy
+from onebox.sandbox import homes, policy
 from onebox.sandbox.base import ExecRequest, ExecResult, Health, OutputSink, SandboxBackend
 from onebox.sandbox.capture import BoundedCapture
 from onebox.sandbox.identity import (
@@ -103,6 +103,7 @@ class ProcessSandbox(SandboxBackend):
         )
         self.run_root = settings.sandbox_dir / "process-run"
         self.run_root.mkdir(parents=True, exist_ok=True)
+        homes.start(settings.sandbox_dir, settings.home, self.identities)  # of deleted homes
         settings.workspaces_dir.mkdir(parents=True, exist_ok=True)
         if self.identities.per_session:
             ensure_reachable(self.run_root)

@@ -64,7 +64,7 @@ class OwnerLock:
 
 
 @contextlib.contextmanager
-def _if_dead(owners: Path, token: str, own: str) -> Iterator[bool]:
+def owner_dead(owners: Path, token: str, own: str) -> Iterator[bool]:
     """Yields True (holding the dead owner's lock) when ``token``'s process is dead."""
     pid = token.split("-", 1)[0]
     if token == own or not pid.isdigit():
@@ -111,7 +111,7 @@ class DeadOwnerSweeper:
         """Remove what dead owners left; returns how many owners were swept."""
         swept = 0
         for token in sorted(self.tokens()):
-            with _if_dead(self.state_dir / "owners", token, self.lock.token) as dead:
+            with owner_dead(self.state_dir / "owners", token, self.lock.token) as dead:
                 if dead:
                     self._sweep_owner(token)
                     swept += 1
