@@ -41,7 +41,7 @@ from onebox.errors import ValidationError
 from onebox.runtime.run_service import run_detail
 from onebox.runtime.runs import run_timeline
 from onebox.runtime.schedule import PlanIndex
-from onebox.runtime.submit import submit_plan
+from onebox.runtime.submission import submit_plan
 from onebox.store.db import Database
 from onebox.store.embedded import stop_embedded
 

@@ -21,7 +21,8 @@ from onebox.config import Settings
 from onebox.errors import Conflict
 from onebox.runtime.agent_runs import submit_task
 from onebox.runtime.api_keys import create_key
-from onebox.runtime.submit import Submitted, submit_plan
+from onebox.runtime.submission import submit_plan
+from onebox.runtime.submit import Submitted
 
 PLAN = {"name": "idem", "steps": [{"id": "a", "tool": "bash", "code": "echo one"}]}
 OTHER = {"name": "idem", "steps": [{"id": "a", "tool": "bash", "code": "echo two"}]}

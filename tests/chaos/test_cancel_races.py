@@ -21,7 +21,7 @@ from onebox.errors import Conflict, LeaseLost
 from onebox.runtime import runs as runs_api
 from onebox.runtime.archive import Outcome, archive_step
 from onebox.runtime.queue import claim_steps, sweep_expired
-from onebox.runtime.submit import submit_plan
+from onebox.runtime.submission import submit_plan
 from onebox.store.db import Database
 
 RUNS = 200  # claim/cancel pairs

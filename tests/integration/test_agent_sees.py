@@ -11,7 +11,7 @@ from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.errors import PlanError
 from onebox.runtime.step_context import with_catalog_names
-from onebox.runtime.submit import submit_plan
+from onebox.runtime.submission import submit_plan
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel, run_agent_offline, step_ok
 

@@ -15,9 +15,10 @@ import pytest
 from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings
 from onebox.errors import ValidationError
-from onebox.runtime import archive, submit
+from onebox.runtime import plans, submit
 from onebox.runtime.runs import run_timeline
-from onebox.runtime.submit import BATCH_STEPS, queue_missing_steps, submit_plan
+from onebox.runtime.submission import submit_plan
+from onebox.runtime.submit import BATCH_STEPS, queue_missing_steps
 from onebox.runtime.watchdog import flag_stale_runs
 from onebox.store.db import Database
 
@@ -125,16 +126,16 @@ async def test_a_bad_cursor_names_the_field(db: Database, settings: Settings) ->
 
 
 async def test_the_plan_cache_is_bounded(db: Database, settings: Settings) -> None:
-    archive._plans.clear()
+    plans._plans.clear()
     plan_ids = [(await submit_plan(db, settings, fan(2))).run_id
-                for _ in range(archive.PLAN_CACHE_MAX + 10)]
+                for _ in range(plans.PLAN_CACHE_MAX + 10)]
     async with db.connection() as conn:
         for run_id in plan_ids:
             row = await db.fetchone("SELECT current_plan_id FROM onebox.runs WHERE id = %(id)s",
                                     {"id": run_id})
             assert row is not None
-            await archive.load_plan_index(conn, row["current_plan_id"])
-    assert len(archive._plans) == archive.PLAN_CACHE_MAX
+            await plans.load_plan_index(conn, row["current_plan_id"])
+    assert len(plans._plans) == plans.PLAN_CACHE_MAX
 
 
 async def test_the_sandbox_keeps_no_entry_per_finished_session(settings: Settings) -> None:

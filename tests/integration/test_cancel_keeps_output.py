@@ -8,7 +8,7 @@ import asyncio
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.runtime import runs as runs_api
-from onebox.runtime.submit import submit_plan
+from onebox.runtime.submission import submit_plan
 from onebox.runtime.worker import Worker
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database

@@ -13,7 +13,7 @@ from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.runtime import event_log
 from onebox.runtime import runs as runs_api
-from onebox.runtime.submit import submit_plan
+from onebox.runtime.submission import submit_plan
 from onebox.runtime.worker import Worker
 from onebox.sandbox.base import ExecRequest, SandboxBackend
 from onebox.store.db import Database

@@ -14,7 +14,7 @@ from onebox.agent.plan import parse_plan
 from onebox.cli.foreground import Progress
 from onebox.cli.main import main
 from onebox.config import Settings
-from onebox.runtime.submit import submit_plan
+from onebox.runtime.submission import submit_plan
 from onebox.runtime.worker import Worker
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database

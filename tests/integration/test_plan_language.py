@@ -11,7 +11,7 @@ from onebox.bounds import load_yaml
 from onebox.config import Settings
 from onebox.errors import LLMNotConfigured
 from onebox.runtime import runs as runs_api
-from onebox.runtime.submit import submit_plan
+from onebox.runtime.submission import submit_plan
 from onebox.runtime.worker import Worker
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database

@@ -18,7 +18,7 @@ from onebox.config import Settings
 from onebox.runtime import runs as runs_api
 from onebox.runtime.agent_runs import submit_task
 from onebox.runtime.archive import MAX_ANSWER_CHARS, stored_answer
-from onebox.runtime.submit import submit_plan
+from onebox.runtime.submission import submit_plan
 from onebox.runtime.worker import Worker
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database

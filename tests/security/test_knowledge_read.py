@@ -19,7 +19,7 @@ from onebox.config import Settings
 from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import EmbeddingKind, EmbeddingModel, Vector
 from onebox.runtime import runs as runs_api
-from onebox.runtime.submit import submit_plan
+from onebox.runtime.submission import submit_plan
 from onebox.runtime.worker import Worker
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database

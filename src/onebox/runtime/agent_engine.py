@@ -43,7 +43,7 @@ from onebox.agent.loop import Agent
 from onebox.agent.plan import parse_plan
 from onebox.agent.state import AgentConfig
 from onebox.config import Settings
-from onebox.runtime import thread_steps
+from onebox.runtime import kinds
 from onebox.runtime.archive import finish_run
 from onebox.runtime.profiles import needs_model
 from onebox.runtime.submit import (
@@ -216,12 +216,13 @@ async def _notice(conn: store.Conn, run: store.Row, action: Action,
 
 
 async def _finish(conn: store.Conn, run: store.Row, action: Finish, agent: Agent) -> str | None:
-    """End the run with the agent's answer; a thread turn's run first takes its upkeep
-    steps (:mod:`onebox.runtime.thread_steps`), which end it with this answer."""
+    """End the run with the agent's answer, unless a step kind goes on with it (a thread
+    turn's upkeep, :mod:`onebox.runtime.kinds`), which then ends it with this answer."""
     status = "SUCCEEDED" if action.ok else "FAILED"
-    if thread_steps.is_thread_turn(run):
+    taker = kinds.continuing(run)
+    if taker is not None:
         await _finished_event(conn, run, action)
-        await thread_steps.queue_upkeep(conn, run, "facts")
+        await taker.after_answer(conn, run)
         return None
     current = await store.fetch_one(conn, "get_run", {"run_id": run["id"]})
     assert current is not None
@@ -330,8 +331,6 @@ async def after_failure(conn: store.Conn, run: store.Row, row: store.Row,
     """An agent action's attempt ended without an observation (its worker was lost, the
     model provider failed): try it again, and past its attempts tell the agent, or, for
     model work, end the run with the reason."""
-    if thread_steps.is_upkeep_row(row):
-        return await thread_steps.after_failure(conn, run, row)
     replayed = await replay(conn, run)
     action = replayed.waiting(row["details"]["action_id"])
     if action is None:  # observed already: nothing is waiting for this attempt

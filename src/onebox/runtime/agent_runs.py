@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import cast
 
+from onebox.agent.actions import Observation
 from onebox.agent.plan import Plan
 from onebox.config import Settings
 from onebox.errors import LLMNotConfigured
-from onebox.runtime import agent_engine, thread_steps
-from onebox.runtime.agent_steps import Performed
+from onebox.runtime import agent_engine
+from onebox.runtime.agent_steps import AgentWork
 from onebox.runtime.archive import archive_attempt, finish_run
+from onebox.runtime.kinds import Performed, Worker
 from onebox.runtime.profiles import run_profile
 from onebox.runtime.run_files import RunFile
 from onebox.runtime.schedule import backoff_s
@@ -117,15 +120,11 @@ async def archive_agent_step(
     outcome = performed.outcome
 
     async def then(conn: store.Conn, run: store.Row, row: store.Row) -> str | None:
-        upkeep = thread_steps.is_upkeep_row(row)
-        answered = row["status"] == "SUCCESS" if upkeep else performed.observation is not None
-        if answered and row["tool_name"] == "model" and run["status"] == "WAITING":
-            await _provider_back(conn, run)
-        if upkeep:
-            return await thread_steps.archived(conn, run, row, outcome.details, outage=(
-                thread_steps.Outage(settings.llm.outage_attempts, outage_backoff_s)))
-        if performed.observation is not None:
-            return await agent_engine.observe(conn, run, row["id"], performed.observation)
+        observation = cast("Observation | None", performed.observation)
+        if observation is not None and row["tool_name"] == "model" and run["status"] == "WAITING":
+            await provider_back(conn, run)
+        if observation is not None:
+            return await agent_engine.observe(conn, run, row["id"], observation)
         if outcome.details.get("final"):
             await finish_run(conn, run, "FAILED", outcome.error)
             return "FAILED"
@@ -158,7 +157,7 @@ async def _provider_down(conn: store.Conn, settings: Settings, run: store.Row,
     return None
 
 
-async def _provider_back(conn: store.Conn, run: store.Row) -> None:
+async def provider_back(conn: store.Conn, run: store.Row) -> None:
     if await store.fetch_one(conn, "provider_back", {"run_id": run["id"]}) is not None:
         await store.append_event(conn, run["id"], "run_resumed", {
             "reason": "the model provider answered again"}, trace_id=run["trace_id"])
@@ -168,3 +167,35 @@ def outage_backoff_s(attempt: int) -> float:
     """Delay before the next model call of a run whose provider is down: 5 s doubling, at
     most 5 minutes (the client already retried quickly within each call)."""
     return float(min(OUTAGE_BACKOFF_CAP_S, OUTAGE_BACKOFF_BASE_S * 2 ** max(0, attempt - 1)))
+
+
+class AgentActions:
+    """The agent's step kind: every attempt that performs an action of a task run (or of a
+    plan beyond the plan index) is this kind's. Registered as the ``agent`` entry point of
+    ``onebox.step_kinds``."""
+
+    name = "agent"
+    priority = 10
+    interruptible = True  # a model call or lookup is stopped by cancelling it
+
+    def handles(self, row: store.Row) -> bool:
+        return agent_engine.is_agent_row(row)
+
+    async def perform(self, worker: Worker, row: store.Row) -> Performed:
+        return await AgentWork(worker.db, worker.runner, worker.chat_model).perform(row)
+
+    async def archive(self, worker: Worker, row: store.Row, performed: Performed) -> str | None:
+        return await archive_agent_step(worker.db, worker.settings, row, performed)
+
+    async def lost(self, conn: store.Conn, settings: Settings, run: store.Row,
+                   row: store.Row) -> None:
+        await agent_engine.after_failure(conn, run, row, delay_s=0.0)
+
+    def continues(self, run: store.Row) -> bool:
+        return False
+
+    async def after_answer(self, conn: store.Conn, run: store.Row) -> None:
+        return None
+
+
+AGENT = AgentActions()

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from onebox.agent.actions import (
     ExecuteStep,
     LookupTools,
     ModelReply,
-    Observation,
     ReadDocument,
     Recall,
     Remember,
@@ -41,16 +39,16 @@ from onebox.knowledge.documents import read_document
 from onebox.knowledge.search import SearchFilters
 from onebox.llm.base import ChatModel, ChatResponse
 from onebox.llm.registry import price_table
-from onebox.runtime import environments, thread_upkeep
+from onebox.runtime import environments
 from onebox.runtime.agent_engine import replay
 from onebox.runtime.archive import Outcome
 from onebox.runtime.executor import StepRunner
+from onebox.runtime.kinds import Performed
 from onebox.runtime.model_calls import call_model
 from onebox.runtime.profiles import allowed_tools, with_instructions, with_profile_defaults
 from onebox.runtime.sessions import touch_session
 from onebox.runtime.step_context import sandbox_facts, with_catalog_names, workspace_listing
 from onebox.runtime.submit import run_session_id
-from onebox.runtime.thread_steps import is_upkeep_row
 from onebox.runtime.tools import expand_tool_step, lookup_tools
 from onebox.sandbox import hostfs
 from onebox.sandbox.base import ExecRequest
@@ -81,8 +79,6 @@ class AgentWork:
         async with self.db.connection() as conn:
             run = await store.fetch_one(conn, "get_run", {"run_id": row["run_id"]})
             assert run is not None
-            if is_upkeep_row(row):  # a thread turn's facts or summary, after its answer
-                return Performed(None, await self._upkeep(run, row))
             action = (await replay(conn, run, **await self._context(row))).waiting(
                 row["details"]["action_id"])
             if isinstance(action, CheckCode | ExecuteStep):  # the run's end releases it
@@ -99,16 +95,6 @@ class AgentWork:
             final = isinstance(exc, ConfigError)  # no model configured: retrying cannot help
             return Performed(None, dataclasses.replace(outcome, details={
                 "final": final, "provider": isinstance(exc, ProviderError)}))
-
-    async def _upkeep(self, run: store.Row, row: store.Row) -> Outcome:
-        try:
-            model = self.model(run["profile"])
-        except ConfigError as exc:
-            return Outcome("FAILED", error=f"{exc.code}: {exc.message}",
-                           details={"upkeep": row["details"]["upkeep"], "final": True})
-        up = thread_upkeep.Upkeep(self.db, self.settings, await self.runner.knowledge.knowledge(),
-                                  model)
-        return await thread_upkeep.perform(up, run, row)
 
     async def _context(self, row: store.Row) -> dict[str, Any]:
         """What the agent's prompts state about the sandbox: measured here, at the time the
@@ -246,15 +232,6 @@ class AgentWork:
         outcome = dataclasses.replace(_json_outcome(about),
                                       output_hash=canonical_hash({"result": result}))
         return StepResult(action.id, ok=True, exit_code=0, result=result), outcome
-
-
-@dataclass(frozen=True)
-class Performed:
-    """The agent's observation of one action (None: no observation, the attempt failed
-    around the action, e.g. the model provider), and the attempt's outcome."""
-
-    observation: Observation | None
-    outcome: Outcome
 
 
 def _json_outcome(value: Any, text: str | None = None) -> Outcome:

@@ -14,8 +14,6 @@ import base64
 import contextlib
 import json
 import logging
-import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -24,10 +22,10 @@ from psycopg import AsyncPipeline
 from psycopg.types.json import Jsonb
 
 from onebox.agent.hashing import canonical_hash
-from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings
 from onebox.errors import LeaseLost
-from onebox.runtime.schedule import PlanIndex, StepState, backoff_s
+from onebox.runtime.plans import load_plan_index
+from onebox.runtime.schedule import StepState, backoff_s
 from onebox.runtime.submit import queue_attempt, queue_ready_steps
 from onebox.sandbox.base import ExecResult
 from onebox.sandbox.capture import safe_text
@@ -43,8 +41,6 @@ MAX_ANSWER_CHARS = 64_000  # runs.answer (its CHECK in migration 0019 says the s
 Then = Callable[[store.Conn, store.Row, store.Row], Awaitable[str | None]]
 PIPELINE_MAX_BYTES = 256 << 10  # larger results skip the pipeline (see pipeline_if_small)
 BIG_LISTING = 500  # files_written entries past which details are serialised in a thread
-PLAN_CACHE_MAX = 64  # plan versions a worker keeps parsed (least recently used go first)
-_plans: OrderedDict[uuid.UUID, PlanIndex] = OrderedDict()
 REQUEST_KEYS = ("code", "language", "limits", "allow_domains", "backend", "isolation")
 EVENT_OF_STATUS = {"SUCCESS": "step_succeeded", "FAILED": "step_failed", "TIMEOUT": "step_timed_out"}
 
@@ -168,29 +164,6 @@ def step_params(outcome: Outcome) -> dict[str, Any]:
         "error": None if outcome.error is None else safe_text(outcome.error),
         "event_type": EVENT_OF_STATUS[outcome.status],
     }
-
-
-async def load_plan_version(conn: store.Conn, plan_id: uuid.UUID) -> Plan:
-    return (await load_plan_index(conn, plan_id)).plan
-
-
-async def load_plan_index(conn: store.Conn, plan_id: uuid.UUID) -> PlanIndex:
-    """Plans never change once stored, so each worker parses and indexes a version once."""
-    index = _plans.get(plan_id)
-    if index is not None:
-        _plans.move_to_end(plan_id)
-        return index
-    row = await store.fetch_one(conn, "plan_by_id", {"plan_id": plan_id})
-    assert row is not None, f"plan {plan_id} vanished"
-    index = _plans[plan_id] = await asyncio.to_thread(_index_plan, row["spec"])
-    while len(_plans) > PLAN_CACHE_MAX:
-        _plans.popitem(last=False)
-    return index
-
-
-def _index_plan(spec: dict[str, Any]) -> PlanIndex:
-    """Validate and order a stored plan (off the event loop: a plan may have 50,000 steps)."""
-    return PlanIndex.of(parse_plan(spec))
 
 
 async def archive_step(

@@ -27,8 +27,8 @@ from collections.abc import Collection
 
 from onebox.config import Settings
 from onebox.errors import StorageError
-from onebox.runtime.agent_engine import after_failure, is_agent_row
-from onebox.runtime.archive import advance, step_payload
+from onebox.runtime import kinds
+from onebox.runtime.archive import step_payload
 from onebox.store import runs as store
 from onebox.store.db import Database
 from onebox.store.retry import retry_rollbacks
@@ -111,12 +111,8 @@ async def _recover_once(
         await store.append_event(conn, run_id, "step_lease_expired", step_payload(row),
                                  trace_id=row["trace_id"], session_id=row["session_id"],
                                  execution_id=row["id"])
-        if run["status"] in store.TERMINAL_RUN_STATES:
-            pass
-        elif is_agent_row(row):
-            await after_failure(conn, run, row, delay_s=0.0)
-        else:
-            await advance(conn, settings, run, row, backoff=False)
+        if run["status"] not in store.TERMINAL_RUN_STATES:
+            await kinds.kind_of(row).lost(conn, settings, run, row)
         log.warning("recovered step %s attempt %s of run %s after its lease expired",
                     row["step_id"], row["attempt"], run_id)
         return 1

@@ -19,7 +19,8 @@ from onebox.runtime import console_views, run_views
 from onebox.runtime import runs as runtime_runs
 from onebox.runtime.agent_runs import require_model, submit_task
 from onebox.runtime.run_files import RunFile
-from onebox.runtime.submit import Submitted, run_session_id, submit_plan
+from onebox.runtime.submission import submit_plan
+from onebox.runtime.submit import Submitted, run_session_id
 from onebox.store.db import Database
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "DEAD")

@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
-from onebox.runtime.submit import submit_plan_in
+from onebox.runtime.submission import submit_plan_in
 from onebox.store import runs as store
 from onebox.store.db import Database
 

@@ -18,7 +18,8 @@ from onebox.config import Settings
 from onebox.objects.base import ObjectStore
 from onebox.objects.registry import get_object_store
 from onebox.runtime.runs import get_run
-from onebox.runtime.submit import Submitted, submit_plan
+from onebox.runtime.submission import submit_plan
+from onebox.runtime.submit import Submitted
 from onebox.runtime.tracing import bound, span
 from onebox.runtime.worker import Worker
 from onebox.sandbox.base import SandboxBackend

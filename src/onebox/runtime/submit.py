@@ -18,6 +18,7 @@ from onebox.agent.plan import Plan, Step
 from onebox.bounds import check_plan_caps
 from onebox.config import Settings
 from onebox.errors import Conflict
+from onebox.runtime.plans import load_plan_index
 from onebox.runtime.run_files import RunFile, record_inputs
 from onebox.runtime.schedule import PlanIndex, StepState, ready_steps, step_input_hash
 from onebox.runtime.step_context import check_plan_tools
@@ -70,7 +71,7 @@ def run_session_id(run: Mapping[str, Any]) -> str:
     return str((run.get("request") or {}).get("session_id") or session_id_for(run["id"]))
 
 
-async def submit_plan(
+async def submit_indexed_plan(
     db: Database,
     settings: Settings,
     plan: Plan,
@@ -80,7 +81,9 @@ async def submit_plan(
     tenant_id: str = "default",
     inputs: Sequence[RunFile] = (),
 ) -> Submitted:
-    """Store a run for ``plan`` and queue its first steps. Same idempotency key: same run.
+    """Store a run for ``plan`` (one :func:`on_plan_index`) and queue its first steps. Same
+    idempotency key: same run. Every plan goes through
+    :func:`onebox.runtime.submission.submit_plan`, which gives the others to the agent.
 
     The run, its plan and a first batch of ready steps commit together (a run is never
     seen without a queued step); the other ready steps follow in short transactions of
@@ -88,12 +91,7 @@ async def submit_plan(
     long (a crash between them is repaired by :func:`queue_missing_steps`).
     """
     check_plan_caps(plan, settings.sandbox)
-    if not on_plan_index(plan):
-        from onebox.runtime.agent_runs import submit_agent_plan  # built on this module
-
-        return await submit_agent_plan(db, settings, plan, name=name,
-                                       idempotency_key=idempotency_key, tenant_id=tenant_id,
-                                       inputs=inputs)
+    _require_indexed(plan)
     async with db.connection() as conn:
         await check_plan_tools(conn, plan)
     prep = await asyncio.to_thread(prepare_plan, plan, name or plan.name) \
@@ -112,7 +110,7 @@ async def submit_plan(
     return submitted
 
 
-async def submit_plan_in(
+async def submit_indexed_plan_in(
     conn: store.Conn,
     settings: Settings,
     plan: Plan,
@@ -122,14 +120,10 @@ async def submit_plan_in(
     tenant_id: str = "default",
     inputs: Sequence[RunFile] = (),
 ) -> Submitted:
-    """`submit_plan` inside the caller's transaction (every ready step in it, in batches)."""
+    """:func:`submit_indexed_plan` inside the caller's transaction (every ready step in it,
+    in batches)."""
     check_plan_caps(plan, settings.sandbox)
-    if not on_plan_index(plan):
-        from onebox.runtime.agent_runs import insert_agent_plan  # built on this module
-
-        return await insert_agent_plan(conn, settings, plan, name=name,
-                                       idempotency_key=idempotency_key, tenant_id=tenant_id,
-                                       inputs=inputs)
+    _require_indexed(plan)
     await check_plan_tools(conn, plan)
     prep = prepare_plan(plan, name or plan.name)
     submitted, ref = await _store_run(conn, prep, idempotency_key=idempotency_key,
@@ -224,6 +218,12 @@ async def existing_run(conn: store.Conn, tenant_id: str, key: str, digest: str) 
             f"request; resend the same request to get run {row['id']} back, or use a new key "
             "for a new request", field="idempotency_key")
     return Submitted(row["id"], row["trace_id"], existing=True)
+
+
+def _require_indexed(plan: Plan) -> None:
+    if not on_plan_index(plan):
+        raise ValueError(f"plan {plan.name!r} needs the agent to schedule it; submit it with "
+                         "onebox.runtime.submission.submit_plan")
 
 
 def on_plan_index(plan: Plan) -> bool:
@@ -333,8 +333,6 @@ async def _queue_approval(
 async def queue_missing_steps(db: Database, settings: Settings, run_id: uuid.UUID) -> int:
     """Queue the ready steps of an unfinished plan run that have no attempt (a submitter
     that died between its batches); returns how many. Idempotent."""
-    from onebox.runtime.archive import load_plan_index  # archive imports this module
-
     async with db.transaction() as conn:
         run = await store.fetch_one(conn, "lock_run", {"run_id": run_id})
         if run is None or run["status"] in store.TERMINAL_RUN_STATES or run["source"] != "plan":

@@ -33,7 +33,10 @@ from onebox.knowledge.collections import tenant_name
 from onebox.knowledge.service import Knowledge
 from onebox.llm.base import ChatModel, ChatRequest, ChatResponse, Message
 from onebox.llm.registry import price_table
-from onebox.runtime.archive import Outcome
+from onebox.runtime import thread_steps
+from onebox.runtime.agent_runs import outage_backoff_s, provider_back
+from onebox.runtime.archive import Outcome, archive_attempt
+from onebox.runtime.kinds import Performed, Worker
 from onebox.runtime.model_calls import call_model
 from onebox.runtime.threads import Q, Thread, get_thread
 from onebox.store import runs as store
@@ -201,3 +204,55 @@ async def _remember(knowledge: Knowledge, thread: Thread, turn: Mapping[str, Any
     return {"id": stored["id"], "content": fact,
             "deduplicated": bool(stored.get("deduplicated")),
             "superseded": list(stored.get("superseded") or [])}
+
+
+class TurnUpkeep:
+    """The step kind of a thread turn's upkeep (its facts, then the summary), queued once
+    the turn's agent has answered: it takes over the run from the agent
+    (:meth:`continues`), performs each upkeep step and ends the run with the answer.
+    Registered as the ``thread_upkeep`` entry point of ``onebox.step_kinds``; it goes before
+    the agent's kind, whose rows its own also look like."""
+
+    name = "thread_upkeep"
+    priority = 20
+    interruptible = True
+
+    def handles(self, row: store.Row) -> bool:
+        return thread_steps.is_upkeep_row(row)
+
+    async def perform(self, worker: Worker, row: store.Row) -> Performed:
+        async with worker.db.connection() as conn:
+            run = await store.fetch_one(conn, "get_run", {"run_id": row["run_id"]})
+        assert run is not None
+        try:
+            model = worker.chat_model(run["profile"])
+        except ConfigError as exc:
+            return Performed(None, Outcome("FAILED", error=f"{exc.code}: {exc.message}",
+                                           details={"upkeep": row["details"]["upkeep"],
+                                                    "final": True}))
+        up = Upkeep(worker.db, worker.settings, await worker.runner.knowledge.knowledge(), model)
+        return Performed(None, await perform(up, run, row))
+
+    async def archive(self, worker: Worker, row: store.Row, performed: Performed) -> str | None:
+        outcome = performed.outcome
+        outage = thread_steps.Outage(worker.settings.llm.outage_attempts, outage_backoff_s)
+
+        async def then(conn: store.Conn, run: store.Row, row: store.Row) -> str | None:
+            if row["status"] == "SUCCESS" and run["status"] == "WAITING":
+                await provider_back(conn, run)
+            return await thread_steps.archived(conn, run, row, outcome.details, outage=outage)
+
+        return await archive_attempt(worker.db, row, outcome, then)
+
+    async def lost(self, conn: store.Conn, settings: Settings, run: store.Row,
+                   row: store.Row) -> None:
+        await thread_steps.after_failure(conn, run, row)
+
+    def continues(self, run: store.Row) -> bool:
+        return thread_steps.is_thread_turn(run)
+
+    async def after_answer(self, conn: store.Conn, run: store.Row) -> None:
+        await thread_steps.queue_upkeep(conn, run, "facts")
+
+
+UPKEEP = TurnUpkeep()

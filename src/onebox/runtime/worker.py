@@ -24,17 +24,16 @@ from onebox.errors import LeaseLost, OneboxError
 from onebox.llm.base import ChatModel
 from onebox.llm.registry import chat_model_from_settings
 from onebox.objects.base import ObjectStore
-from onebox.runtime.agent_engine import is_agent_row
-from onebox.runtime.agent_runs import archive_agent_step
-from onebox.runtime.agent_steps import AgentWork, Performed
-from onebox.runtime.archive import Outcome, archive_failure, archive_step, load_plan_version
+from onebox.runtime import kinds
+from onebox.runtime.archive import Outcome, archive_failure
 from onebox.runtime.executor import StepRunner
+from onebox.runtime.kinds import Performed, StepKind
 from onebox.runtime.profiles import llm_settings_for, model_key, needs_model, served_models
 from onebox.runtime.providers import DEFAULT, Provider, declared
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
 from onebox.runtime.retention import RetentionChore
 from onebox.runtime.schedules import fire_due
-from onebox.runtime.sessions import release_finished_sessions, touch_session
+from onebox.runtime.sessions import release_finished_sessions
 from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.tracing import bound, span
 from onebox.runtime.watchdog import flag_stale_runs
@@ -74,11 +73,11 @@ class Worker:
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._rows: dict[uuid.UUID, store.Row] = {}
         self._exec_tasks: dict[uuid.UUID, asyncio.Task[Any]] = {}
-        self._agent_tasks: dict[uuid.UUID, asyncio.Task[Performed]] = {}
+        self._kind_tasks: dict[uuid.UUID, asyncio.Task[Performed]] = {}
         self._stop_reasons: dict[uuid.UUID, str] = {}
         self.runner = StepRunner(backend, settings, self.workspaces, self.knowledge,
                                  self._exec_tasks, self._stop_reasons, db=db)
-        self.agent_work = AgentWork(db, self.runner, self.chat_model)
+        self.kind_worker = kinds.Worker(db, settings, backend, self.runner, self.chat_model)
         self._wake = asyncio.Event()
 
     @property
@@ -162,12 +161,10 @@ class Worker:
 
     async def _attempt_traced(self, row: store.Row) -> None:
         try:
-            if is_agent_row(row):
-                outcome, terminal = await self._agent_attempt(row)
-            else:
-                outcome = await self._outcome_of(row)
-                terminal = await self._archive(row, outcome)
-            if terminal is not None or outcome.error == "the run was cancelled":
+            kind = kinds.kind_of(row)
+            performed = await self._perform(kind, row)
+            terminal = await self._archive(kind, row, performed)
+            if terminal is not None or performed.outcome.error == "the run was cancelled":
                 await release_finished_sessions(self.db, self.backend, run_id=row["run_id"],
                                                 keep=self.workspaces)
         except LeaseLost as exc:
@@ -182,62 +179,42 @@ class Worker:
             self._stop_reasons.pop(row["id"], None)
             self._wake.set()
 
-    async def _outcome_of(self, row: store.Row) -> Outcome:
-        """The attempt's outcome; a failure around the sandbox (preparing the workspace,
-        a snapshot, ingesting knowledge) is a FAILED outcome with its reason."""
+    async def _perform(self, kind: StepKind, row: store.Row) -> Performed:
+        """Perform the attempt as its kind does; a failure around the work (preparing the
+        workspace, a snapshot, the model provider) is a FAILED outcome with its reason, and
+        an interruptible kind's attempt stopped by this worker is FAILED with the reason."""
+        task = asyncio.create_task(kind.perform(self.kind_worker, row))
+        if kind.interruptible:
+            self._kind_tasks[row["id"]] = task
         try:
-            return await self._run_in_sandbox(row)
+            return await task
         except LeaseLost:
             raise
-        except Exception as exc:
-            log.exception("step %s of run %s could not run", row["step_id"], row["run_id"])
-            return Outcome("FAILED", error=f"could not run the step: {type(exc).__name__}: {exc}")
-
-    async def _agent_attempt(self, row: store.Row) -> tuple[Outcome, str | None]:
-        """Perform an agent action; archive its outcome with the agent's observation."""
-        task = asyncio.create_task(self.agent_work.perform(row))
-        self._agent_tasks[row["id"]] = task
-        try:
-            performed = await task
         except asyncio.CancelledError:
-            if row["id"] not in self._stop_reasons:
+            if not kind.interruptible or row["id"] not in self._stop_reasons:
                 raise
-            performed = Performed(None, Outcome("FAILED", error=self._stop_reasons[row["id"]]))
+            return Performed(None, Outcome("FAILED", error=self._stop_reasons[row["id"]]))
         except Exception as exc:
-            log.exception("agent step %s of run %s could not run", row["step_id"], row["run_id"])
-            performed = Performed(None, Outcome(
+            log.exception("%s step %s of run %s could not run", kind.name, row["step_id"],
+                          row["run_id"])
+            return Performed(None, Outcome(
                 "FAILED", error=f"could not run the step: {type(exc).__name__}: {exc}"))
         finally:
-            self._agent_tasks.pop(row["id"], None)
+            self._kind_tasks.pop(row["id"], None)
+
+    async def _archive(self, kind: StepKind, row: store.Row, performed: Performed) -> str | None:
+        """Archive the attempt as its kind does; when that fails (a value the database
+        refuses, a query error), archive the failure itself with its reason. Only a worker
+        that really vanished leaves an attempt to expire."""
         try:
-            return performed.outcome, await archive_agent_step(self.db, self.settings, row,
-                                                               performed)
+            return await kind.archive(self.kind_worker, row, performed)
         except LeaseLost:
             raise
         except Exception as exc:
-            log.exception("agent step %s of run %s: the result could not be archived; "
-                          "recording the attempt as FAILED", row["step_id"], row["run_id"])
+            log.exception("%s step %s of run %s: the result could not be archived; recording "
+                          "the attempt as FAILED", kind.name, row["step_id"], row["run_id"])
             failed = Performed(None, archive_failure(performed.outcome, exc))
-            return failed.outcome, await archive_agent_step(self.db, self.settings, row, failed)
-
-    async def _archive(self, row: store.Row, outcome: Outcome) -> str | None:
-        """Archive the outcome; when that fails (a value the database refuses, a query
-        error), archive the failure itself with its reason. Only a worker that really
-        vanished leaves an attempt to expire."""
-        try:
-            return await archive_step(self.db, self.settings, row, outcome)
-        except LeaseLost:
-            raise
-        except Exception as exc:
-            log.exception("step %s of run %s: the result could not be archived; recording "
-                          "the attempt as FAILED", row["step_id"], row["run_id"])
-            return await archive_step(self.db, self.settings, row, archive_failure(outcome, exc))
-
-    async def _run_in_sandbox(self, row: store.Row) -> Outcome:
-        async with self.db.connection() as conn:
-            plan = await load_plan_version(conn, row["plan_id"])
-            await touch_session(conn, row["session_id"], row["run_id"], self.backend.name)
-        return (await self.runner.run(plan.step(row["step_id"]), row)).outcome
+            return await kind.archive(self.kind_worker, row, failed)
 
     async def _stop_step(self, execution_id: uuid.UUID, reason: str, *, cancelled: bool) -> None:
         """Stop a running attempt: a sandboxed one through the step pipeline (a cancelled
@@ -247,7 +224,7 @@ class Worker:
         if row is not None and execution_id in self._exec_tasks:
             await self.runner.stop(row, reason, interrupt=cancelled)
             return
-        task = self._agent_tasks.get(execution_id)
+        task = self._kind_tasks.get(execution_id)
         if task is not None and not task.done():
             self._stop_reasons[execution_id] = reason
             task.cancel()
