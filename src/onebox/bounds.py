@@ -24,15 +24,11 @@ import operator
 import re
 from collections.abc import Mapping
 from itertools import accumulate, repeat
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from onebox.errors import PolicyViolation, ValidationError
-
-if TYPE_CHECKING:
-    from onebox.agent.plan import Plan
-    from onebox.config import SandboxSettings
+from onebox.errors import ValidationError
 
 MAX_YAML_BYTES = 1 << 20
 MAX_YAML_NODES = 200_000
@@ -164,25 +160,3 @@ def raw_json_too_deep(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> bool:
         return False
     skeleton = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS).translate(_STEP)
     return max(accumulate(map(operator.sub, skeleton, repeat(1))), default=0) > max_depth
-
-
-def check_limit_caps(limits: Mapping[str, Any], sandbox: SandboxSettings, *,
-                     prefix: str = "limits") -> None:
-    """PolicyViolation naming the first limit above its operator cap (unset limits pass)."""
-    for name, cap_name in LIMIT_CAPS:
-        value, cap = limits.get(name), getattr(sandbox, cap_name)
-        if value is not None and value > cap:
-            raise PolicyViolation(
-                f"{prefix}.{name} {_number(value)} is above the operator cap {_number(cap)} "
-                f"(ONEBOX_SANDBOX__{cap_name.upper()}); ask for less or raise the cap",
-                field=f"{prefix}.{name}")
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def check_plan_caps(plan: Plan, sandbox: SandboxSettings) -> None:
-    """Every step's limits within the operator's caps: PolicyViolation naming step and field."""
-    for step in plan.steps:
-        check_limit_caps(step.limits.model_dump(), sandbox, prefix=f"steps[{step.id}].limits")

@@ -12,13 +12,13 @@ from onebox.agent.plan import load_plan, parse_plan, topological_order
 from onebox.bounds import (
     MAX_JSON_DEPTH,
     check_depth,
-    check_plan_caps,
     json_depth,
     load_yaml,
     raw_json_too_deep,
 )
 from onebox.config import SandboxSettings, Settings
 from onebox.errors import PlanError, PolicyViolation, ValidationError
+from onebox.runtime.submit import check_plan_caps
 from onebox.sandbox import policy
 from onebox.sandbox.base import Limits
 from onebox.store.catalog import load_tool_file

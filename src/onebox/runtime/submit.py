@@ -15,13 +15,13 @@ from psycopg.types.json import Jsonb
 
 from onebox.agent.hashing import canonical_hash
 from onebox.agent.plan import Plan, Step
-from onebox.bounds import check_plan_caps
-from onebox.config import Settings
+from onebox.config import SandboxSettings, Settings
 from onebox.errors import Conflict
 from onebox.runtime.plans import load_plan_index
 from onebox.runtime.run_files import RunFile, record_inputs
 from onebox.runtime.schedule import PlanIndex, StepState, ready_steps, step_input_hash
 from onebox.runtime.step_context import check_plan_tools
+from onebox.sandbox.policy import check_limit_caps
 from onebox.store import runs as store
 from onebox.store.db import Database
 
@@ -383,3 +383,9 @@ async def queue_attempt(
         "details": Jsonb(details or {}), "payload": Jsonb(payload),
     })
     return execution_id
+
+
+def check_plan_caps(plan: Plan, sandbox: SandboxSettings) -> None:
+    """Every step's limits within the operator's caps: PolicyViolation naming step and field."""
+    for step in plan.steps:
+        check_limit_caps(step.limits.model_dump(), sandbox, prefix=f"steps[{step.id}].limits")

@@ -14,12 +14,15 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 from onebox.errors import CommandFailed, SandboxError
 
-if TYPE_CHECKING:
-    from onebox.sandbox.sessions import SessionTable
+
+class _Holds(Protocol):
+    """What :meth:`SandboxBackend.hold` needs of a backend's session table."""
+
+    def hold(self, session_id: str) -> AbstractAsyncContextManager[None]: ...
 
 Language = Literal["python", "bash", "node"]
 # Live output: called on the event loop with ("stdout" | "stderr", bytes) as the code prints,
@@ -255,7 +258,7 @@ class SandboxBackend(abc.ABC):
         """Keep executions out of a session (waiting for running ones) while host code
         changes its workspace, e.g. a snapshot restore. Backends with a session table
         (``self.sessions``) get this for free; others hold nothing."""
-        sessions: SessionTable | None = getattr(self, "sessions", None)
+        sessions: _Holds | None = getattr(self, "sessions", None)
         return contextlib.nullcontext() if sessions is None else sessions.hold(session_id)
 
     async def close(self) -> None:

@@ -24,15 +24,25 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from onebox.sandbox.http_head import MAX_HEAD_BYTES, MalformedHead, parse_head, target_of
 
 if TYPE_CHECKING:
     from onebox.config import SandboxSettings
-    from onebox.sandbox.egress import ExecutionEgress
 
 T = TypeVar("T")
+
+
+class Gatekeeper(Protocol):
+    """What a proxied connection asks of its execution's proxy (``egress.ExecutionEgress``):
+    whether a destination is allowed (its address, or None), and to record a refusal."""
+
+    limits: EgressLimits
+
+    async def check(self, host: str, port: int) -> str | None: ...
+
+    def refuse(self, host: str, port: int | None, reason: str) -> None: ...
 
 CONNECT_TIMEOUT_S = 10.0
 CHUNK_BYTES = 65536
@@ -139,7 +149,7 @@ class Activity:
 class ProxyConnection:
     """Serves one client of an execution's listener: one request, or one CONNECT tunnel."""
 
-    def __init__(self, egress: ExecutionEgress, reader: asyncio.StreamReader,
+    def __init__(self, egress: Gatekeeper, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
         self.egress = egress
         self.reader = reader

@@ -34,7 +34,7 @@ from onebox.sandbox.linux_support import write_command
 from onebox.sandbox.spawner import Blocked, kill_tree
 
 if TYPE_CHECKING:
-    from onebox.sandbox.linux import BwrapSandbox
+    from onebox.sandbox.bwrap_host import BwrapHost
     from onebox.sandbox.sessions import Session
 
 PYTHON = "/usr/bin/python3"
@@ -80,7 +80,7 @@ def settings_key(request: CellRequest, limits: policy.ResolvedLimits) -> dict[st
 class SandboxInterpreter:
     """A running interpreter; ``run`` one cell at a time (the caller serializes)."""
 
-    def __init__(self, backend: BwrapSandbox, blocked: Blocked, session: Session,
+    def __init__(self, backend: BwrapHost, blocked: Blocked, session: Session,
                  key: dict[str, object]) -> None:
         self.backend, self.blocked, self.key = backend, blocked, key
         self.identity = session.identity
@@ -93,7 +93,7 @@ class SandboxInterpreter:
         self.stopped = False
 
     @classmethod
-    async def start(cls, backend: BwrapSandbox, request: CellRequest,
+    async def start(cls, backend: BwrapHost, request: CellRequest,
                     limits: policy.ResolvedLimits, session: Session) -> SandboxInterpreter:
         exec_request = ExecRequest(
             session_id=request.session_id, argv=ARGV, env={"MPLBACKEND": "Agg", **request.env},

@@ -19,14 +19,14 @@ from onebox.sandbox.interpreter import CellRun, SandboxInterpreter, settings_key
 from onebox.sandbox.workspace import changes_since, state
 
 if TYPE_CHECKING:
-    from onebox.sandbox.linux import BwrapSandbox
+    from onebox.sandbox.bwrap_host import BwrapHost
     from onebox.sandbox.sessions import Session
 
 MAX_REMEMBERED = 10_000  # sessions whose lost interpreter the next call reports
 
 
 class SessionInterpreters:
-    def __init__(self, backend: BwrapSandbox) -> None:
+    def __init__(self, backend: BwrapHost) -> None:
         self.backend = backend
         self._live: dict[str, SandboxInterpreter] = {}
         self._locks: dict[str, asyncio.Lock] = {}

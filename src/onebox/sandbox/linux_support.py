@@ -17,7 +17,7 @@ from onebox.sandbox.cgroups import CgroupUsage
 from onebox.sandbox.spawner import Outcome
 
 if TYPE_CHECKING:
-    from onebox.sandbox.linux import BwrapSandbox
+    from onebox.sandbox.bwrap_host import BwrapHost
     from onebox.sandbox.workspace import Changes
 
 MERGED_USR = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -142,7 +142,7 @@ def write_command(
     _write(run_dir / "launch.sh", script)
 
 
-def enforcement_of(backend: BwrapSandbox, limits: policy.ResolvedLimits) -> dict[str, str]:
+def enforcement_of(backend: BwrapHost, limits: policy.ResolvedLimits) -> dict[str, str]:
     """Which mechanism enforced what, for this execution."""
     cg = backend.cgroups
     kind = f"cgroup v{cg.version}" if cg else None
@@ -185,7 +185,7 @@ def _disk_full(workspace: Path) -> bool:
 
 
 def build_result(
-    backend: BwrapSandbox,
+    backend: BwrapHost,
     outcome: Outcome,
     usage: CgroupUsage,
     changes: Changes,

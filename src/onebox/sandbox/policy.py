@@ -13,8 +13,9 @@ import math
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from onebox.bounds import check_limit_caps
+from onebox.bounds import LIMIT_CAPS
 from onebox.config import SandboxSettings
 from onebox.errors import PolicyViolation
 from onebox.sandbox.base import ExecRequest, Limits
@@ -344,3 +345,19 @@ def pick_cpus(available: Sequence[int], cpu_count: int, turn: int) -> set[int]:
         return set()
     n = min(cpu_count, len(available))
     return {available[(turn + i) % len(available)] for i in range(n)}
+
+
+def check_limit_caps(limits: Mapping[str, Any], sandbox: SandboxSettings, *,
+                     prefix: str = "limits") -> None:
+    """PolicyViolation naming the first limit above its operator cap (unset limits pass)."""
+    for name, cap_name in LIMIT_CAPS:
+        value, cap = limits.get(name), getattr(sandbox, cap_name)
+        if value is not None and value > cap:
+            raise PolicyViolation(
+                f"{prefix}.{name} {_number(value)} is above the operator cap {_number(cap)} "
+                f"(ONEBOX_SANDBOX__{cap_name.upper()}); ask for less or raise the cap",
+                field=f"{prefix}.{name}")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)

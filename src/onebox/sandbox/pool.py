@@ -29,7 +29,7 @@ from onebox.sandbox.sessions import Session
 from onebox.sandbox.spawner import Blocked, wait_until_set_up
 
 if TYPE_CHECKING:
-    from onebox.sandbox.linux import BwrapSandbox
+    from onebox.sandbox.bwrap_host import BwrapHost
 
 logger = logging.getLogger(__name__)
 MS_MOVE = 8192
@@ -51,7 +51,7 @@ def _move_mount(src: Path, dst: Path) -> None:
 class WarmPool:
     """Keeps ``size`` blocked sandboxes with default limits ready for new sessions."""
 
-    def __init__(self, backend: BwrapSandbox, size: int) -> None:
+    def __init__(self, backend: BwrapHost, size: int) -> None:
         self.backend = backend
         self.size = size
         self.root = backend.state_dir / "pool"

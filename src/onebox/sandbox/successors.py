@@ -19,7 +19,7 @@ from onebox.sandbox.sessions import Session
 from onebox.sandbox.spawner import Blocked
 
 if TYPE_CHECKING:
-    from onebox.sandbox.linux import BwrapSandbox
+    from onebox.sandbox.bwrap_host import BwrapHost
 
 logger = logging.getLogger(__name__)
 TAKE_WAIT_S = 2.0
@@ -28,7 +28,7 @@ TAKE_WAIT_S = 2.0
 class SessionSuccessors:
     """At most one pre-spawned sandbox per session, discarded after ``linger_s``."""
 
-    def __init__(self, backend: BwrapSandbox, linger_s: float, enabled: bool) -> None:
+    def __init__(self, backend: BwrapHost, linger_s: float, enabled: bool) -> None:
         self.backend = backend
         self.linger_s = linger_s
         self.enabled = enabled
