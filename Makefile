@@ -3,7 +3,7 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN    := $(VENV)/bin
 
-.PHONY: demo test setup setup-dev system-deps system-deps-test bench clean
+.PHONY: demo test check test-tier setup setup-dev system-deps system-deps-test bench clean
 
 demo: setup
 	-$(BIN)/onebox doctor --brief
@@ -13,6 +13,18 @@ test: setup-dev
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+# The fast tier, for every change: lint, types, and the unit and contract tests (no
+# database and no sandbox started per test). The slow tiers run alone with
+# `make test-tier TIER=integration` (security, api, chaos, acceptance, docs, ...).
+check: setup-dev
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest -q tests/unit tests/contract
+
+TIER ?= integration
+test-tier: setup-dev
+	$(BIN)/pytest -q tests/$(TIER)
 
 setup: system-deps $(VENV)/.installed
 

@@ -23,11 +23,29 @@ from onebox.store.embedded import DEFAULT_ENGINE, start_embedded
 TEMPLATE_DB = "onebox_template"
 
 
+TIERS = ("unit", "contract", "api", "integration", "security", "chaos", "acceptance", "docs")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Every test home (and every onebox the tests start) shares one built int8 e5 model
     file: it is derived from the installed weights only, and building it takes seconds."""
     shared = Path(tempfile.gettempdir()) / "onebox-test-models"
     os.environ.setdefault("ONEBOX_EMBEDDING__MODELS_DIR", str(shared))
+    for tier in TIERS:
+        config.addinivalue_line("markers", f"{tier}: a test of tests/{tier}/ (its tier)")
+    config.addinivalue_line("markers", "onebox_settings(values): settings the `backend` "
+                            "fixture applies, by dotted name")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test is marked with its tier, the directory it lives in: `pytest -m unit`, or
+    `-m "not chaos"`, selects by tier (tests/unit/test_suite_layout.py keeps every test
+    in a tier)."""
+    root = Path(__file__).parent
+    for item in items:
+        parts = Path(str(item.path)).relative_to(root).parts
+        if len(parts) > 1 and parts[0] in TIERS:
+            item.add_marker(parts[0])
 
 
 def _world_traversable_tmpdir(prefix: str) -> Path:
@@ -126,12 +144,18 @@ async def db(db_url: str, settings: Settings) -> AsyncIterator[Database]:
 
 
 @pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
+async def backend(settings: Settings, request: pytest.FixtureRequest
+                  ) -> AsyncIterator[SandboxBackend]:
     """The real sandbox backend for this test's settings, with a quick queue: workers poll
-    every 0.1 s and renew leases every 0.2 s. Modules that need other timings define their own."""
+    every 0.1 s and renew leases every 0.2 s. A module or test that needs other settings
+    says so with ``pytest.mark.onebox_settings({"runtime.lease_s": 1.5, ...})``."""
     from onebox.sandbox.registry import get_backend
 
     settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
+    for marker in reversed(list(request.node.iter_markers("onebox_settings"))):
+        for dotted, value in marker.args[0].items():
+            section, _, name = dotted.rpartition(".")
+            setattr(getattr(settings, section) if section else settings, name, value)
     sandbox = get_backend(settings)
     yield sandbox
     await sandbox.close()

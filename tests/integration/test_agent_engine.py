@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from run_helpers import serve_until_ended
@@ -27,15 +26,7 @@ FOUR = {"name": "four", "steps": [
     for i in range(4)]}
 
 
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
-    settings.runtime.lease_s = 1.5
-    b = get_backend(settings)
-    yield b
-    await b.close()
+pytestmark = pytest.mark.onebox_settings({"runtime.lease_s": 1.5})
 
 
 async def test_an_agent_runs_parallel_steps_on_two_workers(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -29,16 +28,7 @@ PARALLEL = {"name": "agent-plan", "steps": [
 ]}
 
 
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s = 0.1
-    settings.runtime.heartbeat_s = 0.2
-    settings.runtime.lease_s = 1.5
-    b = get_backend(settings)
-    yield b
-    await b.close()
+pytestmark = pytest.mark.onebox_settings({"runtime.lease_s": 1.5})
 
 
 async def drive(db: Database, backend: SandboxBackend, settings: Settings, run_id: uuid.UUID,

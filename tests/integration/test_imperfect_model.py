@@ -14,9 +14,7 @@ import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
-
-import pytest
+from collections.abc import Sequence
 
 from onebox.config import Settings
 from onebox.knowledge.service import Knowledge
@@ -81,15 +79,6 @@ FIXED = (HEAD + 'total = sum(float(row["amount"]) for row in rows)\n'
          "print(mean)\n")
 
 
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s = 0.1
-    settings.runtime.heartbeat_s = 0.2
-    b = get_backend(settings)
-    yield b
-    await b.close()
 
 
 async def drive(db: Database, backend: SandboxBackend, settings: Settings,

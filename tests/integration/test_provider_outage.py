@@ -3,8 +3,6 @@ FAILED, and a FAILED run can be retried once the provider is back."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from run_helpers import serve_until_ended
 
@@ -23,16 +21,9 @@ INTENT = {"goal": "say hi", "entities": [], "capabilities": ["bash"], "formats":
 PLAN = {"name": "hi", "steps": [{"id": "hi", "tool": "bash", "code": "echo hi"}]}
 
 
-@pytest.fixture
-async def backend(settings: Settings, monkeypatch: pytest.MonkeyPatch
-                  ) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
+@pytest.fixture(autouse=True)
+def quick_outage_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agent_runs, "OUTAGE_BACKOFF_BASE_S", 0.2)  # seconds, not minutes
-    b = get_backend(settings)
-    yield b
-    await b.close()
 
 
 async def test_an_outage_waits_with_the_reason_then_the_run_goes_on(

@@ -6,7 +6,6 @@ profile's token budget (real database and embeddings, real sandbox, scripted mod
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,15 +36,7 @@ def answer_plan(answer: str) -> dict[str, Any]:
                                          "input": {"answer": answer}}]}
 
 
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
-    settings.llm.model = "scripted"
-    b = get_backend(settings)
-    yield b
-    await b.close()
+pytestmark = pytest.mark.onebox_settings({"llm.model": "scripted"})
 
 
 async def thread_with(db: Database, settings: Settings, tenant: str = "default", *,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -35,16 +34,7 @@ FACT = "The user's launch code is 4417 and it is kept in the file notes.txt."
 SUMMARY = {"summary": "The user keeps a launch code in notes.txt."}
 
 
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
-    settings.runtime.lease_s = 1.5
-    settings.llm.model = "scripted"
-    b = get_backend(settings)
-    yield b
-    await b.close()
+pytestmark = pytest.mark.onebox_settings({"runtime.lease_s": 1.5, "llm.model": "scripted"})
 
 
 def worker(db: Database, backend: SandboxBackend, settings: Settings,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 from pydantic import SecretStr
@@ -37,19 +37,15 @@ def server() -> Iterator[ScriptedOpenAIServer]:
         yield scripted
 
 
-@pytest.fixture
-async def backend(settings: Settings, server: ScriptedOpenAIServer,
-                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
-    settings.runtime.max_attempts = 2  # fewer than the outage lasts
+@pytest.fixture(autouse=True)
+def scripted_endpoint(settings: Settings, server: ScriptedOpenAIServer,
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model is the scripted server; an outage outlasts the attempts (fewer than it
+    lasts) and waits seconds, not minutes. Applied before the `backend` fixture."""
+    settings.runtime.max_attempts = 2
     settings.llm.model, settings.llm.base_url = "scripted-1", server.base_url
     settings.llm.api_key, settings.llm.max_retries = SecretStr("sk-test"), 0
-    monkeypatch.setattr(agent_runs, "OUTAGE_BACKOFF_BASE_S", 0.1)  # seconds, not minutes
-    b = get_backend(settings)
-    yield b
-    await b.close()
+    monkeypatch.setattr(agent_runs, "OUTAGE_BACKOFF_BASE_S", 0.1)
 
 
 async def post(db: Database, settings: Settings, knowledge: Knowledge,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -35,17 +34,7 @@ READ = {"name": "read", "steps": [
 FACT = "The user's launch code is 4417 and it is kept in the file notes.txt."
 
 
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s = 0.1
-    settings.runtime.heartbeat_s = 0.2
-    settings.runtime.lease_s = 1.5
-    settings.llm.model = "scripted"
-    b = get_backend(settings)
-    yield b
-    await b.close()
+pytestmark = pytest.mark.onebox_settings({"runtime.lease_s": 1.5, "llm.model": "scripted"})
 
 
 async def drive(db: Database, backend: SandboxBackend, settings: Settings, run_id: uuid.UUID,

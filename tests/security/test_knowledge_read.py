@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -37,14 +37,7 @@ class FlatEmbeddingModel(EmbeddingModel):
         return [[1.0] * self.dim for _ in texts]
 
 
-@pytest.fixture
-async def backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
-    from onebox.sandbox.registry import get_backend
-
-    settings.runtime.poll_s = 0.1
-    b = get_backend(settings)
-    yield b
-    await b.close()
+pytestmark = pytest.mark.onebox_settings({"runtime.heartbeat_s": 1.0})
 
 
 def read(step_id: str, document: str, collection: str | None = None) -> dict[str, object]:

@@ -14,3 +14,19 @@ def test_every_test_module_has_its_own_basename() -> None:
     assert not [n for n, count in names.items() if count > 1], (
         "rename one of each pair: " + ", ".join(sorted(
             str(p.relative_to(TESTS)) for p in TESTS.rglob("test_*.py") if names[p.name] > 1)))
+
+
+def test_every_test_module_lives_in_a_tier() -> None:
+    """The tiers (conftest.TIERS) are directories; a module elsewhere would be in none and
+    `make check` or a tier run would silently skip it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("root_conftest", TESTS / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    root = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root)
+    TIERS = root.TIERS
+    stray = [str(p.relative_to(TESTS)) for p in TESTS.rglob("test_*.py")
+             if p.relative_to(TESTS).parts[0] not in TIERS]
+    assert stray == []
+    assert {p.name for p in TESTS.iterdir() if p.is_dir() and p.name in TIERS} == set(TIERS)
