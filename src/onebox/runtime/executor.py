@@ -19,6 +19,7 @@ from onebox.runtime.live_logs import LiveLog
 from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.tracing import span
 from onebox.runtime.workspaces import StepWorkspace
+from onebox.sandbox import policy
 from onebox.sandbox.base import (
     EnvironmentLayer,
     ExecRequest,
@@ -56,18 +57,13 @@ def build_request(step: Step, row: store.Row, settings: Settings, *,
 
 
 def request_details(step: Step, request: ExecRequest, settings: Settings) -> dict[str, Any]:
-    """What is needed to replay the attempt later: code, language, effective limits, grants."""
-    lim, defaults = request.limits, settings.sandbox
+    """What is needed to replay the attempt later: code, language, the limits it ran under
+    (resolved by :func:`onebox.sandbox.policy.resolve_limits`, as the backend resolves
+    them: the output bound included), grants."""
     return {
         "code": step.code,
         "language": step.tool,
-        "limits": {
-            "timeout_s": lim.timeout_s or defaults.timeout_s,
-            "memory_mb": lim.memory_mb or defaults.memory_mb,
-            "cpus": lim.cpus or defaults.cpus,
-            "pids": lim.pids or defaults.pids,
-            "disk_mb": lim.disk_mb or defaults.disk_mb,
-        },
+        "limits": dataclasses.asdict(policy.resolve_limits(settings.sandbox, request.limits)),
         "allow_domains": list(step.allow_domains),
         "environment": step.environment,
     }
