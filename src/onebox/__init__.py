@@ -22,7 +22,6 @@ if TYPE_CHECKING:
         PolicyViolation,
         ProviderError,
         SandboxError,
-        SandboxTimeout,
         StorageError,
         ValidationError,
     )
@@ -32,13 +31,13 @@ _WHERE = {
     "ServerUnreachable": "onebox.client", "Unauthorized": "onebox.client",
     **{name: "onebox.errors" for name in (
         "OneboxError", "ConfigError", "ValidationError", "PlanError", "NotFound", "Conflict",
-        "ProviderError", "SandboxError", "SandboxTimeout", "PolicyViolation", "StorageError",
+        "ProviderError", "SandboxError", "PolicyViolation", "StorageError",
         "AgentError", "CommandFailed")},
 }
 
 __all__ = ["AgentError", "AsyncClient", "Client", "CommandFailed", "ConfigError", "Conflict",
            "NotFound", "OneboxError", "PlanError", "PolicyViolation", "ProviderError",
-           "SandboxError", "SandboxTimeout", "ServerUnreachable", "StorageError", "Unauthorized",
+           "SandboxError", "ServerUnreachable", "StorageError", "Unauthorized",
            "ValidationError"]
 
 

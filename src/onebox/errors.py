@@ -13,16 +13,12 @@
     │   ├── RateLimited
     │   └── ProviderTimeout
     ├── SandboxError             the sandbox could not run the code (not: the code failed)
-    │   ├── SandboxTimeout
     │   ├── PolicyViolation
     │   └── SandboxUnavailable
     ├── StorageError             the database or object store failed
     │   └── IntegrityError       stored bytes do not match their hash
     ├── AgentError               the agent could not produce a valid plan or action
     └── CommandFailed            an execution exited non-zero and the caller asked check=True
-
-    RunCancelled (BaseException) raised inside a run being cancelled, so tool code
-                                 that catches Exception cannot swallow it.
 
 Every error has a stable ``code`` string (used by the HTTP API and ``--json``
 output) and an optional ``field`` naming the offending input.
@@ -121,11 +117,6 @@ class SandboxError(OneboxError):
     http_status = 500
 
 
-class SandboxTimeout(SandboxError):
-    code = "sandbox_timeout"
-    http_status = 504
-
-
 class PolicyViolation(SandboxError):
     code = "policy_violation"
     http_status = 403
@@ -161,11 +152,3 @@ class CommandFailed(OneboxError):
         exit_code = getattr(result, "exit_code", None)
         super().__init__(f"command exited with status {exit_code}")
         self.result = result
-
-
-class RunCancelled(BaseException):  # noqa: N818 - a control-flow signal, not an error
-    """Raised inside a run that is being cancelled. Derives from BaseException on purpose."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id} was cancelled")
-        self.run_id = run_id

@@ -33,10 +33,6 @@ def segment_for_fts(text: str) -> str:
     return _CJK_RUN.sub(lambda m: f" {cjk_bigrams(m.group(0))} ", text)
 
 
-def has_cjk(text: str) -> bool:
-    return _CJK_RUN.search(text) is not None
-
-
 def split_sentences(text: str) -> list[str]:
     """Sentences (and list items / paragraphs), whitespace-trimmed, none empty.
 

@@ -234,11 +234,3 @@ def run_warnings(run: dict[str, Any], last: dict[str, Any] | None) -> list[dict[
     since = (last["payload"] or {}).get("silent_since") or last["created_at"]
     return [{"kind": "stale", "message": f"no progress since {since}: no worker has reported "
              "on this run; check that a worker is running (`onebox worker`)"}]
-
-
-async def step_row(db: Database, run_id: uuid.UUID, execution_id: uuid.UUID) -> dict[str, Any]:
-    row = await run_views.step_execution(db, run_id, execution_id)
-    if row is None:
-        raise NotFound(f"step execution {execution_id} is not part of run {run_id}",
-                       field="execution_id")
-    return row

@@ -65,16 +65,6 @@ def prefix_range(text: str, kind: IdKind = "run") -> tuple[uuid.UUID, uuid.UUID]
     return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
-def parse_run_id(text: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise ValidationError(
-            f"'{text}' is not a run id; run ids are UUIDs as printed by `onebox runs`",
-            field="run_id",
-        ) from None
-
-
 async def get_run(db: Database, run_id: uuid.UUID) -> store.Row:
     async with db.connection() as conn:
         run = await store.fetch_one(conn, "get_run", {"run_id": run_id})

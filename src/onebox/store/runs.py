@@ -58,6 +58,3 @@ async def execute(conn: Conn, name: str, params: dict[str, Any]) -> int:
     return cur.rowcount
 
 
-async def notify_work(conn: Conn) -> None:
-    """Wake idle workers (LISTEN onebox_steps) once this transaction commits."""
-    await conn.execute("SELECT pg_notify('onebox_steps', '')")
