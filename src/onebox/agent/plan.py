@@ -282,11 +282,29 @@ def _check_graph(plan: Plan) -> None:
 
 def _check_step(s: Step) -> None:
     """Kind-specific rules and expressions; PlanError naming the step and field."""
+    _check_knowledge_paths(s)
+    _check_required(s)
+    if s.kind == "http":
+        _check_http(s)
+    if "top_k" in s.input and not isinstance(s.input["top_k"], str):
+        top_k(s.input["top_k"], s.id)
+    if s.kind == "knowledge_read" and not isinstance(s.input.get("max_bytes", ""), str):
+        read_bytes(s.input["max_bytes"], s.id)
+    _check_loop(s)
+    _check_expressions(s)
+
+
+def _check_knowledge_paths(s: Step) -> None:
     for path in s.knowledge:
         parts = path.split("/")
         if not path or path.startswith("/") or ".." in parts:
             raise PlanError(f"{path!r} must be a relative path inside the workspace",
                             step=s.id, field="knowledge")
+
+
+def _check_required(s: Step) -> None:
+    """What the step's kind needs: a code step its tool and code (or a goal), other kinds
+    their string inputs."""
     if s.kind == "code":
         if s.tool is None:
             raise PlanError("this field is required for a code step (python, bash or node)",
@@ -294,24 +312,20 @@ def _check_step(s: Step) -> None:
         if s.code is None and s.goal is None:
             raise PlanError("this field is required (or give a 'goal' and the agent writes "
                             "the code)", step=s.id, field="code")
-    else:
-        for key in REQUIRED_INPUT[s.kind]:
-            if not isinstance(s.input.get(key), str) or not s.input[key].strip():
-                raise PlanError(f"a {s.kind} step needs input.{key} (a string)", step=s.id,
-                                field=f"input.{key}")
-    if s.kind == "http":
-        _check_http(s)
-    if "top_k" in s.input and not isinstance(s.input["top_k"], str):
-        top_k(s.input["top_k"], s.id)
-    if s.kind == "knowledge_read" and not isinstance(s.input.get("max_bytes", ""), str):
-        read_bytes(s.input["max_bytes"], s.id)
+        return
+    for key in REQUIRED_INPUT[s.kind]:
+        if not isinstance(s.input.get(key), str) or not s.input[key].strip():
+            raise PlanError(f"a {s.kind} step needs input.{key} (a string)", step=s.id,
+                            field=f"input.{key}")
+
+
+def _check_loop(s: Step) -> None:
     if s.foreach and s.until:
         raise PlanError("a step cannot have both foreach and until; split it in two",
                         step=s.id, field="until")
     if s.max_iterations is not None and not s.until:
         raise PlanError("max_iterations needs an until condition", step=s.id,
                         field="max_iterations")
-    _check_expressions(s)
 
 
 def _check_http(s: Step) -> None:

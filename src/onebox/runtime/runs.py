@@ -198,32 +198,46 @@ async def approve_step(
             raise Conflict(f"step {step_id} of run {run_id} is not waiting for an approval "
                            f"(the run is {run['status']})", field="step_id")
         decision = {"approved": approve, "by": by, "comment": comment}
-        row = await store.fetch_one(conn, "decide_approval", {
-            "id": waiting["id"], "status": "SUCCESS" if approve else "FAILED",
-            "output_hash": canonical_hash(decision) if approve else None,
-            "error": None if approve else f"rejected by {by}" + (f": {comment}" if comment else ""),
-            "stdout": "approved" if approve else "rejected", "details": Jsonb(decision),
-        })
-        assert row is not None
-        ids = {"trace_id": run["trace_id"], "execution_id": row["id"]}
-        await store.append_event(conn, run_id, "approval_granted" if approve else "approval_rejected",
-                                 {"step_id": step_id, **decision}, **ids)
-        await store.append_event(conn, run_id, "step_succeeded" if approve else "step_failed",
-                                 step_payload(row), **ids)
-        open_left = await store.fetch_one(conn, "open_approvals", {"run_id": run_id})
-        if open_left is not None and open_left["n"] == 0:
-            await store.execute(conn, "set_run_status", {
-                "run_id": run_id, "status": "RUNNING", "from_states": ["WAITING"]})
+        row = await _decide(conn, run, waiting, decision)
+        still_waiting = await _resume_when_none_open(conn, run_id)
         if is_agent_row(waiting):  # the agent decides what the answer means
             terminal = await observe(conn, run, row["id"], StepResult(
                 waiting["details"]["action_id"], ok=approve, error=row["error"],
                 result=decision))
-            return terminal or ("WAITING" if open_left and open_left["n"] else "RUNNING")
-        if not approve:
+        elif not approve:
             await finish_run(conn, run, "FAILED", row["error"])
             return "FAILED"
-        terminal = await advance(conn, settings, run, row)
-        return terminal or ("WAITING" if open_left and open_left["n"] else "RUNNING")
+        else:
+            terminal = await advance(conn, settings, run, row)
+        return terminal or ("WAITING" if still_waiting else "RUNNING")
+
+
+async def _decide(conn: store.Conn, run: store.Row, waiting: store.Row,
+                  decision: dict[str, Any]) -> store.Row:
+    """Record the decision on the waiting approval's row, with its events."""
+    approve, by, comment = decision["approved"], decision["by"], decision["comment"]
+    row = await store.fetch_one(conn, "decide_approval", {
+        "id": waiting["id"], "status": "SUCCESS" if approve else "FAILED",
+        "output_hash": canonical_hash(decision) if approve else None,
+        "error": None if approve else f"rejected by {by}" + (f": {comment}" if comment else ""),
+        "stdout": "approved" if approve else "rejected", "details": Jsonb(decision),
+    })
+    assert row is not None
+    ids = {"trace_id": run["trace_id"], "execution_id": row["id"]}
+    await store.append_event(conn, run["id"], "approval_granted" if approve else "approval_rejected",
+                             {"step_id": waiting["step_id"], **decision}, **ids)
+    await store.append_event(conn, run["id"], "step_succeeded" if approve else "step_failed",
+                             step_payload(row), **ids)
+    return row
+
+
+async def _resume_when_none_open(conn: store.Conn, run_id: uuid.UUID) -> bool:
+    """The run RUNS again once no approval of it is open; whether one still is."""
+    open_left = await store.fetch_one(conn, "open_approvals", {"run_id": run_id})
+    if open_left is not None and open_left["n"] == 0:
+        await store.execute(conn, "set_run_status", {
+            "run_id": run_id, "status": "RUNNING", "from_states": ["WAITING"]})
+    return bool(open_left and open_left["n"])
 
 
 async def retry_run(db: Database, settings: Settings, run_id: uuid.UUID) -> list[str]:

@@ -189,23 +189,35 @@ class _Budget:
 
 async def _delta(store: ObjectStore, path: str, change: Change, old: Entry | None,
                  new: Entry | None, budget: _Budget) -> FileDelta:
-    base = FileDelta(path, change,
-                     old.type if old else None, new.type if new else None,
-                     _size(old), _size(new), old.sha256 if old else None,
-                     new.sha256 if new else None)
+    base = _base_delta(path, change, old, new)
     files = [e for e in (old, new) if e is not None and e.type == "file"]
     if not files or old is not None and new is not None and old.sha256 == new.sha256:
         return base  # a directory, a symlink, or only the mode changed
-    if any(e.size > MAX_TEXT_BYTES for e in files):
-        return _with(base, note=f"larger than {MAX_TEXT_BYTES} bytes: no diff shown")
-    if budget.files <= 0:
-        budget.exhausted = True
-        return _with(base, note=f"past {MAX_TEXT_FILES} text diffs: no diff shown")
+    refused = _no_text_diff(files, budget)
+    if refused is not None:
+        return _with(base, note=refused)
     texts = [await _text(store, e) if e is not None and e.type == "file" else ""
              for e in (old, new)]
     if None in texts:
         return _with(base, binary=True)
     return await _text_delta(base, texts[0] or "", texts[1] or "", budget)
+
+
+def _base_delta(path: str, change: Change, old: Entry | None, new: Entry | None) -> FileDelta:
+    """The delta's facts (types, sizes, hashes of both sides), without any text diff."""
+    return FileDelta(path, change, old.type if old else None, new.type if new else None,
+                     _size(old), _size(new), old.sha256 if old else None,
+                     new.sha256 if new else None)
+
+
+def _no_text_diff(files: list[Entry], budget: _Budget) -> str | None:
+    """Why the files get no text diff (too large, the bound on diffs is spent), if so."""
+    if any(e.size > MAX_TEXT_BYTES for e in files):
+        return f"larger than {MAX_TEXT_BYTES} bytes: no diff shown"
+    if budget.files <= 0:
+        budget.exhausted = True
+        return f"past {MAX_TEXT_FILES} text diffs: no diff shown"
+    return None
 
 
 async def _text_delta(base: FileDelta, old: str, new: str, budget: _Budget) -> FileDelta:
