@@ -34,3 +34,9 @@ def test_a_registered_kind_takes_its_rows_before_the_built_in_ones() -> None:
         assert kinds.kind_of({"id": 5, "step_id": "x", "details": {}}).name == "code"
     finally:
         kinds._kinds.pop("probe")
+
+
+def test_firing_due_schedules_is_a_chore_the_worker_finds_the_same_way() -> None:
+    from onebox.runtime.schedules import fire_due_chore
+
+    assert kinds.chores().get("schedules") is fire_due_chore

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 
+from onebox.store import runs as store
 from onebox.store.db import Database
 from onebox.store.queries import load_queries
 
@@ -53,3 +54,9 @@ async def run_events_between(
     """At most ``limit`` events of one run with after < seq <= upto, in seq order."""
     return await db.fetch(Q["run_events_between"], {
         "run_id": run_id, "after": after, "upto": upto, "limit": limit})
+
+
+async def run_events(db: Database, run_id: uuid.UUID, *, after_seq: int = 0) -> list[Row]:
+    """A run's events after ``after_seq``, in order."""
+    async with db.connection() as conn:
+        return await store.fetch_all(conn, "run_events", {"run_id": run_id, "after_seq": after_seq})

@@ -18,7 +18,7 @@ remembers the turn before its run ends.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "onebox.step_kinds"
+CHORES_GROUP = "onebox.chores"
+Chore = Callable[[Database, Settings], Awaitable[bool]]
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class StepKind(Protocol):
 
 _kinds: dict[str, StepKind] = {}
 _loaded = False
+_chores: dict[str, Chore] | None = None
 
 
 def register(kind: StepKind) -> None:
@@ -103,6 +106,16 @@ def kinds() -> list[StepKind]:
                 _kinds[point.name] = point.load()
         _loaded = True
     return sorted(_kinds.values(), key=lambda k: -k.priority)
+
+
+def chores() -> dict[str, Chore]:
+    """Periodic work a worker serving the whole queue does every few seconds, by name (the
+    ``onebox.chores`` entry points: firing due schedules is one). A chore returns True when
+    it queued work, so the worker looks for it at once."""
+    global _chores
+    if _chores is None:
+        _chores = {p.name: p.load() for p in entry_points(group=CHORES_GROUP)}
+    return _chores
 
 
 def kind_of(row: store.Row) -> StepKind:

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from onebox.runtime.runs import run_events
+from onebox.runtime.event_log import run_events
 from onebox.store.db import Database
 
 TERMINAL_EVENTS = {"run_succeeded": "SUCCEEDED", "run_dead": "DEAD", "run_cancelled": "CANCELLED",

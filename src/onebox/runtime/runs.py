@@ -13,6 +13,7 @@ from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.runtime.agent_engine import is_agent_row, is_agent_run, observe, retry_waiting
 from onebox.runtime.archive import advance, finish_run, step_payload
+from onebox.runtime.event_log import run_events as run_events  # reading runs back
 from onebox.runtime.submit import queue_attempt
 from onebox.store import runs as store
 from onebox.store.db import Database
@@ -91,11 +92,6 @@ async def list_runs(
 async def run_steps(db: Database, run_id: uuid.UUID) -> list[store.Row]:
     async with db.connection() as conn:
         return await store.fetch_all(conn, "run_steps", {"run_id": run_id})
-
-
-async def run_events(db: Database, run_id: uuid.UUID, *, after_seq: int = 0) -> list[store.Row]:
-    async with db.connection() as conn:
-        return await store.fetch_all(conn, "run_events", {"run_id": run_id, "after_seq": after_seq})
 
 
 async def run_timeline(

@@ -61,6 +61,12 @@ async def remove_schedule(db: Database, name: str, *, tenant_id: str = "default"
                            field="name")
 
 
+async def fire_due_chore(db: Database, settings: Settings) -> bool:
+    """The worker's chore (the ``schedules`` entry point of ``onebox.chores``): fire what is
+    due; True when a run was submitted."""
+    return bool(await fire_due(db, settings))
+
+
 async def fire_due(db: Database, settings: Settings, *, limit: int = 20) -> list[uuid.UUID]:
     """Submit a run for every due slot this worker wins; returns the runs submitted."""
     async with db.connection() as conn:

@@ -32,7 +32,6 @@ from onebox.runtime.profiles import llm_settings_for, model_key, needs_model, se
 from onebox.runtime.providers import DEFAULT, Provider, declared
 from onebox.runtime.queue import claim_steps, release_leases, renew_leases, sweep_expired
 from onebox.runtime.retention import RetentionChore
-from onebox.runtime.schedules import fire_due
 from onebox.runtime.sessions import release_finished_sessions
 from onebox.runtime.step_knowledge import StepKnowledge
 from onebox.runtime.tracing import bound, span
@@ -251,8 +250,13 @@ class Worker:
         await self._refresh_served()
         if self.run_id is None:
             await flag_stale_runs(self.db, self.settings)
-            if await fire_due(self.db, self.settings):
-                self._wake.set()
+            for name, chore in kinds.chores().items():
+                try:
+                    if await chore(self.db, self.settings):
+                        self._wake.set()
+                except (psycopg.Error, OneboxError) as exc:
+                    log.warning("chore %s of worker %s failed: %s (retried on the next round)",
+                                name, self.owner, exc)
 
     async def _renew(self) -> None:
         """Stop steps whose run was cancelled or whose lease was lost."""
