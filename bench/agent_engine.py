@@ -38,11 +38,12 @@ from pydantic import SecretStr
 
 from onebox.config import Settings, load_settings
 from onebox.llm.base import ChatRequest, ChatResponse
-from onebox.runtime import agent_engine, agent_steps
-from onebox.runtime import runs as runs_api
-from onebox.runtime import worker as worker_module
-from onebox.runtime.agent_runs import submit_task
-from onebox.runtime.worker import Worker
+from onebox.runtime.agent import engine as agent_engine
+from onebox.runtime.agent import steps as agent_steps
+from onebox.runtime.agent.runs import submit_task
+from onebox.runtime.engine import worker as worker_module
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
 from onebox.sandbox.base import SandboxBackend
 from onebox.store import runs as store
 from onebox.store.db import Database

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from onebox.config import Settings, load_settings
-from onebox.runtime import environments as envs
-from onebox.runtime.env_layers import private_index_addresses
+from onebox.runtime.environments import service as envs
+from onebox.runtime.environments.layers import private_index_addresses
 from onebox.sandbox.base import ExecRequest, SandboxBackend
 from onebox.store.db import Database
 

@@ -30,7 +30,7 @@ from typing import Any
 from onebox.agent.plan import parse_plan
 from onebox.api.events import EventHub, run_event_stream
 from onebox.config import SandboxSettings, Settings, load_settings
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.service import Runtime
 
 TICKER = ("import time\nfor _ in range(50):\n"
           "    print(repr(time.time()), flush=True)\n    time.sleep(0.1)\n")

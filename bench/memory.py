@@ -25,7 +25,7 @@ from typing import Any
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings, load_settings
-from onebox.runtime.submission import submit_plan
+from onebox.runtime.services.submission import submit_plan
 from onebox.store.db import Database
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -38,10 +38,10 @@ from onebox.bounds import load_yaml, raw_json_too_deep
 from onebox.cli.render import timeline
 from onebox.config import Settings, load_settings
 from onebox.errors import ValidationError
-from onebox.runtime.run_service import run_detail
-from onebox.runtime.runs import run_timeline
-from onebox.runtime.schedule import PlanIndex
-from onebox.runtime.submission import submit_plan
+from onebox.runtime.engine.schedule import PlanIndex
+from onebox.runtime.services.run_service import run_detail
+from onebox.runtime.services.runs import run_timeline
+from onebox.runtime.services.submission import submit_plan
 from onebox.store.db import Database
 from onebox.store.embedded import stop_embedded
 

@@ -32,9 +32,9 @@ from typing import Any
 
 from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings, load_settings
-from onebox.runtime.archive import Outcome, archive_step
-from onebox.runtime.queue import claim_steps
-from onebox.runtime.submission import submit_plan
+from onebox.runtime.engine.archive import Outcome, archive_step
+from onebox.runtime.engine.queue import claim_steps
+from onebox.runtime.services.submission import submit_plan
 from onebox.store.db import Database
 
 ROOT = Path(__file__).resolve().parents[1]

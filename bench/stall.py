@@ -25,7 +25,7 @@ from typing import Any
 
 from onebox.agent.plan import parse_plan
 from onebox.config import SandboxSettings, load_settings
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.service import Runtime
 
 TICK_S = 0.005
 SPARSE = "for i in range(6):\n    open(f'sparse{i}', 'wb').truncate(1 << 30)\nprint('sparse ok')"

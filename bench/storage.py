@@ -31,10 +31,10 @@ from typing import Any
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings, load_settings
 from onebox.objects.base import ObjectStore
-from onebox.runtime.agent_runs import submit_task
-from onebox.runtime.retention import RetentionRule, collect
-from onebox.runtime.service import Runtime
-from onebox.runtime.worker import Worker
+from onebox.runtime.agent.runs import submit_task
+from onebox.runtime.engine.retention import RetentionRule, collect
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel
 

@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import threads_replay as replay  # noqa: E402
 import threads_setup as setup  # noqa: E402
-from onebox.runtime.thread_context import DEFAULT_BUDGET_TOKENS  # noqa: E402
-from onebox.runtime.threads import RecallOptions  # noqa: E402
+from onebox.runtime.threads.context import DEFAULT_BUDGET_TOKENS  # noqa: E402
+from onebox.runtime.threads.service import RecallOptions  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "threads.json"
 CHECKPOINTS = (50, 100, 200, 300, 400, 500, 600)

@@ -26,9 +26,9 @@ from onebox.config import Settings, load_settings
 from onebox.knowledge.collections import tenant_name
 from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import embedding_model_from_settings
-from onebox.runtime import thread_context as tc
-from onebox.runtime import threads
-from onebox.runtime.thread_upkeep import _remember, episode_text, remember_turn
+from onebox.runtime.threads import context as tc
+from onebox.runtime.threads import service as threads
+from onebox.runtime.threads.upkeep import _remember, episode_text, remember_turn
 from onebox.store.db import Database
 
 TENANT = "bench-threads"

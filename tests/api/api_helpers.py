@@ -13,7 +13,7 @@ import httpx
 import uvicorn
 
 from onebox.config import Settings
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.service import Runtime
 
 
 @dataclass

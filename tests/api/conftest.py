@@ -11,9 +11,9 @@ from api_helpers import Api, serving
 from onebox.api import create_app
 from onebox.config import Settings
 from onebox.llm.embedding import EmbeddingModel
-from onebox.runtime.api_keys import create_key
-from onebox.runtime.service import Runtime
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services.api_keys import create_key
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 

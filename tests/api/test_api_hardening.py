@@ -22,7 +22,7 @@ from api_helpers import Api
 from onebox.api import create_app
 from onebox.errors import ConfigError
 from onebox.objects import get_object_store
-from onebox.runtime.api_keys import create_key, revoke_key
+from onebox.runtime.services.api_keys import create_key, revoke_key
 from onebox.snapshots.archive import record_snapshot
 
 PLAN = {"name": "queued", "steps": [{"id": "a", "tool": "bash", "code": "echo a"}]}

@@ -14,7 +14,7 @@ from api_helpers import Api
 from click.testing import CliRunner
 
 from onebox.cli.main import main
-from onebox.runtime.api_keys import create_key
+from onebox.runtime.services.api_keys import create_key
 
 
 async def _cli(api: Api, *args: str) -> tuple[int, Any]:

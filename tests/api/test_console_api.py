@@ -8,7 +8,7 @@ import uuid
 
 from api_helpers import Api
 
-from onebox.runtime.run_service import attempt_label, step_warnings
+from onebox.runtime.services.run_service import attempt_label, step_warnings
 
 PLAN = {"name": "usage", "steps": [{"id": "a", "tool": "bash", "code": "echo a"}]}
 

@@ -146,7 +146,7 @@ async def test_plan_versions_after_a_replan_are_shown_as_tabs(api_no_worker: Api
     import uuid
 
     from onebox.agent.plan import parse_plan
-    from onebox.runtime.submit import create_plan_version
+    from onebox.runtime.engine.submit import create_plan_version
 
     async with api_no_worker.client() as c:
         submitted = (await c.post("/v1/runs", json={"plan": PLAN})).json()

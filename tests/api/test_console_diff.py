@@ -15,7 +15,7 @@ from api_helpers import Api, wait_status
 from test_console_actions import PHONE, no_sideways_scroll
 from test_console_browser import ARTIFACTS, browser, open_console  # noqa: F401 (fixture)
 
-from onebox.runtime import workspace_diff
+from onebox.runtime.services import workspace_diff
 
 HOSTILE_NAME = "<img src=x onerror=alert(1)>"
 HOSTILE_TEXT = "<script>document.title='pwned'</script><b>bold?</b>"

@@ -19,10 +19,10 @@ from onebox.agent.plan import parse_plan
 from onebox.cli.main import main
 from onebox.config import Settings
 from onebox.errors import Conflict
-from onebox.runtime.agent_runs import submit_task
-from onebox.runtime.api_keys import create_key
-from onebox.runtime.submission import submit_plan
-from onebox.runtime.submit import Submitted
+from onebox.runtime.agent.runs import submit_task
+from onebox.runtime.engine.submit import Submitted
+from onebox.runtime.services.api_keys import create_key
+from onebox.runtime.services.submission import submit_plan
 
 PLAN = {"name": "idem", "steps": [{"id": "a", "tool": "bash", "code": "echo one"}]}
 OTHER = {"name": "idem", "steps": [{"id": "a", "tool": "bash", "code": "echo two"}]}

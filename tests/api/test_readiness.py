@@ -12,7 +12,7 @@ from api_helpers import serving
 from onebox.api import app as app_module
 from onebox.api import create_app
 from onebox.config import Settings
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 

@@ -9,7 +9,7 @@ from api_helpers import Api
 
 from onebox.knowledge.service import Knowledge
 from onebox.objects import get_object_store
-from onebox.runtime.api_keys import create_key, revoke_key
+from onebox.runtime.services.api_keys import create_key, revoke_key
 from onebox.snapshots.archive import record_snapshot
 
 PLAN = {"name": "secret-plan", "steps": [{"id": "s", "tool": "bash", "code": "echo secret"}]}

@@ -8,7 +8,7 @@ import asyncio
 
 from api_helpers import Api, wait_status
 
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
 from onebox.testing import ScriptedModel
 
 INTENT = {"goal": "keep a note", "entities": [], "capabilities": ["python"], "formats": [],

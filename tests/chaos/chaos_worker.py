@@ -16,7 +16,7 @@ from typing import Any
 
 from onebox.cli.worker import serve_worker
 from onebox.config import load_settings
-from onebox.runtime import worker as worker_module
+from onebox.runtime.engine import worker as worker_module
 
 
 def freeze(marker: Path, point: str) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 from test_chaos import rt, start_worker, wait_until  # noqa: F401  (rt is a fixture)
 
 from onebox.agent.plan import parse_plan
-from onebox.runtime import runs as runs_api
-from onebox.runtime.service import Runtime
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.service import Runtime
 
 N_WIDE = 400  # wide enough that the kill lands mid-fan-out with hundreds still queued
 PLAN = parse_plan({"steps": [

@@ -18,10 +18,10 @@ import psycopg
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.errors import Conflict, LeaseLost
-from onebox.runtime import runs as runs_api
-from onebox.runtime.archive import Outcome, archive_step
-from onebox.runtime.queue import claim_steps, sweep_expired
-from onebox.runtime.submission import submit_plan
+from onebox.runtime.engine.archive import Outcome, archive_step
+from onebox.runtime.engine.queue import claim_steps, sweep_expired
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.submission import submit_plan
 from onebox.store.db import Database
 
 RUNS = 200  # claim/cancel pairs

@@ -23,8 +23,8 @@ import pytest
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
-from onebox.runtime import runs as runs_api
-from onebox.runtime.service import Runtime
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 WORKER = Path(__file__).with_name("chaos_worker.py")

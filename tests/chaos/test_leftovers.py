@@ -262,8 +262,8 @@ async def test_a_finished_task_run_releases_its_workspace_and_image(db, settings
     import asyncio
 
     from onebox.objects.registry import get_object_store
-    from onebox.runtime.agent_runs import submit_task
-    from onebox.runtime.worker import Worker
+    from onebox.runtime.agent.runs import submit_task
+    from onebox.runtime.engine.worker import Worker
     from onebox.sandbox.registry import get_backend
     from onebox.testing import ScriptedModel
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from onebox.runtime import runs as runs_api
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
 from onebox.store.db import Database
 
 ENDED = ("SUCCEEDED", "FAILED", "DEAD", "CANCELLED")

@@ -8,13 +8,13 @@ import pytest
 from run_helpers import serve_until_ended
 
 from onebox.config import Settings
-from onebox.runtime import runs as runs_api
-from onebox.runtime.agent_runs import submit_task
-from onebox.runtime.agent_steps import AgentWork
-from onebox.runtime.executor import StepRunner
-from onebox.runtime.queue import claim_steps
-from onebox.runtime.step_knowledge import StepKnowledge
-from onebox.runtime.worker import Worker
+from onebox.runtime.agent.runs import submit_task
+from onebox.runtime.agent.steps import AgentWork
+from onebox.runtime.engine.executor import StepRunner
+from onebox.runtime.engine.queue import claim_steps
+from onebox.runtime.engine.step_knowledge import StepKnowledge
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel
@@ -74,7 +74,7 @@ async def test_a_rolled_back_observation_never_lingers_in_the_cached_agent(
         db: Database, settings: Settings) -> None:
     from onebox.agent.actions import ModelReply
     from onebox.llm.base import ChatResponse, Message
-    from onebox.runtime import agent_engine
+    from onebox.runtime.agent import engine as agent_engine
 
     run_id, _ = await submit_task(db, "four sums", settings=settings)
     run = await runs_api.get_run(db, run_id)

@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from onebox.config import Settings
-from onebox.runtime import runs as runs_api
-from onebox.runtime.agent_runs import submit_task
-from onebox.runtime.worker import Worker
+from onebox.runtime.agent.runs import submit_task
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel

@@ -10,8 +10,8 @@ from onebox.agent.loop import Agent
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.errors import PlanError
-from onebox.runtime.step_context import with_catalog_names
-from onebox.runtime.submission import submit_plan
+from onebox.runtime.engine.step_context import with_catalog_names
+from onebox.runtime.services.submission import submit_plan
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel, run_agent_offline, step_ok
 

@@ -15,11 +15,11 @@ import pytest
 from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings
 from onebox.errors import ValidationError
-from onebox.runtime import plans, submit
-from onebox.runtime.runs import run_timeline
-from onebox.runtime.submission import submit_plan
-from onebox.runtime.submit import BATCH_STEPS, queue_missing_steps
-from onebox.runtime.watchdog import flag_stale_runs
+from onebox.runtime.engine import plans, submit
+from onebox.runtime.engine.submit import BATCH_STEPS, queue_missing_steps
+from onebox.runtime.engine.watchdog import flag_stale_runs
+from onebox.runtime.services.runs import run_timeline
+from onebox.runtime.services.submission import submit_plan
 from onebox.store.db import Database
 
 N_STEPS = 10_000

@@ -9,7 +9,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from onebox.errors import Conflict, NotFound, ValidationError
-from onebox.runtime.tools import expand_tool_step, lookup_tools, tool_hint
+from onebox.runtime.agent.tools import expand_tool_step, lookup_tools, tool_hint
 from onebox.store.catalog import (
     get_tool,
     list_tools,

@@ -12,11 +12,11 @@ import pytest
 from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings
 from onebox.errors import Conflict, ValidationError
-from onebox.runtime import runs as runs_api
-from onebox.runtime import schedules
-from onebox.runtime.queue import claim_steps
-from onebox.runtime.service import Runtime
-from onebox.runtime.watchdog import flag_stale_runs
+from onebox.runtime.engine.queue import claim_steps
+from onebox.runtime.engine.watchdog import flag_stale_runs
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services import schedules
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 
@@ -166,7 +166,7 @@ async def test_two_workers_race_for_one_step_and_exactly_one_wins(rt: Runtime) -
 
 
 async def test_rebuild_from_events_equals_the_tables(rt: Runtime) -> None:
-    from onebox.runtime.rebuild import ATTEMPT_FIELDS, rebuild
+    from onebox.runtime.engine.rebuild import ATTEMPT_FIELDS, rebuild
 
     rt.settings.runtime.max_attempts = 2
     ok = await rt.run_plan(plan_of({"id": "a", "tool": "bash", "code": "echo a"},

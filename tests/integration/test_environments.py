@@ -10,17 +10,18 @@ import pytest
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.errors import Conflict, ValidationError
-from onebox.runtime import e2b_sandboxes, session_service
-from onebox.runtime import environments as envs
-from onebox.runtime import runs as runs_api
-from onebox.runtime.env_layers import private_index_addresses
-from onebox.runtime.profiles import (
+from onebox.runtime.e2b import sandboxes as e2b_sandboxes
+from onebox.runtime.environments import service as envs
+from onebox.runtime.environments.layers import private_index_addresses
+from onebox.runtime.models.profiles import (
     delete_profile,
     parse_profile,
     save_profile,
     with_profile_defaults,
 )
-from onebox.runtime.service import Runtime
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services import session_service
+from onebox.runtime.services.service import Runtime
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from onebox.config import Settings
 from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import EmbeddingKind, EmbeddingModel, Vector
-from onebox.runtime import runs as runs_api
-from onebox.runtime.agent_runs import submit_task
-from onebox.runtime.worker import Worker
+from onebox.runtime.agent.runs import submit_task
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel

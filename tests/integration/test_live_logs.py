@@ -11,10 +11,10 @@ import pytest
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
-from onebox.runtime import event_log
-from onebox.runtime import runs as runs_api
-from onebox.runtime.submission import submit_plan
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine import event_log
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.submission import submit_plan
 from onebox.sandbox.base import ExecRequest, SandboxBackend
 from onebox.store.db import Database
 

@@ -17,9 +17,9 @@ import pytest
 from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings
 from onebox.errors import OneboxError
-from onebox.runtime import runs as runs_api
-from onebox.runtime.archive import output_bytes, output_hash_of
-from onebox.runtime.service import Runtime
+from onebox.runtime.engine.archive import output_bytes, output_hash_of
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.service import Runtime
 from onebox.store import runs as store
 from onebox.store.db import Database
 
@@ -193,8 +193,8 @@ async def test_the_agent_path_keeps_the_bytes_and_stores_its_observation(
     import asyncio
 
     from onebox.objects.registry import get_object_store
-    from onebox.runtime.agent_runs import submit_task
-    from onebox.runtime.worker import Worker
+    from onebox.runtime.agent.runs import submit_task
+    from onebox.runtime.engine.worker import Worker
     from onebox.sandbox.registry import get_backend
     from onebox.testing import ScriptedModel
 

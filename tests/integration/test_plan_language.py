@@ -10,9 +10,9 @@ from onebox.agent.plan import parse_plan
 from onebox.bounds import load_yaml
 from onebox.config import Settings
 from onebox.errors import LLMNotConfigured
-from onebox.runtime import runs as runs_api
-from onebox.runtime.submission import submit_plan
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.submission import submit_plan
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 

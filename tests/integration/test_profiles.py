@@ -7,16 +7,16 @@ from run_helpers import serve_until_ended
 
 from onebox.config import ProviderSettings, Settings
 from onebox.errors import NotFound, ValidationError
-from onebox.runtime import runs as runs_api
-from onebox.runtime.agent_runs import submit_task
-from onebox.runtime.profiles import (
+from onebox.runtime.agent.runs import submit_task
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.models.profiles import (
     model_key,
     parse_profile,
     run_profile,
     save_profile,
     served_models,
 )
-from onebox.runtime.worker import Worker
+from onebox.runtime.services import runs as runs_api
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel
@@ -114,7 +114,7 @@ def test_a_bad_profile_names_the_field(data: dict, field: str) -> None:
 def test_a_profile_sets_default_limits_grants_and_tools() -> None:
     from onebox.agent.actions import ToolHint, ToolsResult
     from onebox.agent.plan import parse_plan
-    from onebox.runtime.profiles import allowed_tools, with_profile_defaults
+    from onebox.runtime.models.profiles import allowed_tools, with_profile_defaults
 
     profile = {"timeout_s": 60, "memory_mb": 512, "allow_domains": ["api.example.com"],
                "tools": ["python", "csv_stats"]}

@@ -8,10 +8,10 @@ from run_helpers import serve_until_ended
 
 from onebox.config import Settings
 from onebox.errors import ProviderError
-from onebox.runtime import agent_runs
-from onebox.runtime import runs as runs_api
-from onebox.runtime.agent_runs import submit_task
-from onebox.runtime.worker import Worker
+from onebox.runtime.agent import runs as agent_runs
+from onebox.runtime.agent.runs import submit_task
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel

@@ -15,9 +15,9 @@ from psycopg.types.json import Jsonb
 from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings
 from onebox.objects import FsObjectStore, blob_key
-from onebox.runtime.retention import RetentionRule, collect
-from onebox.runtime.service import Runtime
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.retention import RetentionRule, collect
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 DAY_S = 86400.0
@@ -223,8 +223,8 @@ async def test_uploads_no_run_named_expire_and_their_bytes_go_unless_a_run_uses_
         db: Database, settings: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """An upload waits `retention.upload_ttl_h` for a run; then it goes (even with no run
     rule set), with its bytes, unless a run's input rows hold the same bytes."""
-    from onebox.runtime import run_files
-    from onebox.runtime.retention import RetentionChore
+    from onebox.runtime.engine import run_files
+    from onebox.runtime.engine.retention import RetentionChore
 
     objects = FsObjectStore(tmp_path / "objects")
     _, lone = await run_files.stage(db, objects, "acme", "lone.csv", b"nobody names me\n")

@@ -15,11 +15,11 @@ from test_snapshot_cli import onebox, onebox_subprocess
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
-from onebox.runtime import runs as runs_api
-from onebox.runtime.agent_runs import submit_task
-from onebox.runtime.archive import MAX_ANSWER_CHARS, stored_answer
-from onebox.runtime.submission import submit_plan
-from onebox.runtime.worker import Worker
+from onebox.runtime.agent.runs import submit_task
+from onebox.runtime.engine.archive import MAX_ANSWER_CHARS, stored_answer
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.submission import submit_plan
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel

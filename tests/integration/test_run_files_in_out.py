@@ -19,9 +19,9 @@ from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.errors import PlanError, ValidationError
 from onebox.objects import blob_key
-from onebox.runtime import run_files, run_outputs
-from onebox.runtime.retention import RetentionRule, collect
-from onebox.runtime.service import Runtime
+from onebox.runtime.engine import run_files, run_outputs
+from onebox.runtime.engine.retention import RetentionRule, collect
+from onebox.runtime.services.service import Runtime
 from onebox.snapshots.archive import collect_garbage
 from onebox.store.db import Database
 

@@ -11,10 +11,10 @@ import pytest
 from onebox.agent.plan import Plan, load_plan, parse_plan
 from onebox.config import Settings
 from onebox.errors import Conflict, LeaseLost
-from onebox.runtime import runs as runs_api
-from onebox.runtime.archive import Outcome, archive_step
-from onebox.runtime.queue import claim_steps, sweep_expired
-from onebox.runtime.service import Runtime
+from onebox.runtime.engine.archive import Outcome, archive_step
+from onebox.runtime.engine.queue import claim_steps, sweep_expired
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 QUICKSTART = Path(__file__).parents[2] / "examples" / "quickstart.yaml"
@@ -81,7 +81,7 @@ async def test_quickstart_produces_rows_and_events_in_order(rt: Runtime) -> None
 
 
 async def test_quickstart_steps_replay_with_matching_hashes(rt: Runtime) -> None:
-    from onebox.runtime.archive import output_hash
+    from onebox.runtime.engine.archive import output_hash
     from onebox.snapshots.replay import replay
 
     final = await rt.run_plan(load_plan(QUICKSTART))

@@ -56,7 +56,7 @@ async def onebox_json(settings: Settings, *args: str) -> Any:
 @pytest.fixture
 async def recorded(db: Database, settings: Settings) -> dict[str, Any]:
     """One step run through the process sandbox and archived the way the executor does it."""
-    from onebox.runtime.archive import output_hash
+    from onebox.runtime.engine.archive import output_hash
     from onebox.sandbox.registry import get_backend
 
     settings.sandbox.backend = "process"

@@ -14,7 +14,7 @@ from typing import Any
 
 from onebox.config import Settings
 from onebox.objects import get_object_store
-from onebox.runtime.archive import output_hash
+from onebox.runtime.engine.archive import output_hash
 from onebox.sandbox.registry import get_backend
 from onebox.snapshots.replay import replay
 from onebox.store.db import Database

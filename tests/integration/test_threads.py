@@ -11,11 +11,11 @@ import pytest
 from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.knowledge.service import Knowledge
-from onebox.runtime import explain as explain_api
-from onebox.runtime import runs as runs_api
-from onebox.runtime import threads
-from onebox.runtime.profiles import parse_profile, save_profile
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.models.profiles import parse_profile, save_profile
+from onebox.runtime.services import explain as explain_api
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.threads import service as threads
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel

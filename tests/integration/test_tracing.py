@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings
-from onebox.runtime.service import Runtime
-from onebox.runtime.tracing import ContextFilter, bound
+from onebox.runtime.engine.tracing import ContextFilter, bound
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 EXPORTER = InMemorySpanExporter()

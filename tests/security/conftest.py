@@ -12,7 +12,7 @@ import pytest_asyncio
 from sbx_helpers import DISK_MB
 
 from onebox.config import SandboxSettings, Settings, load_settings
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.service import Runtime
 from onebox.sandbox.linux import BwrapSandbox
 from onebox.sandbox.registry import linux_available
 from onebox.store.db import Database

@@ -22,8 +22,8 @@ import uvicorn
 
 from onebox.api import create_app
 from onebox.config import Settings
-from onebox.runtime.api_keys import create_key
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.api_keys import create_key
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 SECRET = "acme-secret-5d2a"

@@ -10,8 +10,8 @@ import pytest
 
 from onebox.config import Settings
 from onebox.errors import ValidationError
-from onebox.runtime import env_layers
-from onebox.runtime import environments as envs
+from onebox.runtime.environments import layers as env_layers
+from onebox.runtime.environments import service as envs
 from onebox.sandbox.base import EnvironmentLayer, ExecRequest, SandboxBackend
 from onebox.store.db import Database
 

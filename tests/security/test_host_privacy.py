@@ -88,7 +88,7 @@ async def test_an_object_root_left_open_by_an_older_onebox_is_narrowed(open_home
 
 def test_doctor_reports_a_home_other_users_can_enter(open_home: Path) -> None:
     from onebox.config import load_settings
-    from onebox.runtime.doctor import check_home
+    from onebox.runtime.services.doctor import check_home
 
     home = open_home / "home"
     home.mkdir(mode=0o755)

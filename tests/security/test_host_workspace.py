@@ -28,10 +28,10 @@ from onebox.agent.plan import parse_plan
 from onebox.config import Settings
 from onebox.errors import StorageError
 from onebox.objects.fs import FsObjectStore
-from onebox.runtime import runs as runs_api
-from onebox.runtime.agent_steps import _read_json
-from onebox.runtime.service import Runtime
-from onebox.runtime.workspace_files import list_files
+from onebox.runtime.agent.steps import _read_json
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.service import Runtime
+from onebox.runtime.services.workspace_files import list_files
 from onebox.sandbox import workspace as ws_mod
 from onebox.sandbox.linux import BwrapSandbox
 from onebox.sandbox.snapshots import capture, restore, scan

@@ -21,7 +21,7 @@ from test_e2b_tenancy import _serving
 
 from onebox.api import create_app
 from onebox.config import Settings
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.service import Runtime
 
 NOBODY = 65534
 ONEBOX = str(Path(sys.executable).with_name("onebox"))

@@ -13,8 +13,8 @@ from test_e2b_tenancy import _serving
 from onebox.api import create_app
 from onebox.config import Settings
 from onebox.errors import PolicyViolation
-from onebox.runtime.api_keys import create_key
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.api_keys import create_key
+from onebox.runtime.services.service import Runtime
 from onebox.sandbox.linux import BwrapSandbox
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -20,9 +20,9 @@ from onebox.agent.plan import parse_plan
 from onebox.api import create_app
 from onebox.config import Settings
 from onebox.errors import ValidationError
-from onebox.runtime import run_files, run_outputs
-from onebox.runtime.api_keys import create_key
-from onebox.runtime.service import Runtime
+from onebox.runtime.engine import run_files, run_outputs
+from onebox.runtime.services.api_keys import create_key
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 SECRET = "host-secret-7c1e\n"

@@ -9,8 +9,8 @@ import uuid
 import pytest
 
 from onebox.errors import NotFound
-from onebox.runtime import session_service
-from onebox.runtime.sessions import touch_session
+from onebox.runtime.engine.sessions import touch_session
+from onebox.runtime.services import session_service
 from onebox.store.db import Database
 
 

@@ -16,8 +16,8 @@ from test_e2b_tenancy import _serving as serving
 
 from onebox.api import create_app
 from onebox.config import Settings
-from onebox.runtime.api_keys import create_key
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.api_keys import create_key
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 

@@ -32,9 +32,9 @@ from test_e2b_tenancy import _serving as serving
 
 from onebox.api import create_app
 from onebox.config import ProviderSettings, Settings
-from onebox.runtime.api_keys import create_key
-from onebox.runtime.service import Runtime
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services.api_keys import create_key
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 from onebox.testing import ScriptedOpenAIServer, ServerReply
 

@@ -13,9 +13,9 @@ from test_e2b_tenancy import _serving
 from onebox.api import create_app
 from onebox.config import Settings
 from onebox.errors import TooManyRequests
-from onebox.runtime import tenant_sessions
-from onebox.runtime.api_keys import create_key
-from onebox.runtime.service import Runtime
+from onebox.runtime.services import tenant_sessions
+from onebox.runtime.services.api_keys import create_key
+from onebox.runtime.services.service import Runtime
 from onebox.sandbox.base import SandboxBackend
 from onebox.sandbox.registry import get_backend
 from onebox.store.db import Database

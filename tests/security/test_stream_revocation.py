@@ -19,8 +19,8 @@ from onebox.api import create_app
 from onebox.config import Settings
 from onebox.mcp.state import McpState
 from onebox.mcp.transports import http_app
-from onebox.runtime.api_keys import create_key, revoke_key
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.api_keys import create_key, revoke_key
+from onebox.runtime.services.service import Runtime
 from onebox.store import runs as store
 from onebox.store.db import Database
 

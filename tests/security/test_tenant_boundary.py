@@ -37,9 +37,9 @@ from test_e2b_tenancy import _serving as serving
 from onebox.api import create_app
 from onebox.config import Settings, load_settings
 from onebox.llm.embedding import EmbeddingKind, EmbeddingModel, Vector
-from onebox.runtime.api_keys import create_key, revoke_key
-from onebox.runtime.service import Runtime
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services.api_keys import create_key, revoke_key
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 SECRET = "GLOBEX-VAULT-7731"

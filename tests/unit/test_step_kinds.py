@@ -3,7 +3,7 @@ points, or register()); the built-in kinds come through it like a third party's 
 
 from __future__ import annotations
 
-from onebox.runtime import kinds
+from onebox.runtime.engine import kinds
 
 
 def test_the_built_in_kinds_come_from_the_entry_points() -> None:
@@ -37,6 +37,6 @@ def test_a_registered_kind_takes_its_rows_before_the_built_in_ones() -> None:
 
 
 def test_firing_due_schedules_is_a_chore_the_worker_finds_the_same_way() -> None:
-    from onebox.runtime.schedules import fire_due_chore
+    from onebox.runtime.services.schedules import fire_due_chore
 
     assert kinds.chores().get("schedules") is fire_due_chore

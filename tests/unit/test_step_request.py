@@ -7,7 +7,7 @@ from pathlib import Path
 
 from onebox.agent.plan import parse_plan
 from onebox.config import load_settings
-from onebox.runtime.executor import build_request, request_details
+from onebox.runtime.engine.executor import build_request, request_details
 
 
 def test_the_replay_record_holds_the_limits_the_sandbox_resolves(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from onebox.runtime.thread_context import RecalledMemory, Turn, build_context
+from onebox.runtime.threads.context import RecalledMemory, Turn, build_context
 
 WHEN = datetime(2026, 11, 3, tzinfo=UTC)
 

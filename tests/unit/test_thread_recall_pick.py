@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from onebox.llm.embedding import estimate_tokens
-from onebox.runtime.thread_context import MEMORY_SHARE, RecalledMemory, Turn, build_context
+from onebox.runtime.threads.context import MEMORY_SHARE, RecalledMemory, Turn, build_context
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -42,8 +42,8 @@ from onebox.api.state import ApiState
 from onebox.config import Settings
 from onebox.llm.embedding import EmbeddingModel
 from onebox.peers import OperatorPeerOnly
-from onebox.runtime.service import Runtime
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services.service import Runtime
 
 log = logging.getLogger(__name__)
 API_VERSION = "1"

@@ -13,7 +13,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from onebox.api.errors import Unauthorized
 from onebox.api.state import ApiState, get_state
-from onebox.runtime.api_keys import Principal, authenticate
+from onebox.runtime.services.api_keys import Principal, authenticate
 
 DEFAULT_TENANT = "default"
 _bearer = HTTPBearer(auto_error=False, description="an API key from `onebox keys create`")

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import dict_row
 
-from onebox.runtime import event_log
+from onebox.runtime.engine import event_log
 from onebox.store.db import Database
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from onebox.api.events import EventHub
-from onebox.runtime import metrics
-from onebox.runtime.metrics import BUCKETS_MS
+from onebox.runtime.services import metrics
+from onebox.runtime.services.metrics import BUCKETS_MS
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 

@@ -12,7 +12,7 @@ from onebox.config import Settings
 from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import EmbeddingModel, embedding_model_from_settings
 from onebox.objects import ObjectStore
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.service import Runtime
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 

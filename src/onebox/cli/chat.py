@@ -3,7 +3,7 @@
 Each turn runs here as `onebox run` does in the foreground (the steps table with the running
 steps' live output; Ctrl-C cancels the turn), in the thread's workspace, up to the end of its
 run: the agent's answer is printed as soon as the agent has it, then the turn's upkeep steps
-run (its facts and the summary, see :mod:`onebox.runtime.thread_steps`), then the next
+run (its facts and the summary, see :mod:`onebox.runtime.threads.steps`), then the next
 prompt is shown. Once the answer is shown, Ctrl-C no longer cancels: it leaves the upkeep to
 the workers (`onebox up`) and the chat. A turn not ended when the chat starts or a message
 is sent (left so, or posted from the console meanwhile) is finished here first.
@@ -29,8 +29,8 @@ from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import embedding_model_from_settings
 from onebox.llm.registry import chat_model_from_settings
-from onebox.runtime import threads
-from onebox.runtime.service import Runtime
+from onebox.runtime.services.service import Runtime
+from onebox.runtime.threads import service as threads
 
 TENANT = "default"
 LEAVE = ("", "/exit", "/quit")

@@ -18,9 +18,9 @@ from rich.console import Console
 
 from onebox.cli.foreground import Progress
 from onebox.cli.render import answer_panel, safe_text
-from onebox.runtime import live_logs
-from onebox.runtime import runs as runs_api
-from onebox.runtime.thread_steps import is_upkeep_row
+from onebox.runtime.engine import live_logs
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.threads.steps import is_upkeep_row
 from onebox.store.db import Database
 
 ENDED_STATUSES = frozenset({"SUCCESS", "FAILED"})

@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from onebox.config import Settings, load_settings
 from onebox.errors import ConfigError, OneboxError, ValidationError
-from onebox.runtime.tracing import LOG_FORMAT, ContextFilter, configure_exporter
+from onebox.runtime.engine.tracing import LOG_FORMAT, ContextFilter, configure_exporter
 from onebox.store.db import Database
 
 T = TypeVar("T")

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from onebox.cli import common
-from onebox.runtime.doctor import machine, run_checks
+from onebox.runtime.services.doctor import machine, run_checks
 
 
 def register(main: click.Group) -> None:

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from onebox.cli import common
-from onebox.runtime import environments as service
+from onebox.runtime.environments import service
 from onebox.store.db import Database
 
 TENANT = "default"  # the CLI works as the default tenant, as the API's default tenant does

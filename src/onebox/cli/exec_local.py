@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from onebox.cli import common
 from onebox.client.types import CellOutput, ExecResult
 from onebox.config import Settings
-from onebox.runtime import session_service as service
+from onebox.runtime.services import session_service as service
 from onebox.sandbox.base import CellOutput as SandboxOutput
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database

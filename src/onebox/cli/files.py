@@ -10,8 +10,8 @@ from rich.table import Table
 
 from onebox.cli.common import json_option, out, print_json, run, settings
 from onebox.cli.snapshot import opened
-from onebox.runtime import run_outputs
-from onebox.runtime.runs import resolve_id
+from onebox.runtime.engine import run_outputs
+from onebox.runtime.services.runs import resolve_id
 
 
 def register(main: click.Group) -> None:

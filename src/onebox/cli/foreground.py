@@ -34,8 +34,8 @@ from rich.text import Text
 
 from onebox.cli.render import approval_hint, steps_table, waiting_approvals
 from onebox.errors import Conflict, OneboxError
-from onebox.runtime import live_logs
-from onebox.runtime import runs as runs_api
+from onebox.runtime.engine import live_logs
+from onebox.runtime.services import runs as runs_api
 from onebox.store.db import Database
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what shells report for a process ended by Ctrl-C

@@ -10,7 +10,7 @@ from onebox.cli.common import json_option, out, print_json, run, settings
 from onebox.config import Settings
 from onebox.errors import ValidationError
 from onebox.objects import get_object_store
-from onebox.runtime.retention import RetentionReport, RetentionRule, collect
+from onebox.runtime.engine.retention import RetentionReport, RetentionRule, collect
 from onebox.store.db import Database
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")

@@ -20,8 +20,8 @@ from onebox.api.events import EventHub, Recheck, run_event_stream
 from onebox.cli import common
 from onebox.cli.render import safe_text
 from onebox.errors import NotFound
-from onebox.runtime import live_logs
-from onebox.runtime import runs as runs_api
+from onebox.runtime.engine import live_logs
+from onebox.runtime.services import runs as runs_api
 from onebox.store.db import Database
 from onebox.store.runs import TERMINAL_RUN_STATES
 

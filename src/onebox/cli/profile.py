@@ -9,8 +9,8 @@ from rich.table import Table
 
 from onebox.cli import common
 from onebox.errors import ValidationError as OneboxValidationError
-from onebox.runtime import profiles as service
-from onebox.runtime.thread_context import DEFAULT_BUDGET_TOKENS, MEMORY_SHARE, RECENT_TURNS
+from onebox.runtime.models import profiles as service
+from onebox.runtime.threads.context import DEFAULT_BUDGET_TOKENS, MEMORY_SHARE, RECENT_TURNS
 from onebox.store.db import Database
 
 TENANT = "default"  # the CLI works as the default tenant, as the API's default tenant does

@@ -12,7 +12,7 @@ import click
 from rich.table import Table
 
 from onebox.cli import common
-from onebox.runtime import providers as service
+from onebox.runtime.models import providers as service
 from onebox.store.db import Database
 
 

@@ -17,14 +17,14 @@ from onebox.cli.render import answer_panel, runs_table, timeline
 from onebox.config import Settings
 from onebox.errors import PlanError
 from onebox.llm.registry import chat_model_from_settings
-from onebox.runtime import run_files
-from onebox.runtime import runs as runs_api
-from onebox.runtime.agent_runs import submit_task
-from onebox.runtime.explain import explain
-from onebox.runtime.profiles import needs_model, served_models
-from onebox.runtime.providers import provider_of
-from onebox.runtime.service import Runtime
-from onebox.runtime.submit import Submitted
+from onebox.runtime.agent.runs import submit_task
+from onebox.runtime.engine import run_files
+from onebox.runtime.engine.submit import Submitted
+from onebox.runtime.models.profiles import needs_model, served_models
+from onebox.runtime.models.providers import provider_of
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.explain import explain
+from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
 T = TypeVar("T")

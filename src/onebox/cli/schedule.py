@@ -8,7 +8,7 @@ import click
 
 from onebox.cli import common
 from onebox.cli.runs import load_plan_or_fail
-from onebox.runtime import schedules
+from onebox.runtime.services import schedules
 
 
 def register(main: click.Group) -> None:

@@ -15,7 +15,7 @@ import click
 from onebox.cli import common
 from onebox.client.spec import ADDRESS_FILE
 from onebox.config import Settings
-from onebox.runtime import api_keys
+from onebox.runtime.services import api_keys
 from onebox.store.db import Database
 
 FIRST_KEY_FILE = "first-api-key"

@@ -14,7 +14,7 @@ from rich.table import Table
 from onebox.cli.common import fail, json_option, out, print_json, run, settings
 from onebox.config import Settings
 from onebox.objects import ObjectStore, get_object_store
-from onebox.runtime.runs import resolve_id
+from onebox.runtime.services.runs import resolve_id
 from onebox.sandbox.snapshot_manifest import diff
 from onebox.sandbox.snapshots import RestoreReport, load_manifest
 from onebox.snapshots import archive
@@ -176,7 +176,7 @@ async def _restore_session(
 ) -> dict[str, Any]:
     """Through the sessions service: the session is one the API, `onebox exec` and the E2B
     endpoints know (a row of tenant default), not a bare sandbox directory."""
-    from onebox.runtime import session_service
+    from onebox.runtime.services import session_service
     from onebox.sandbox.registry import get_backend
 
     backend = get_backend(cfg)
@@ -239,7 +239,7 @@ def replay_cmd(execution_id: str, keep_session: bool, as_json: bool) -> None:
 
     Exit code 0 when everything matches, 1 when something differs.
     """
-    from onebox.runtime.archive import output_hash
+    from onebox.runtime.engine.archive import output_hash
     from onebox.sandbox.registry import get_backend
     from onebox.snapshots.replay import replay
 

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from onebox.cli import common
 from onebox.cli.render import safe_text
-from onebox.runtime import threads
+from onebox.runtime.threads import service as threads
 from onebox.store.db import Database
 
 TENANT = "default"  # the CLI's tenant, as for runs, memory and knowledge

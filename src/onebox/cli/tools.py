@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from onebox.cli import common
-from onebox.runtime.tools import catalog_tools
+from onebox.runtime.agent.tools import catalog_tools
 from onebox.store import catalog
 from onebox.store.db import Database
 

@@ -9,8 +9,8 @@ import click
 
 from onebox.cli import common
 from onebox.config import Settings
-from onebox.runtime.service import Runtime
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services.service import Runtime
 
 
 def register(main: click.Group) -> None:

@@ -16,12 +16,12 @@ from typing import Any
 from onebox.errors import ValidationError
 from onebox.knowledge import tenant_service as tenant_knowledge
 from onebox.mcp.state import McpState
-from onebox.runtime import run_files, run_outputs
-from onebox.runtime import run_service as tenant_runs
-from onebox.runtime import runs as runtime_runs
-from onebox.runtime import session_service as sessions
-from onebox.runtime.cell_stream import cell_json
-from onebox.runtime.run_files import RunFile
+from onebox.runtime.engine import run_files, run_outputs
+from onebox.runtime.engine.run_files import RunFile
+from onebox.runtime.services import run_service as tenant_runs
+from onebox.runtime.services import runs as runtime_runs
+from onebox.runtime.services import session_service as sessions
+from onebox.runtime.services.cell_stream import cell_json
 from onebox.store.runs import TERMINAL_RUN_STATES
 
 MAX_TEXT_CHARS = 20_000  # stdout/stderr/answer kept in one tool result

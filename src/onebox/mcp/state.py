@@ -13,9 +13,9 @@ from onebox.errors import OneboxError
 from onebox.knowledge.collections import CLI_TENANT
 from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import EmbeddingModel, embedding_model_from_settings
-from onebox.runtime import api_keys
-from onebox.runtime.service import Runtime
-from onebox.runtime.worker import Worker
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import api_keys
+from onebox.runtime.services.service import Runtime
 
 log = logging.getLogger(__name__)
 WORKER_DRAIN_S = 5.0

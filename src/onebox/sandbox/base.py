@@ -55,7 +55,7 @@ class NetworkPolicy:
 
 @dataclass(frozen=True)
 class EnvironmentLayer:
-    """A built package layer (runtime/environments.py builds it): a read-only,
+    """A built package layer (runtime/environments/service.py builds it): a read-only,
     content-addressed host directory mounted into the sandbox, its packages importable."""
 
     name: str

@@ -20,7 +20,7 @@ from YAML::
 :func:`rank_tools` answers "tools that support format X with cost at most C,
 by historical success rate" with one recursive SQL statement. This module only
 stores and ranks; the agent-facing parts (answering LookupTools, expanding a
-``kind: tool`` step from its code template) are :mod:`onebox.runtime.tools`.
+``kind: tool`` step from its code template) are :mod:`onebox.runtime.agent.tools`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stored agent profiles (rows of onebox.profiles). See onebox.runtime.profiles."""
+"""Stored agent profiles (rows of onebox.profiles). See onebox.runtime.models.profiles."""
 
 from __future__ import annotations
 

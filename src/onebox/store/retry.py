@@ -4,7 +4,7 @@ A deadlock (SQLSTATE 40P01) or a serialization failure (40001) says nothing abou
 work: the server picked this transaction as the victim and rolled all of it back, so
 running it again from the start is safe. Every path that changes a run and its attempts
 (claim, cancel, archive, lease recovery) goes through :func:`retry_rollbacks`, so both
-sides of a race retry, not only one (see ``onebox.runtime.queue`` for the lock order
+sides of a race retry, not only one (see ``onebox.runtime.engine.queue`` for the lock order
 that makes a retry rare).
 """
 

@@ -20,7 +20,7 @@ from fastapi import APIRouter, FastAPI
 
 from onebox.api.e2b import control, envd, interpreter, process
 from onebox.api.e2b.deps import E2bState
-from onebox.runtime.e2b_sandboxes import expire_forever
+from onebox.runtime.e2b.sandboxes import expire_forever
 
 
 @asynccontextmanager

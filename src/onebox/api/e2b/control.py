@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from onebox.api.auth import Caller, State
 from onebox.api.e2b.deps import e2b_state
 from onebox.errors import Conflict, NotFound
-from onebox.runtime import e2b_sandboxes as sandboxes
-from onebox.runtime import sandbox_tokens
-from onebox.runtime.e2b_sandboxes import E2bSandbox
+from onebox.runtime.e2b import sandboxes
+from onebox.runtime.e2b import tokens as sandbox_tokens
+from onebox.runtime.e2b.sandboxes import E2bSandbox
 
 router = APIRouter(prefix="/e2b", tags=["e2b"])
 ENVD_VERSION = "0.5.7"  # the envd features onebox answers (octet-stream uploads, default user)

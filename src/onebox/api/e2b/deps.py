@@ -20,10 +20,11 @@ from fastapi import Request
 from onebox.api.auth import principal_of_key
 from onebox.api.state import ApiState, get_state
 from onebox.errors import NotFound, ValidationError
-from onebox.runtime import e2b_sandboxes, sandbox_tokens
-from onebox.runtime.e2b_commands import E2bProcesses
-from onebox.runtime.e2b_sandboxes import E2bSandboxes
-from onebox.runtime.sandbox_tokens import SecretCache
+from onebox.runtime.e2b import sandboxes as e2b_sandboxes
+from onebox.runtime.e2b import tokens as sandbox_tokens
+from onebox.runtime.e2b.commands import E2bProcesses
+from onebox.runtime.e2b.sandboxes import E2bSandboxes
+from onebox.runtime.e2b.tokens import SecretCache
 
 ENVD_PORT = 49983
 INTERPRETER_PORT = 49999

@@ -18,10 +18,10 @@ from onebox.api.e2b import connect
 from onebox.api.e2b.deps import ENVD_PORT, Target, target
 from onebox.api.staging import Staging, staged_upload
 from onebox.errors import Conflict, NotFound, OneboxError, ValidationError
-from onebox.runtime import e2b_files as files
-from onebox.runtime import session_service
-from onebox.runtime.e2b_files import Entry
-from onebox.runtime.workspace_files import stream_fd
+from onebox.runtime.e2b import files
+from onebox.runtime.e2b.files import Entry
+from onebox.runtime.services import session_service
+from onebox.runtime.services.workspace_files import stream_fd
 
 router = APIRouter(prefix="/e2b/sandbox", tags=["e2b"], include_in_schema=False)
 FILE_TYPES = {"file": "FILE_TYPE_FILE", "dir": "FILE_TYPE_DIRECTORY",

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from onebox.api.e2b.deps import INTERPRETER_PORT, Target, target
 from onebox.errors import OneboxError, ValidationError
-from onebox.runtime import session_service
-from onebox.runtime.cell_stream import by_lines, cell_events
+from onebox.runtime.services import session_service
+from onebox.runtime.services.cell_stream import by_lines, cell_events
 from onebox.sandbox.base import CellOutput, CellResult, OutputSink
 
 router = APIRouter(prefix="/e2b/sandbox", tags=["e2b"], include_in_schema=False)

@@ -14,8 +14,9 @@ from fastapi.responses import JSONResponse
 from onebox.api.e2b import connect
 from onebox.api.e2b.deps import ENVD_PORT, Target, target
 from onebox.errors import ValidationError
-from onebox.runtime import e2b_commands, e2b_files
-from onebox.runtime.e2b_commands import E2bProcess, ExitInfo, Listener
+from onebox.runtime.e2b import commands as e2b_commands
+from onebox.runtime.e2b import files as e2b_files
+from onebox.runtime.e2b.commands import E2bProcess, ExitInfo, Listener
 
 router = APIRouter(prefix="/e2b/sandbox/process.Process", tags=["e2b"], include_in_schema=False)
 SIGNALS = ("SIGNAL_SIGKILL", "SIGNAL_SIGTERM", 9, 15)

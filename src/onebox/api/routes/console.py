@@ -16,8 +16,9 @@ from onebox.api.auth import Caller, State
 from onebox.api.schemas import Body, text
 from onebox.bounds import load_yaml
 from onebox.errors import PlanError
-from onebox.runtime import console_views, run_files, workspace_diff
-from onebox.runtime import run_service as service
+from onebox.runtime.engine import run_files
+from onebox.runtime.services import console_views, workspace_diff
+from onebox.runtime.services import run_service as service
 
 router = APIRouter(tags=["console"])
 CallId = Annotated[int, PathParam(ge=1, le=2**62)]

@@ -11,7 +11,7 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from onebox.api.auth import Caller, State
-from onebox.runtime import environments as service
+from onebox.runtime.environments import service
 
 router = APIRouter(prefix="/v1/environments", tags=["environments"])
 log = logging.getLogger(__name__)

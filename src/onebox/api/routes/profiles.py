@@ -9,8 +9,8 @@ from fastapi import APIRouter, Response
 
 from onebox.api.auth import Caller, State
 from onebox.api.schemas import JsonObject
-from onebox.runtime import profiles as service
-from onebox.runtime import providers as declared_providers
+from onebox.runtime.models import profiles as service
+from onebox.runtime.models import providers as declared_providers
 
 router = APIRouter(prefix="/v1/profiles", tags=["profiles"])
 providers_router = APIRouter(prefix="/v1/providers", tags=["profiles"])

@@ -20,13 +20,14 @@ from onebox.api.events import Recheck, run_event_stream
 from onebox.api.schemas import CreateRun, Decision
 from onebox.api.state import ApiState
 from onebox.errors import ValidationError
-from onebox.runtime import api_keys, event_log, run_outputs, tenant_sessions
-from onebox.runtime import run_files as inputs_of
-from onebox.runtime import run_service as service
-from onebox.runtime import runs as runtime_runs
-from onebox.runtime import session_service as sessions
-from onebox.runtime.api_keys import Principal
-from onebox.runtime.runs import PAGE_STEPS
+from onebox.runtime.engine import event_log, run_outputs
+from onebox.runtime.engine import run_files as inputs_of
+from onebox.runtime.services import api_keys, tenant_sessions
+from onebox.runtime.services import run_service as service
+from onebox.runtime.services import runs as runtime_runs
+from onebox.runtime.services import session_service as sessions
+from onebox.runtime.services.api_keys import Principal
+from onebox.runtime.services.runs import PAGE_STEPS
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 MAX_PAGE_STEPS = 1000

@@ -15,9 +15,9 @@ from onebox.api.auth import Caller, State
 from onebox.api.schemas import CreateSession, Execute
 from onebox.api.staging import UPLOAD_RESPONSES, file_parts, form_doc, staged_upload, text_part
 from onebox.errors import OneboxError, ValidationError
-from onebox.runtime import session_service as service
-from onebox.runtime import tenant_sessions
-from onebox.runtime.workspace_files import stream_fd
+from onebox.runtime.services import session_service as service
+from onebox.runtime.services import tenant_sessions
+from onebox.runtime.services.workspace_files import stream_fd
 
 router = APIRouter(tags=["sessions"])
 SessionId = Annotated[str, PathParam(pattern=r"^api-[0-9a-f]{16}$")]

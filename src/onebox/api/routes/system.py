@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from onebox.api.auth import Caller, State
 from onebox.api.metrics import render_metrics
-from onebox.runtime.metrics import database_answers
-from onebox.runtime.tools import catalog_tools, ranked_tools
+from onebox.runtime.agent.tools import catalog_tools, ranked_tools
+from onebox.runtime.services.metrics import database_answers
 
 log = logging.getLogger(__name__)
 

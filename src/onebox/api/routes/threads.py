@@ -12,7 +12,7 @@ from onebox.api.auth import Caller, State
 from onebox.api.events import run_event_stream
 from onebox.api.routes.runs import _sse, key_recheck
 from onebox.api.schemas import Body, Name, text
-from onebox.runtime import threads
+from onebox.runtime.threads import service as threads
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"])
 

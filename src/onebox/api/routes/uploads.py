@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from onebox.api.auth import Caller, State
 from onebox.api.staging import UPLOAD_RESPONSES, file_parts, form_doc, staged_upload
 from onebox.errors import ValidationError
-from onebox.runtime import run_files
+from onebox.runtime.engine import run_files
 
 router = APIRouter(prefix="/v1/uploads", tags=["runs"])
 

@@ -1,0 +1,46 @@
+"""Sandbox sessions as the database sees them: touched when used, released when their run ends.
+
+A run that finished (SUCCEEDED, FAILED, CANCELLED, DEAD) releases its sessions;
+a run that is interrupted or waiting keeps them, so its workspace survives.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from onebox.sandbox.base import SandboxBackend
+from onebox.store import runs as store
+from onebox.store.db import Database
+
+if TYPE_CHECKING:
+    from onebox.runtime.engine.workspaces import StepWorkspace
+
+log = logging.getLogger(__name__)
+
+
+async def touch_session(conn: store.Conn, session_id: str, run_id: uuid.UUID, backend: str) -> None:
+    await store.execute(conn, "upsert_session", {"id": session_id, "run_id": run_id, "backend": backend})
+
+
+async def release_finished_sessions(
+    db: Database, backend: SandboxBackend, *, run_id: uuid.UUID | None = None,
+    keep: StepWorkspace | None = None,
+) -> int:
+    """Clean up the sandboxes of finished runs; returns how many sessions were released.
+    With ``keep``, each run's outputs are copied to its object store first."""
+    async with db.connection() as conn:
+        sessions = await store.fetch_all(conn, "finished_sessions", {"run_id": run_id})
+    released = 0
+    for s in sessions:
+        if keep is not None:
+            await keep.keep_outputs(s)
+        await backend.cleanup(s["id"])
+        async with db.transaction() as conn:
+            if await store.fetch_one(conn, "release_session", {"id": s["id"]}) is None:
+                continue
+            await store.append_event(conn, s["run_id"], "session_released", {"session_id": s["id"]},
+                                     trace_id=s["trace_id"], session_id=s["id"])
+        released += 1
+    return released

@@ -1,0 +1,64 @@
+"""Why each step ran, was skipped, retried or replaced: decision records from the event log.
+
+Agent runs store every action with its decision (``agent_action`` events); plan runs get
+theirs from the queue's events (queued because its dependencies succeeded, retried after a
+failure, re-run after a lost worker, waiting for a person).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from onebox.agent.explain import decision_rows
+from onebox.runtime.services.runs import get_run, run_events
+from onebox.runtime.threads.service import context_rows
+from onebox.store.db import Database
+
+
+async def explain(db: Database, run_id: uuid.UUID) -> list[dict[str, Any]]:
+    """One row per decision, in order: {seq, step, kind, reason}."""
+    run = await get_run(db, run_id)
+    events = await run_events(db, run_id)
+    if run["source"] == "task":
+        actions = [(e["seq"], e["payload"]) for e in events if e["type"] == "agent_action"]
+        rows = []
+        for seq, action in actions:
+            rows += [{"seq": seq, "step": r["step"], "kind": r["kind"], "reason": r["reason"]}
+                     for r in decision_rows([action])]
+        return await context_rows(db, events) + rows + _outcome(events)
+    return [row for e in events if (row := _plan_decision(e)) is not None] + _outcome(events)
+
+
+def _plan_decision(event: dict[str, Any]) -> dict[str, Any] | None:
+    p, kind = event["payload"], event["type"]
+    row = {"seq": event["seq"], "step": p.get("step_id")}
+    if kind == "plan_created":
+        return row | {"kind": "plan", "reason": f"plan v{p['version']}: {p.get('reason')}"}
+    if kind == "step_queued" and p.get("attempt", 1) == 1:
+        return row | {"kind": "run", "reason": "its dependencies succeeded"
+                      if p.get("input_hash") and p.get("step_number", 1) > 1 else "ready"}
+    if kind == "step_queued":
+        return row | {"kind": "retry", "reason": f"attempt {p['attempt']} of "
+                      f"{p.get('max_attempts')} after {p.get('delay_s', 0)} s"}
+    if kind in ("step_failed", "step_timed_out"):
+        return row | {"kind": "fail", "reason": p.get("error") or kind}
+    if kind == "step_lease_expired":
+        return row | {"kind": "lost", "reason": p.get("error") or "lease expired"}
+    if kind == "approval_requested":
+        return row | {"kind": "wait", "reason": f"approval: {p.get('prompt')}"}
+    if kind in ("approval_granted", "approval_rejected"):
+        verb = "approved" if kind == "approval_granted" else "rejected"
+        return row | {"kind": verb[:-1], "reason": f"{verb} by {p.get('by')}"
+                      + (f": {p['comment']}" if p.get("comment") else "")}
+    if kind == "workspace_restored":
+        return row | {"kind": "restore", "reason": f"workspace restored from snapshot "
+                      f"{p.get('snapshot_id')}"}
+    return None
+
+
+def _outcome(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"seq": e["seq"], "step": None, "kind": e["type"].removeprefix("run_"),
+             "reason": e["payload"].get("error") or "every step succeeded"}
+            for e in events if e["type"] in ("run_succeeded", "run_failed", "run_dead",
+                                            "run_cancelled")]
