@@ -13,7 +13,7 @@ from onebox.agent.state import AgentConfig
 from onebox.errors import RateLimited
 from onebox.llm.base import ChatRequest, Message, ModelPrice
 from onebox.llm.openai import OpenAIChatModel
-from onebox.runtime.agent.model_calls import call_model
+from onebox.model_calls import call_model
 from onebox.store.db import Database
 from onebox.store.llm_calls import llm_calls, llm_usage
 from onebox.testing import (

@@ -10,35 +10,27 @@ Both paths print the same JSON fields.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import Any, TextIO
 
 import click
 import httpx
 
 from onebox.cli import common
+from onebox.cli.exec_output import (
+    ExecOptions,
+    announce,
+    live_callbacks,
+    payload,
+    show_result,
+)
 from onebox.client import spec
-from onebox.client.types import CellOutput, ExecResult
+from onebox.client.types import CellOutput
 from onebox.config import Settings
 from onebox.errors import ValidationError
 
 TENANT = "default"
 SESSION_ID = r"^api-[0-9a-f]{16}$"
 TIMEOUT_EXIT = 124
-
-
-@dataclass(frozen=True)
-class ExecOptions:
-    code: str
-    language: str
-    allow_domains: list[str]
-    timeout_s: float | None
-    memory_mb: int | None
-    environment: str | None
-    stateless: bool
-    session: str | None  # None: a fresh session
-    keep: bool
-    live: bool  # print output as it arrives (not with --json)
 
 
 def register(main: click.Group) -> None:
@@ -162,55 +154,8 @@ def _via_server(url: str, api_key: str | None, opts: ExecOptions) -> dict[str, A
     return payload(result, session.id, "server", printed=opts.live)
 
 
-def announce(session_id: str, opts: ExecOptions) -> None:
-    if opts.session is None and opts.keep:
-        common.err.print(f"onebox exec: session {session_id} (reuse it with --session "
-                         f"{session_id})", markup=False, soft_wrap=True)
-
-
 def _live(live: bool) -> dict[str, Any]:
     return live_callbacks() if live else {}
-
-
-def live_callbacks() -> dict[str, Any]:
-    return {"on_stdout": _writer(sys.stdout), "on_stderr": _writer(sys.stderr),
-            "on_result": show_result}
-
-
-def _writer(stream: TextIO) -> Any:
-    def write(text: str) -> None:
-        stream.write(text)
-        stream.flush()
-    return write
-
-
-def show_result(output: CellOutput) -> None:
-    """The main result's text as a REPL shows it; other rich outputs by type and size."""
-    if output.is_main_result and output.text is not None:
-        click.echo(output.text)
-        return
-    kinds = ", ".join(f"{mime} ({len(value)} chars)" for mime, value in output.data.items())
-    common.err.print(f"onebox exec: a rich result: {kinds} (--json prints it)", markup=False)
-
-
-def payload(result: ExecResult, session_id: str, interpreter: str, *,
-            printed: bool = False) -> dict[str, Any]:
-    raw = result.raw
-    return {
-        "session_id": session_id, "interpreter": interpreter, "exit_code": result.exit_code,
-        "ok": result.exit_code == 0, "stdout": result.stdout, "stderr": result.stderr,
-        "timed_out": result.timed_out, "truncated": result.truncated,
-        "duration_ms": result.duration_ms, "memory_peak_mb": result.memory_peak_mb,
-        "files_written": result.files_written,
-        "blocked_hosts": sorted({str(b.get("host")) for b in result.blocked_network}),
-        "blocked_network": result.blocked_network,
-        "results": [{"data": r.data, "is_main_result": r.is_main_result}
-                    for r in result.results],
-        "error": raw.get("error") if isinstance(raw.get("error"), dict) else None,
-        "execution_count": result.execution_count, "state_lost": result.state_lost,
-        "restart_reason": result.restart_reason, "printed": printed,
-        "sandbox_error": raw.get("error") if isinstance(raw.get("error"), str) else None,
-    }
 
 
 def _report(data: dict[str, Any], as_json: bool) -> None:

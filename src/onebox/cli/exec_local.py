@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import codecs
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from onebox.cli import common
+from onebox.cli.exec_output import ExecOptions, announce, live_callbacks, payload
 from onebox.client.types import CellOutput, ExecResult
 from onebox.config import Settings
 from onebox.runtime.services import session_service as service
@@ -20,16 +21,12 @@ from onebox.sandbox.base import CellOutput as SandboxOutput
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 
-if TYPE_CHECKING:
-    from onebox.cli.exec import ExecOptions
-
 TENANT = "default"
 NOTE = ("no onebox server running: ran in-process (files persist in the session; interpreter "
         "state does not outlive this call; start `onebox serve` to keep it)")
 
 
 async def run_in_process(settings: Settings, opts: ExecOptions) -> dict[str, Any]:
-    from onebox.cli.exec import announce, payload
     from onebox.sandbox.registry import get_backend
 
     db = await Database.open(settings)
@@ -81,7 +78,6 @@ def _live(opts: ExecOptions) -> dict[str, Any]:
     """Print the cell's output as it arrives (not with --json)."""
     if not opts.live:
         return {}
-    from onebox.cli.exec import live_callbacks
 
     out = live_callbacks()
     streams = {"stdout": out["on_stdout"], "stderr": out["on_stderr"]}

@@ -19,7 +19,6 @@ from onebox.sandbox.snapshot_manifest import diff
 from onebox.sandbox.snapshots import RestoreReport, load_manifest
 from onebox.snapshots import archive
 from onebox.snapshots.replay import ReplayReport
-from onebox.store import snapshots as rows
 from onebox.store.db import Database
 from onebox.store.ids import IdKind
 
@@ -65,9 +64,8 @@ def list_cmd(session_id: str | None, execution_id: str | None, run_id: str | Non
         async with opened(settings()) as (db, _store):
             exec_id = await _resolve(db, execution_id, "execution")
             rid = await _resolve(db, run_id, "run")
-            async with db.connection() as conn:
-                found = await rows.list_snapshots(conn, session_id=session_id, limit=limit,
-                                                  execution_id=exec_id, run_id=rid)
+            found = await archive.list_snapshots(db, session_id=session_id, limit=limit,
+                                                 execution_id=exec_id, run_id=rid)
             return [public(r) for r in found]
 
     found = run(go())
@@ -91,8 +89,7 @@ def show_cmd(snapshot_id: str, as_json: bool) -> None:
     """A snapshot's metadata and its files (SNAPSHOT_ID may be a unique prefix)."""
     async def go() -> dict[str, Any]:
         async with opened(settings()) as (db, store):
-            async with db.connection() as conn:
-                row = await rows.get(conn, snapshot_id)
+            row = await archive.find_snapshot(db, snapshot_id)
             manifest = await load_manifest(store, str(row["sha256"]).strip())
             return {**public(row), "manifest_key": row["manifest_key"],
                     "entries": [e.to_json() for e in manifest.entries]}
@@ -119,8 +116,8 @@ def diff_cmd(before_id: str, after_id: str, as_json: bool) -> None:
     post snapshots: what the step did to its workspace)."""
     async def go() -> dict[str, list[str]]:
         async with opened(settings()) as (db, store):
-            async with db.connection() as conn:
-                before, after = await rows.get(conn, before_id), await rows.get(conn, after_id)
+            before = await archive.find_snapshot(db, before_id)
+            after = await archive.find_snapshot(db, after_id)
             old = await load_manifest(store, str(before["sha256"]).strip())
             new = await load_manifest(store, str(after["sha256"]).strip())
             return diff(old, new).to_json()

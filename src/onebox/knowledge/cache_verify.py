@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from onebox.agent.prompting import prompt
 from onebox.errors import OneboxError
 from onebox.llm.base import ChatModel, ChatRequest, ChatResponse, Message, ModelPrice
-from onebox.runtime.agent.model_calls import record_llm_call
+from onebox.model_calls import record_llm_call
 from onebox.store.db import Database
 
 log = logging.getLogger(__name__)

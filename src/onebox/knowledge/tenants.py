@@ -8,12 +8,9 @@ so another tenant's rows are never returned. Names come back as stored (with the
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from onebox.knowledge.queries import sql
-from onebox.store.db import Database
-
-Row = dict[str, Any]
+from onebox.store.db import Database, Row
 
 
 async def tenant_collections(db: Database, prefix: str) -> list[Row]:

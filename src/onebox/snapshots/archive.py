@@ -169,6 +169,21 @@ async def _drop_pre(db: Database, execution_id: uuid.UUID) -> None:
             await rows.delete_unshared_pre(conn, execution["pre_snapshot_id"], execution_id)
 
 
+async def find_snapshot(db: Database, ref: str | uuid.UUID) -> rows.Row:
+    """One snapshot's row by id or unique id prefix (NotFound / Conflict otherwise)."""
+    async with db.connection() as conn:
+        return await rows.get(conn, ref)
+
+
+async def list_snapshots(db: Database, *, session_id: str | None = None,
+                         execution_id: uuid.UUID | None = None, run_id: uuid.UUID | None = None,
+                         limit: int = 50) -> list[rows.Row]:
+    """Snapshots, newest first, narrowed by session, execution or run."""
+    async with db.connection() as conn:
+        return await rows.list_snapshots(conn, session_id=session_id, limit=limit,
+                                         execution_id=execution_id, run_id=run_id)
+
+
 async def restore_snapshot(
     db: Database, store: ObjectStore, ref: str | uuid.UUID, into_dir: Path
 ) -> RestoreReport:

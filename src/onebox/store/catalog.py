@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import psycopg
 import pydantic
 import yaml
 from psycopg.types.json import Jsonb
@@ -39,10 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from onebox.bounds import load_yaml
 from onebox.errors import Conflict, NotFound, ValidationError
+from onebox.store.db import Conn
 from onebox.store.queries import load_queries
 
 Q = load_queries("catalog")
-Conn = psycopg.AsyncConnection[Any]
 CostClass = Literal["FREE", "LOW", "MEDIUM", "HIGH"]
 ENTRY_POINT_GROUP = "onebox.tools"
 TOOL_NAME_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"

@@ -99,6 +99,10 @@ async def _ensure_pgvector(conn: psycopg.AsyncConnection[Any]) -> None:
     check_minimum(await read_features(conn))
 
 
+Row = dict[str, Any]  # a row as the store hands it over (dict_row); one alias for every module
+Conn = psycopg.AsyncConnection[Any]
+
+
 class Database:
     """A connection pool on the onebox database, migrated and ready."""
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import psycopg
 
 from onebox.errors import StorageError
-from onebox.store import embedded
-from onebox.store.embedded import EmbeddedEngine
+from onebox.store import embedded_engines as embedded
+from onebox.store.embedded_engines import EmbeddedEngine
 
 
 def say(message: str) -> None:
@@ -124,7 +124,7 @@ def _free_name(path: Path) -> Path:
 
 def dump_all(pgdata: Path, old: EmbeddedEngine, dump_dir: Path) -> list[tuple[str, Path]]:
     """Start the old server, pg_dump each database into ``dump_dir``, stop it."""
-    server, uri = embedded._start(pgdata, old, keep_running=True)
+    server, uri = embedded.start_server(pgdata, old, keep_running=True)
     _forget(server, old)
     try:
         with psycopg.connect(uri, autocommit=True) as conn:
@@ -139,7 +139,7 @@ def dump_all(pgdata: Path, old: EmbeddedEngine, dump_dir: Path) -> list[tuple[st
             dumps.append((name, path))
     finally:
         say(f"stopping the old {old.name} server (processes still attached to it lose it)")
-        embedded._pg_ctl_stop(pgdata, old)
+        embedded.pg_ctl_stop(pgdata, old)
     return dumps
 
 
@@ -155,7 +155,7 @@ def _forget(server: object, eng: EmbeddedEngine) -> None:
 def restore_all(pgdata: Path, new: EmbeddedEngine, dumps: list[tuple[str, Path]], *,
                 keep_running: bool) -> None:
     """Initialise ``pgdata`` with the new engine and pg_restore every dump into it."""
-    server, _ = embedded._start(pgdata, new, keep_running=keep_running)
+    server, _ = embedded.start_server(pgdata, new, keep_running=keep_running)
     restore = embedded.bin_dir(new) / "pg_restore"
     for name, path in dumps:
         if name == "postgres":
@@ -167,7 +167,7 @@ def restore_all(pgdata: Path, new: EmbeddedEngine, dumps: list[tuple[str, Path]]
 
 def _roll_back(pgdata: Path, kept: Path, new: EmbeddedEngine) -> None:
     with contextlib.suppress(subprocess.CalledProcessError):  # it may not have started
-        embedded._pg_ctl_stop(pgdata, new)
+        embedded.pg_ctl_stop(pgdata, new)
     failed = _free_name(pgdata.parent / f"{pgdata.name}.failed-upgrade")
     if pgdata.exists():
         pgdata.rename(failed)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal
+from typing import Literal
 
-import psycopg
-
+from onebox.store.db import Conn
 from onebox.store.queries import load_queries
 
 Q = load_queries("ids")
-Conn = psycopg.AsyncConnection[Any]
 IdKind = Literal["run", "execution"]
 
 

@@ -1,7 +1,7 @@
 """The model transcript in SQL: one ``llm_calls`` row per model call, and a run's totals.
 
 This module only stores and reads rows; calling the model and turning its request
-and response into a row is :mod:`onebox.runtime.agent.model_calls`. Cost is computed
+and response into a row is :mod:`onebox.model_calls`. Cost is computed
 there from the configured price table (``ONEBOX_LLM__PRICES``); a model missing
 from it is recorded with ``cost_usd`` NULL, not zero.
 """
@@ -12,13 +12,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
+from onebox.store.db import Conn
 from onebox.store.queries import load_queries
 
 Q = load_queries("llm_calls")
-Conn = psycopg.AsyncConnection[Any]
 
 
 @dataclass(frozen=True)

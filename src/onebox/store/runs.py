@@ -9,14 +9,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
+from onebox.store.db import Conn, Row
 from onebox.store.queries import load_queries
 
 Q = load_queries("runs")
-Conn = psycopg.AsyncConnection[Any]
-Row = dict[str, Any]
 
 TERMINAL_RUN_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "DEAD"})
 

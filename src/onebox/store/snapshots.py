@@ -19,11 +19,10 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from onebox.errors import Conflict, NotFound, ValidationError
+from onebox.store.db import Conn, Row
 from onebox.store.queries import load_queries
 
 Q = load_queries("snapshots")
-Conn = psycopg.AsyncConnection[Any]
-Row = dict[str, Any]
 Kind = Literal["pre", "post", "manual"]
 
 GC_LOCK_KEY = 0x0B0B5A01  # pg advisory lock: shared by captures, exclusive for the GC

@@ -39,8 +39,8 @@ from onebox.knowledge.documents import read_document
 from onebox.knowledge.search import SearchFilters
 from onebox.llm.base import ChatModel, ChatResponse
 from onebox.llm.registry import price_table
+from onebox.model_calls import call_model
 from onebox.runtime.agent.engine import replay
-from onebox.runtime.agent.model_calls import call_model
 from onebox.runtime.agent.tools import expand_tool_step, lookup_tools
 from onebox.runtime.engine.archive import Outcome
 from onebox.runtime.engine.executor import StepRunner

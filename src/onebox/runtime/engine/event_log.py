@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
-
-import psycopg
 
 from onebox.store import runs as store
-from onebox.store.db import Database
+from onebox.store.db import Conn, Database, Row
 from onebox.store.queries import load_queries
 
 Q = load_queries("events")
-Row = dict[str, Any]
-Conn = psycopg.AsyncConnection[Any]
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,10 @@ from onebox.sandbox.base import (
     NetworkPolicy,
     SandboxBackend,
 )
-from onebox.store.db import Database
+from onebox.store.db import Database, Row
 from onebox.store.queries import load_queries
 
 Q = load_queries("environments")
-Row = dict[str, Any]
 LogSink = Callable[[str], None]
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 PREDEFINED: dict[str, tuple[str, ...]] = {"data": ("numpy", "pandas", "matplotlib")}

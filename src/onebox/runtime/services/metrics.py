@@ -7,14 +7,12 @@ The Prometheus text itself is drawn by :mod:`onebox.api.metrics`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from onebox.store.db import Database
+from onebox.store.db import Database, Row
 from onebox.store.queries import load_queries
 
 Q = load_queries("metrics")
 BUCKETS_MS = (10, 50, 100, 500, 1000, 5000, 30000, 300000)
-Row = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from onebox.runtime.engine.submit import run_session_id
-from onebox.store.db import Database
+from onebox.store.db import Database, Row
 from onebox.store.queries import load_queries
 
 Q = load_queries("run_views")
-Row = dict[str, Any]
 
 
 async def run_tenant(db: Database, run_id: uuid.UUID) -> str | None:

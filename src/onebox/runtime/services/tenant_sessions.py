@@ -7,14 +7,12 @@ Run sessions (touched by workers, released when their run ends) are :mod:`onebox
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from onebox.errors import TooManyRequests
-from onebox.store.db import Database
+from onebox.store.db import Database, Row
 from onebox.store.queries import load_queries
 
 Q = load_queries("tenant_sessions")
-Row = dict[str, Any]
 
 
 async def insert_session(db: Database, session_id: str, backend: str, tenant_id: str,

@@ -33,7 +33,7 @@ from onebox.knowledge.collections import tenant_name
 from onebox.knowledge.service import Knowledge
 from onebox.llm.base import ChatModel, ChatRequest, ChatResponse, Message
 from onebox.llm.registry import price_table
-from onebox.runtime.agent.model_calls import call_model
+from onebox.model_calls import call_model
 from onebox.runtime.agent.runs import outage_backoff_s, provider_back
 from onebox.runtime.engine.archive import Outcome, archive_attempt
 from onebox.runtime.engine.kinds import Performed, Worker
