@@ -1,8 +1,13 @@
-"""The layers hold: each package imports only what lies below it.
+"""The layers hold: each package imports only what lies below it, and no module imports
+itself back through others (no import circle, counting imports inside functions).
 
-    api/ cli/ mcp/  ->  runtime/  ->  snapshots/  ->  sandbox/ store/ objects/ llm/
+    api/ cli/ mcp/  ->  runtime/  ->  knowledge/ snapshots/  ->  sandbox/ store/ objects/ llm/
                                     agent/ (pure)
     client/ (the SDK): HTTP only
+
+Inside runtime/, the rooms (each package's docstring says what it owns):
+
+    services  e2b  ->  threads  ->  agent  ->  engine  ->  environments  models
 
 The sandbox runs code and touches files; it knows nothing of the database, the
 runs or the agent. The store is SQL: it neither calls the model nor knows the
@@ -35,6 +40,20 @@ RULES: dict[str, frozenset[str]] = {
                         "llm.openai", "llm.registry"}),
     # Front doors call the services, never another door (MCP once reached into api/).
     "mcp": frozenset({"api", "cli"}),
+    # Knowledge and snapshots are services below the runtime: they never reach up into it.
+    "knowledge": frozenset({"runtime", "api", "cli", "mcp", "snapshots"}),
+    "snapshots": frozenset({"runtime", "api", "cli", "mcp", "agent", "knowledge", "llm"}),
+    # The runtime's rooms: the engine knows none of its users (they plug in as step kinds
+    # and chores, the onebox.step_kinds / onebox.chores entry points).
+    "runtime/engine": frozenset({"runtime.agent", "runtime.threads", "runtime.services",
+                                 "runtime.e2b"}),
+    "runtime/agent": frozenset({"runtime.threads", "runtime.services", "runtime.e2b"}),
+    "runtime/threads": frozenset({"runtime.services", "runtime.e2b"}),
+    "runtime/e2b": frozenset({"runtime.agent", "runtime.threads"}),
+    "runtime/models": frozenset({"runtime.engine", "runtime.agent", "runtime.threads",
+                                 "runtime.services", "runtime.e2b", "runtime.environments"}),
+    "runtime/environments": frozenset({"runtime.engine", "runtime.agent", "runtime.threads",
+                                       "runtime.services", "runtime.e2b", "runtime.models"}),
     # The SDK speaks HTTP only: no server module, so `from onebox import Client` stays light.
     "client": frozenset({"store", "runtime", "sandbox", "api", "cli", "knowledge", "snapshots",
                          "agent", "llm", "mcp", "objects"}),
@@ -65,7 +84,7 @@ def _absolute(node: ast.ImportFrom, package: str) -> str:
 
 
 def forbidden_imports(layer: str, src: Path = SRC) -> list[str]:
-    banned = tuple(f"onebox.{name}" for name in RULES[layer])
+    banned = tuple(f"onebox.{name.replace('/', '.')}" for name in RULES[layer])
     return [f"{path.relative_to(src)} imports {module}"
             for path in sorted((src / layer).rglob("*.py"))
             for module in sorted(imported_modules(path, src))
@@ -105,10 +124,100 @@ def test_store_calls_no_model() -> None:
 
 def test_every_rule_names_a_real_package() -> None:
     """A renamed package must not make a rule vacuous."""
-    names = {n for banned in RULES.values() for n in banned} | set(RULES)
+    names = {n.replace("/", ".") for banned in RULES.values() for n in banned} | \
+        {n.replace("/", ".") for n in RULES}
     missing = [n for n in names if not (SRC / n.replace(".", "/")).is_dir()
                and not (SRC / (n.replace(".", "/") + ".py")).is_file()]
     assert missing == []
+
+
+def test_every_runtime_module_lives_in_a_room() -> None:
+    """A new runtime module lands in a room (and so under its rule), not beside them."""
+    assert sorted(p.name for p in (SRC / "runtime").glob("*.py")) == ["__init__.py"]
+    rooms = [p for p in (SRC / "runtime").iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert rooms and all((room / "__init__.py").read_text(encoding="utf-8").startswith('"""')
+                         for room in rooms)
+    assert {f"runtime/{room.name}" for room in rooms} - {"runtime/services"} <= set(RULES)
+
+
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Module -> the onebox modules it imports (anywhere in the file: functions and
+    TYPE_CHECKING blocks included), a package's own __init__ aside."""
+    modules = {}
+    for path in src.rglob("*.py"):
+        rel = path.relative_to(src.parent).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        modules[".".join(parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps = set()
+        for module in imported_modules(path, src):
+            while module and module not in modules:
+                module = module.rpartition(".")[0]
+            if module and module != name and not name.startswith(module + "."):
+                deps.add(module)
+        graph[name] = deps
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, deps = work[-1]
+            for dep in deps:
+                if dep not in index:
+                    index[dep] = low[dep] = len(index)
+                    stack.append(dep)
+                    on_stack.add(dep)
+                    work.append((dep, iter(sorted(graph[dep]))))
+                    break
+                if dep in on_stack:
+                    low[node] = min(low[node], index[dep])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        circles.append(sorted(group))
+    return circles
+
+
+def test_no_import_circle_anywhere() -> None:
+    graph = import_graph()
+    found = [" <-> ".join(group) + ": " + "; ".join(
+        f"{a} imports {b}" for a in group for b in sorted(graph[a] & set(group)))
+        for group in import_circles(graph)]
+    assert found == []
+
+
+def test_the_circle_finder_finds_one_through_a_function_import(tmp_path: Path) -> None:
+    (tmp_path / "onebox" / "pkg").mkdir(parents=True)
+    (tmp_path / "onebox" / "pkg" / "a.py").write_text("from onebox.pkg import b\n")
+    (tmp_path / "onebox" / "pkg" / "b.py").write_text("def f():\n    from onebox.pkg.c import x\n")
+    (tmp_path / "onebox" / "pkg" / "c.py").write_text("import onebox.pkg.a\n")
+    (tmp_path / "onebox" / "pkg" / "d.py").write_text("from onebox.pkg import a\n")
+    graph = import_graph(tmp_path / "onebox")
+    assert import_circles(graph) == [["onebox.pkg.a", "onebox.pkg.b", "onebox.pkg.c"]]
 
 
 # The API may name these store types (to annotate, or to open the pool); nothing else of
