@@ -218,11 +218,12 @@ print("ok")
 """
 
 
-async def test_sparse_files_are_listed_unhashed_and_refused_by_the_snapshot_budget(
-    linux: BwrapSandbox,
+async def test_sparse_files_are_listed_unhashed_and_snapshot_as_holes(
+    linux: BwrapSandbox, tmp_path: Path,
 ) -> None:
     """1.2 GB of apparent size in a 32 MB workspace: files_written hashes only up to its
-    budget (apparent size) and lists the rest with a reason; a snapshot is refused."""
+    budget (apparent size) and lists the rest with a reason; a snapshot stores the holes
+    as nothing (test_sparse_snapshots.py has the restore)."""
     session = "sparse-files"
     result = await sh(linux, SPARSE, session=session)
     assert result.ok, result.stderr
@@ -232,35 +233,45 @@ async def test_sparse_files_are_listed_unhashed_and_refused_by_the_snapshot_budg
     hashed = SPARSE_FILES - len(unhashed)
     assert hashed * (31 << 20) <= ws_mod.HASH_BUDGET_BYTES and unhashed
     assert all(c.note and "hash budget" in c.note for c in unhashed)
-    with pytest.raises(StorageError, match="max_bytes") as refused:
-        await asyncio.to_thread(scan, linux.workspace(session))
-    assert "apparent size" in str(refused.value)
+    info = await capture(FsObjectStore(tmp_path / "objects", fsync=False),
+                         linux.workspace(session))
+    assert info.bytes == SPARSE_FILES * (31 << 20) and info.stored_bytes < 64 << 10
     await linux.cleanup(session)
 
 
-async def test_sparse_files_cannot_carry_more_than_the_disk_cap_into_a_snapshot(
+async def test_the_data_of_sparse_files_cannot_carry_more_than_the_disk_cap_into_a_snapshot(
     linux: BwrapSandbox,
 ) -> None:
-    """The issue's case: a 32 MB workspace, 10 x 31 MB sparse files (310 MB apparent).
-    Without a cap tied to the workspace, the snapshot stored 300 MB of blobs on the host."""
+    """The bound of a snapshot is the workspace's disk cap, counted in data bytes: a 32 MB
+    workspace whose files hold more data than that (the kernel lets a file system report
+    more than it holds) is refused by name, whatever their holes."""
     session = "sparse-cap"
-    code = SPARSE.replace(f"range({SPARSE_FILES})", "range(10)")
+    code = SPARSE.replace(f"range({SPARSE_FILES})", "range(10)").replace(
+        "f.truncate(31 << 20)", "f.truncate(31 << 20); f.seek(1 << 20); f.write(b'x' * 4096)")
     assert (await sh(linux, code, session=session)).ok
     workspace = linux.workspace(session)
     assert os.path.ismount(workspace), "the probe needs the loop-mounted disk cap"
     with pytest.raises(StorageError, match="max_bytes") as refused:
-        await asyncio.to_thread(scan, workspace)
-    assert refused.value.__cause__.limit <= DISK_MB << 20  # type: ignore[union-attr]
+        await asyncio.to_thread(scan, workspace, max_bytes=9 * 4096)
+    assert "bytes of data" in str(refused.value)
+    assert (await asyncio.to_thread(scan, workspace)).total_bytes == 10 * (31 << 20)
     await linux.cleanup(session)
 
 
-def test_the_snapshot_budget_counts_apparent_size(tmp_path: Path) -> None:
+def test_the_snapshot_bound_counts_data_and_apparent_size(tmp_path: Path) -> None:
+    from onebox.sandbox import snapshot_files
+
     with open(tmp_path / "sparse.bin", "wb") as f:
         f.truncate(64 << 20)  # 64 MB apparent, nothing allocated
     assert (tmp_path / "sparse.bin").stat().st_blocks == 0
-    with pytest.raises(StorageError, match="max_bytes"):
-        scan(tmp_path, max_bytes=32 << 20)
-    assert scan(tmp_path, max_bytes=64 << 20).total_bytes == 64 << 20
+    assert scan(tmp_path, max_bytes=32 << 20).total_bytes == 64 << 20
+    bound = snapshot_files.MAX_APPARENT_BYTES
+    try:
+        snapshot_files.MAX_APPARENT_BYTES = 32 << 20
+        with pytest.raises(StorageError, match="max_apparent_bytes"):
+            scan(tmp_path, max_bytes=32 << 20)
+    finally:
+        snapshot_files.MAX_APPARENT_BYTES = bound
 
 
 DEEP = "import os\nfor _ in range(1200):\n    os.mkdir('d'); os.chdir('d')\nprint('deep')\n"

@@ -218,6 +218,42 @@ def data_segments(fd: int, size: int) -> Iterator[tuple[int, int]]:
         offset = end
 
 
+def data_runs(fd: int, size: int, max_runs: int) -> tuple[tuple[int, int], ...] | None:
+    """The file's data runs (:func:`data_segments`), or None when it has more than
+    ``max_runs`` of them."""
+    runs: list[tuple[int, int]] = []
+    for run in data_segments(fd, size):
+        runs.append(run)
+        if len(runs) > max_runs:
+            return None
+    return tuple(runs)
+
+
+def sparse_digests(fd: int, size: int, runs: tuple[tuple[int, int], ...]) -> tuple[str, str]:
+    """sha256 of the whole file (holes fed as zeros) and of its ``runs`` put end to end,
+    reading each run once. OSError when a run no longer holds its bytes (the file shrank)."""
+    whole, data, offset = hashlib.sha256(), hashlib.sha256(), 0
+    for start, length in runs:
+        _feed_zeros(whole, start - offset)
+        for chunk in read_run(fd, start, length):
+            whole.update(chunk)
+            data.update(chunk)
+        offset = start + length
+    _feed_zeros(whole, size - offset)
+    return whole.hexdigest(), data.hexdigest()
+
+
+def read_run(fd: int, start: int, length: int) -> Iterator[bytes]:
+    """The ``length`` bytes at ``start``, in chunks; OSError if the file ends before."""
+    done = 0
+    while done < length:
+        chunk = os.pread(fd, min(CHUNK_BYTES, length - done), start + done)
+        if not chunk:
+            raise OSError(errno.EIO, f"the file ended {length - done} bytes early")
+        done += len(chunk)
+        yield chunk
+
+
 def allocated_bytes(fd: int, size: int) -> int:
     return sum(length for _start, length in data_segments(fd, size))
 

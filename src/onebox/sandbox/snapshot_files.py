@@ -2,9 +2,10 @@
 
 Every access goes through :mod:`onebox.sandbox.hostfs`: paths resolve beneath the
 workspace root's fd with no symlink on any component, and only regular files are
-opened. A scan is bounded (entries, depth, time, and total *apparent* bytes, so
-sparse files count in full); past a bound it raises StorageError naming the bound,
-which fails that snapshot only. Hashes of unchanged files are cached
+opened. A scan is bounded (entries, depth, time, the bytes its blobs would hold, and
+the files' apparent size); past a bound it raises StorageError naming the bound, which
+fails that snapshot only. A sparse file is recorded with its data runs, so its holes
+cost the store nothing and restore makes them holes again. Hashes of unchanged files are cached
 (:class:`HashCache`), so a big workspace costs little to snapshot at every step.
 """
 
@@ -16,12 +17,13 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from onebox.errors import StorageError
 from onebox.objects.base import CHUNK_BYTES
 from onebox.sandbox import hostfs
-from onebox.sandbox.snapshot_manifest import Entry, Manifest
+from onebox.sandbox.snapshot_manifest import MAX_EXTENTS, Entry, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +31,9 @@ LOST_FOUND = "lost+found"
 MAX_ENTRIES = 200_000
 MAX_DEPTH = 256
 SCAN_DEADLINE_S = 120.0
-MAX_SNAPSHOT_BYTES = 1 << 30  # apparent size of all files of one snapshot (= default disk_mb)
+MAX_SNAPSHOT_BYTES = 1 << 30  # bytes a snapshot's blobs may hold (= the default disk_mb)
+MAX_APPARENT_BYTES = 16 << 30  # apparent size of its files, holes included (hashing them costs)
+SPARSE_MIN_BYTES = 1 << 20  # smaller files are stored dense, holes or not
 
 
 def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES,
@@ -37,11 +41,12 @@ def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES,
     """Walk ``workspace_dir`` (never following symlinks) and hash every regular file.
 
     A workspace past a bound (``max_entries`` entries, ``MAX_DEPTH`` levels,
-    ``SCAN_DEADLINE_S`` seconds, ``max_bytes`` of apparent file size) is refused with
-    StorageError: sandboxed code must not make snapshots arbitrarily expensive.
-    ``max_bytes`` defaults to the workspace's disk cap (the size of its own file
-    system, when it is one), at most ``MAX_SNAPSHOT_BYTES``: sparse files cannot carry
-    more into the object store than the session may hold on disk.
+    ``SCAN_DEADLINE_S`` seconds, ``max_bytes`` of stored bytes, ``MAX_APPARENT_BYTES`` of
+    apparent size) is refused with StorageError: sandboxed code must not make snapshots
+    arbitrarily expensive. ``max_bytes`` defaults to the workspace's disk cap (the size
+    of its own file system, when it is one), at most ``MAX_SNAPSHOT_BYTES``. A sparse
+    file stores only its data runs, which count against ``max_bytes``; one with more
+    than ``MAX_EXTENTS`` runs is stored dense and counts in full.
     """
     root = Path(workspace_dir)
     if not root.is_dir() or root.is_symlink():
@@ -76,7 +81,7 @@ def _disk_cap_bytes(root: Path) -> int:
 def _scan(root_fd: int, root: Path, bounds: hostfs.Bounds, skip: frozenset[str],
           max_bytes: int) -> list[Entry]:
     out: list[Entry] = []
-    total = 0
+    stored = apparent = 0
     for item in hostfs.walk(root_fd, bounds, skip_top=skip):
         mode = stat.S_IMODE(item.st.st_mode) & 0o777
         if item.kind == "dir":
@@ -84,16 +89,45 @@ def _scan(root_fd: int, root: Path, bounds: hostfs.Bounds, skip: frozenset[str],
         elif item.kind == "symlink":
             out.append(Entry(item.path, "symlink", 0, target=item.target))
         elif item.kind == "file":
-            total += item.st.st_size
-            if total > max_bytes:
+            apparent += item.st.st_size
+            if apparent > MAX_APPARENT_BYTES:
+                raise hostfs.BoundExceeded("max_apparent_bytes", MAX_APPARENT_BYTES, (
+                    f"its files' apparent size, holes included, is over {MAX_APPARENT_BYTES}"))
+            runs = _sparse_runs(root_fd, item)
+            stored += item.st.st_size if runs is None else sum(n for _, n in runs)
+            if stored > max_bytes:
                 raise hostfs.BoundExceeded("max_bytes", max_bytes, (
-                    f"its files hold more than {max_bytes} bytes (apparent size: sparse "
-                    "files count in full)"))
-            sha256 = HASHES.get(item.st) or _hash_at(root_fd, item.path)
-            out.append(Entry(item.path, "file", mode, item.st.st_size, sha256))
+                    f"its files hold more than {max_bytes} bytes of data"))
+            out.append(_file_entry(root_fd, item, mode, runs))
         else:
             log.warning("snapshot skips %s/%s: not a file, directory or symlink", root, item.path)
     return out
+
+
+def _sparse_runs(root_fd: int, item: hostfs.Item) -> tuple[tuple[int, int], ...] | None:
+    """A large file's data runs when it has holes (fewer than MAX_EXTENTS runs), else None."""
+    st = item.st
+    if st.st_size < SPARSE_MIN_BYTES or st.st_blocks * 512 >= st.st_size:
+        return None
+    fd, st = hostfs.open_regular(root_fd, item.path)
+    with hostfs.opened(fd):
+        runs = hostfs.data_runs(fd, st.st_size, MAX_EXTENTS)
+    if runs is None or sum(n for _, n in runs) >= st.st_size:
+        return None
+    return runs
+
+
+def _file_entry(root_fd: int, item: hostfs.Item, mode: int,
+                runs: tuple[tuple[int, int], ...] | None) -> Entry:
+    if runs is None:
+        sha256 = HASHES.get(item.st) or _hash_at(root_fd, item.path)
+        return Entry(item.path, "file", mode, item.st.st_size, sha256)
+    fd, st = hostfs.open_regular(root_fd, item.path)
+    with hostfs.opened(fd):
+        if st.st_size != item.st.st_size:
+            raise OSError(errno.EAGAIN, f"{item.path} changed while it was being scanned")
+        whole, data = hostfs.sparse_digests(fd, st.st_size, runs)
+    return Entry(item.path, "file", mode, st.st_size, whole, extents=runs, data_sha256=data)
 
 
 class HashCache:
@@ -143,6 +177,9 @@ def open_regular(root: Path, rel: str) -> int:
 
 
 def read_verified(root: Path, entry: Entry) -> bytes:
+    """The file's blob (a sparse file's data runs end to end), checked against its hash."""
+    if entry.extents is not None:
+        return b"".join(_runs_verified(root, entry))
     try:
         with hostfs.root(root) as root_fd:
             data = hostfs.read_bounded(root_fd, entry.path, entry.size)
@@ -154,7 +191,12 @@ def read_verified(root: Path, entry: Entry) -> bytes:
 
 
 def stage_verified(root: Path, entry: Entry, staging: Path) -> None:
-    """Copy a large file to a private staging file, checking its hash on the way."""
+    """Copy a large file's blob to a private staging file, checking its hash on the way."""
+    if entry.extents is not None:
+        with staging.open("wb") as dst:
+            for chunk in _runs_verified(root, entry):
+                dst.write(chunk)
+        return
     digest = hashlib.sha256()
     try:
         with os.fdopen(open_regular(root, entry.path), "rb") as src, staging.open("wb") as dst:
@@ -169,6 +211,28 @@ def stage_verified(root: Path, entry: Entry, staging: Path) -> None:
         raise changed(entry) from exc
     if digest.hexdigest() != entry.sha256:
         raise changed(entry)
+
+
+def _runs_verified(root: Path, entry: Entry) -> Iterator[bytes]:
+    """A sparse file's data runs, read again and checked against ``data_sha256`` (the last
+    chunk is given only once the whole blob matched)."""
+    assert entry.extents is not None
+    digest, held = hashlib.sha256(), b""
+    try:
+        with hostfs.opened(open_regular(root, entry.path)) as fd:
+            if os.fstat(fd).st_size != entry.size:
+                raise changed(entry)
+            for start, length in entry.extents:
+                for chunk in hostfs.read_run(fd, start, length):
+                    digest.update(chunk)
+                    if held:
+                        yield held
+                    held = chunk
+    except OSError as exc:
+        raise changed(entry) from exc
+    if digest.hexdigest() != entry.data_sha256:
+        raise changed(entry)
+    yield held
 
 
 def changed(entry: Entry) -> StorageError:

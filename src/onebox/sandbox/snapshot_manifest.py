@@ -5,6 +5,12 @@ by path. Only what a program can observe about its inputs is kept: relative
 path, type (file, dir, symlink), permission bits (``0o777``; setuid, setgid and
 sticky are dropped), size and sha256 of files, targets of symlinks. Mtimes,
 owners and inode numbers are not, so the same tree gives the same hash anywhere.
+
+A sparse file keeps its holes: its entry lists the data ``extents`` (offset, length) and
+the ``data_sha256`` of those bytes put end to end, which is the blob stored for it; its
+``sha256`` stays the hash of its whole content (holes read as zeros), so diffs and
+replays compare it like any file. An entry without extents is dense (every manifest
+written before holes were kept is read as before).
 """
 
 from __future__ import annotations
@@ -31,11 +37,26 @@ class Entry:
     size: int = 0
     sha256: str | None = None
     target: str | None = None
+    extents: tuple[tuple[int, int], ...] | None = None  # a sparse file's data, see the module
+    data_sha256: str | None = None
+
+    @property
+    def blob_sha256(self) -> str | None:
+        """The hash the file's blob is stored under: its data's when sparse."""
+        return self.data_sha256 if self.extents is not None else self.sha256
+
+    @property
+    def stored_size(self) -> int:
+        """The bytes its blob holds: the data extents of a sparse file, else its size."""
+        return sum(n for _, n in self.extents) if self.extents is not None else self.size
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"path": self.path, "type": self.type, "mode": self.mode}
         if self.type == "file":
             data.update(size=self.size, sha256=self.sha256)
+            if self.extents is not None:
+                data.update(extents=[list(x) for x in self.extents],
+                            data_sha256=self.data_sha256)
         elif self.type == "symlink":
             data["target"] = self.target
         return data
@@ -76,7 +97,7 @@ class Manifest:
 
     @cached_property
     def _object_keys(self) -> tuple[str, ...]:
-        blobs = {blob_key(e.sha256) for e in self.files() if e.sha256}
+        blobs = {blob_key(e.blob_sha256) for e in self.files() if e.blob_sha256}
         return tuple(sorted(blobs | {manifest_key(self.sha256)}))
 
     def by_path(self) -> dict[str, Entry]:
@@ -102,13 +123,34 @@ class Manifest:
 def _entry(raw: dict[str, Any]) -> Entry:
     kind = raw["type"]
     if kind == "file":
-        return Entry(str(raw["path"]), "file", int(raw["mode"]), int(raw["size"]),
-                     check_sha256(str(raw["sha256"])))
+        size = int(raw["size"])
+        extents = None if raw.get("extents") is None else _extents(raw["extents"], size)
+        data_sha256 = None if extents is None else check_sha256(str(raw["data_sha256"]))
+        return Entry(str(raw["path"]), "file", int(raw["mode"]), size,
+                     check_sha256(str(raw["sha256"])), extents=extents, data_sha256=data_sha256)
     if kind == "dir":
         return Entry(str(raw["path"]), "dir", int(raw["mode"]))
     if kind == "symlink":
         return Entry(str(raw["path"]), "symlink", 0, target=str(raw["target"]))
     raise ValueError(f"unknown entry type {kind!r}")
+
+
+MAX_EXTENTS = 4096  # data runs a sparse file's entry may list (more: it is stored dense)
+
+
+def _extents(raw: Any, size: int) -> tuple[tuple[int, int], ...]:
+    """Data runs in order, not overlapping, within the file, at most MAX_EXTENTS."""
+    if not isinstance(raw, list) or len(raw) > MAX_EXTENTS:
+        raise ValueError("extents must be a list of at most "
+                         f"{MAX_EXTENTS} [offset, length] pairs")
+    runs, end = [], 0
+    for pair in raw:
+        offset, length = (int(x) for x in pair)
+        if offset < end or length <= 0 or offset + length > size:
+            raise ValueError(f"extent {pair!r} overlaps, is empty or lies past the file's end")
+        runs.append((offset, length))
+        end = offset + length
+    return tuple(runs)
 
 
 def validate(manifest: Manifest) -> str | None:

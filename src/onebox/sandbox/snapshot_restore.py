@@ -100,39 +100,56 @@ async def _write_files(store: ObjectStore, manifest: Manifest, fd: int) -> None:
     """Fetch each distinct content once (hash-checked) and write it to every path holding it."""
     by_hash: dict[str, list[Entry]] = {}
     for entry in manifest.files():
-        by_hash.setdefault(entry.sha256 or "", []).append(entry)
+        by_hash.setdefault(entry.blob_sha256 or "", []).append(entry)
     with tempfile.TemporaryDirectory(prefix="onebox-restore-") as tmp:
         await gather_limited([partial(_fetch_and_write, store, entries, fd, Path(tmp))
                               for entries in by_hash.values()])
 
 
 async def _fetch_and_write(store: ObjectStore, entries: list[Entry], fd: int, tmp: Path) -> int:
+    """Fetch one blob (hash-checked) and write every file holding it: a sparse file's
+    data runs at their offsets, its holes left holes."""
     first = entries[0]
-    assert first.sha256 is not None
-    key = blob_key(first.sha256)
-    if first.size <= INLINE_MAX_BYTES:
-        data = await store.get_verified(key, first.sha256)
+    digest = first.blob_sha256
+    assert digest is not None
+    key = blob_key(digest)
+    if first.stored_size <= INLINE_MAX_BYTES and first.extents is None:
+        data = await store.get_verified(key, digest)
         for entry in entries:
             await asyncio.to_thread(hostfs.write_file, fd, entry.path, data, mode=0o600,
                                     exclusive=True)
         return first.size
-    blob = tmp / first.sha256
-    await store.get_file_verified(key, first.sha256, blob)
+    blob = tmp / digest
+    await store.get_file_verified(key, digest, blob)
     for entry in entries:
-        await asyncio.to_thread(_copy_in, blob, fd, entry.path)
+        await asyncio.to_thread(_copy_in, blob, fd, entry)
     await asyncio.to_thread(blob.unlink)
     return first.size
 
 
-def _copy_in(blob: Path, fd: int, rel: str) -> None:
-    parent, name = hostfs.split_parent(rel)
+def _copy_in(blob: Path, fd: int, entry: Entry) -> None:
+    parent, name = hostfs.split_parent(entry.path)
     with hostfs.opened(hostfs.open_dir(fd, parent)) as pfd:
         out = os.open(name, hostfs.WRITE_FLAGS | os.O_EXCL, 0o600, dir_fd=pfd)
     with hostfs.opened(out), blob.open("rb") as src:
         size = os.fstat(src.fileno()).st_size
-        sent = 0
-        while sent < size:
-            sent += os.copy_file_range(src.fileno(), out, size - sent) or _eof(rel)
+        if entry.extents is None:
+            _copy_range(src.fileno(), out, 0, 0, size, entry.path)
+            return
+        if size != entry.stored_size:
+            _eof(entry.path)
+        os.ftruncate(out, entry.size)
+        offset = 0
+        for start, length in entry.extents:
+            _copy_range(src.fileno(), out, offset, start, length, entry.path)
+            offset += length
+
+
+def _copy_range(src: int, out: int, src_at: int, out_at: int, count: int, rel: str) -> None:
+    sent = 0
+    while sent < count:
+        sent += os.copy_file_range(src, out, count - sent, src_at + sent, out_at + sent) \
+            or _eof(rel)
 
 
 def _eof(rel: str) -> int:

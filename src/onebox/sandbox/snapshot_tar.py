@@ -18,7 +18,7 @@ import hashlib
 import tarfile
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from onebox.objects.base import CHUNK_BYTES, ObjectStore, blob_key, corrupted
 from onebox.sandbox.snapshot_manifest import Entry, Manifest, escapes
@@ -46,9 +46,9 @@ async def _member(store: ObjectStore, entry: Entry, mtime: int) -> AsyncIterator
     yield header(entry, mtime)
     if entry.type != "file" or entry.sha256 is None:
         return
-    key = blob_key(entry.sha256)
+    key = blob_key(entry.blob_sha256 or "")
     digest, sent = hashlib.sha256(), 0
-    async for chunk in store.iter_chunks(key, CHUNK_BYTES):
+    async for chunk in _content(store, key, entry):
         sent += len(chunk)
         if sent > entry.size:
             raise corrupted(key, entry.sha256, f"(longer than {entry.size} bytes)")
@@ -57,6 +57,38 @@ async def _member(store: ObjectStore, entry: Entry, mtime: int) -> AsyncIterator
     if digest.hexdigest() != entry.sha256:
         raise corrupted(key, entry.sha256, digest.hexdigest())
     yield b"\0" * (-sent % BLOCK)
+
+
+async def _content(store: ObjectStore, key: str, entry: Entry) -> AsyncIterator[bytes]:
+    """The file's whole content: its blob, or for a sparse file its data runs from the blob
+    with zeros for the holes between them (the caller checks the whole against sha256)."""
+    if entry.extents is None:
+        async for chunk in store.iter_chunks(key, CHUNK_BYTES):
+            yield chunk
+        return
+    runs = iter(entry.extents)
+    at, run = 0, next(runs, None)
+    left = 0
+    async for chunk in store.iter_chunks(key, CHUNK_BYTES):
+        while chunk:
+            if left == 0:
+                if run is None:
+                    raise corrupted(key, entry.sha256 or "", "(longer than its data runs)")
+                for zeros in _zeros(run[0] - at):
+                    yield zeros
+                at, left, run = run[0], run[1], next(runs, None)
+            piece, chunk = chunk[:left], chunk[left:]
+            at, left = at + len(piece), left - len(piece)
+            yield piece
+    for zeros in _zeros(entry.size - at):
+        yield zeros
+
+
+def _zeros(count: int) -> Iterator[bytes]:
+    """``count`` zero bytes (a hole), in chunks: a hole may be gigabytes."""
+    while count > 0:
+        yield bytes(min(count, CHUNK_BYTES))
+        count -= CHUNK_BYTES
 
 
 def header(entry: Entry, mtime: int) -> bytes:

@@ -81,7 +81,8 @@ async def capture(
         manifest = await asyncio.to_thread(scan, workspace_dir)
     known = set(present)
     absent = await store.missing(k for k in manifest.object_keys() if k not in known)
-    files = {e.sha256: e for e in manifest.files() if blob_key(e.sha256 or "") in absent}
+    files = {e.blob_sha256: e for e in manifest.files()
+             if blob_key(e.blob_sha256 or "") in absent}
     root = Path(workspace_dir)
     stored = await gather_limited(
         [partial(_upload_blob, store, root, entry) for entry in files.values()]
@@ -103,10 +104,11 @@ async def capture(
 
 
 async def _upload_blob(store: ObjectStore, root: Path, entry: Entry) -> int:
-    """Upload one file's content, checking it still has the hash it was scanned with."""
-    assert entry.sha256 is not None
-    key = blob_key(entry.sha256)
-    if entry.size <= INLINE_MAX_BYTES:
+    """Upload one file's blob (a sparse file's data runs), checking it still has the hash
+    it was scanned with."""
+    assert entry.blob_sha256 is not None
+    key = blob_key(entry.blob_sha256)
+    if entry.stored_size <= INLINE_MAX_BYTES:
         data = await asyncio.to_thread(read_verified, root, entry)
         await store.put(key, data)
         return len(data)
@@ -114,7 +116,7 @@ async def _upload_blob(store: ObjectStore, root: Path, entry: Entry) -> int:
         staging = Path(tmp) / "blob"
         await asyncio.to_thread(stage_verified, root, entry, staging)
         await store.put_file(key, staging)
-    return entry.size
+    return entry.stored_size
 
 
 async def load_manifest(store: ObjectStore, sha256: str) -> Manifest:

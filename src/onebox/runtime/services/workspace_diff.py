@@ -238,8 +238,11 @@ def _with(delta: FileDelta, **changes: Any) -> FileDelta:
 
 
 async def _text(store: ObjectStore, entry: Entry) -> str | None:
-    """The file's content as text (its blob, verified), or None when it is binary."""
+    """The file's content as text (its blob, verified), or None when it is binary (a sparse
+    file, whose blob holds only its data runs, counts as binary)."""
     assert entry.sha256 is not None
+    if entry.extents is not None:
+        return None
     data = await store.get_verified(blob_key(entry.sha256), entry.sha256)
     if b"\x00" in data:
         return None
