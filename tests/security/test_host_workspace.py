@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sbx_helpers import DISK_MB, sh
+from sbx_helpers import sh
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings

