@@ -102,3 +102,83 @@ def test_doctor_reports_a_home_other_users_can_enter(open_home: Path) -> None:
     assert not opened.ok and "755" in opened.detail and f"chmod 700 {home}" in (opened.fix or "")
     assert private.ok, private.detail
     assert not swappable.ok and "writable by others" in swappable.detail
+
+
+@pytest.fixture
+def private_parent() -> Iterator[Path]:
+    """A 0700 directory (as /root is) holding a 0700 home: the case the launcher opened."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the embedded server switches to its own user only as root")
+    parent = Path(tempfile.mkdtemp(prefix="onebox-private-", dir="/tmp"))
+    parent.chmod(0o700)
+    (parent / "home").mkdir(mode=0o700)
+    yield parent
+    import shutil
+
+    from onebox.store import embedded_place
+
+    real = embedded_place.PG_ROOT / embedded_place.dir_name(parent / "home" / "pg")
+    shutil.rmtree(parent, ignore_errors=True)
+    shutil.rmtree(real, ignore_errors=True)
+
+
+def _modes(*paths: Path) -> list[str]:
+    return [oct(p.stat().st_mode & 0o777) for p in paths]
+
+
+def _files_below(path: Path) -> list[Path]:
+    return [Path(d) / f for d, _, files in os.walk(path) for f in files]
+
+
+def test_starting_the_embedded_database_opens_no_directory_of_a_private_home(
+    private_parent: Path,
+) -> None:
+    import psycopg
+
+    from onebox.store.embedded import start_embedded, stop_embedded
+
+    home = private_parent / "home"
+    server, uri = start_embedded(home / "pg")
+    try:
+        with psycopg.connect(uri) as conn:
+            conn.execute("CREATE TABLE kept (v text)")
+            conn.execute("INSERT INTO kept VALUES ('secret row')")
+        assert _modes(private_parent, home) == ["0o700", "0o700"]
+        data = (home / "pg").resolve()
+        files = _files_below(data)
+        assert len(files) > 100 and any(f.name == "PG_VERSION" for f in files)
+        for uid in (SESSION_UID, pwd.getpwnam("nobody").pw_uid):
+            assert _readable_as(uid, files) == ["control"]
+    finally:
+        stop_embedded(home / "pg")
+    assert _modes(private_parent, home) == ["0o700", "0o700"]
+
+
+def test_a_data_dir_an_older_onebox_kept_in_the_home_moves_out_with_its_data(
+    private_parent: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import psycopg
+
+    from onebox.store import embedded
+    from onebox.store.embedded import start_embedded, stop_embedded
+
+    home = private_parent / "home"
+    with monkeypatch.context() as old:
+        old.setattr(embedded, "place", lambda pgdata: pgdata)  # as before: in the home
+        _, uri = start_embedded(home / "pg")
+        with psycopg.connect(uri) as conn:
+            conn.execute("CREATE TABLE kept (v text)")
+            conn.execute("INSERT INTO kept VALUES ('from before')")
+        stop_embedded(home / "pg")
+    assert (home / "pg").is_dir() and not (home / "pg").is_symlink()
+    assert _modes(private_parent)[0] != "0o700", "the probe reproduces the old widening"
+    private_parent.chmod(0o700)
+    home.chmod(0o700)
+    _, uri = start_embedded(home / "pg")
+    try:
+        assert (home / "pg").is_symlink()
+        with psycopg.connect(uri) as conn:
+            assert conn.execute("SELECT v FROM kept").fetchone() == ("from before",)
+        assert _modes(private_parent, home) == ["0o700", "0o700"]
+    finally:
+        stop_embedded(home / "pg")

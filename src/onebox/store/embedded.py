@@ -33,6 +33,7 @@ from onebox.store.embedded_engines import (
     postmaster,
     start_server,
 )
+from onebox.store.embedded_place import place
 from onebox.store.embedded_upgrade import upgrade_if_needed
 
 
@@ -49,7 +50,7 @@ def start_embedded(pgdata: Path, *, keep_running: bool = False,
 
     A data dir of an older PostgreSQL is upgraded first (dump and restore, said on stderr)."""
     eng = engine(engine_name)
-    pgdata = pgdata.expanduser().resolve()
+    pgdata = place(pgdata.expanduser()).resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     upgrade_if_needed(pgdata, eng, keep_running=keep_running)
     return start_server(pgdata, eng, keep_running=keep_running)
