@@ -16,6 +16,7 @@ from typing import Any
 
 from onebox.cli.worker import serve_worker
 from onebox.config import load_settings
+from onebox.runtime.engine import code_steps
 from onebox.runtime.engine import worker as worker_module
 
 
@@ -25,7 +26,7 @@ def freeze(marker: Path, point: str) -> None:
 
 
 def install(point: str, step: str, marker: Path) -> None:
-    real_claim, real_archive = worker_module.claim_steps, worker_module.archive_step
+    real_claim, real_archive = worker_module.claim_steps, code_steps.archive_step
 
     async def claim(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         rows = await real_claim(*args, **kwargs)
@@ -42,7 +43,7 @@ def install(point: str, step: str, marker: Path) -> None:
         return result
 
     worker_module.claim_steps = claim  # type: ignore[assignment]
-    worker_module.archive_step = archive  # type: ignore[assignment]
+    code_steps.archive_step = archive  # type: ignore[assignment]  # the code kind archives
 
 
 def main() -> None:
