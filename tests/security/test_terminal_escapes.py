@@ -51,3 +51,44 @@ async def test_sandbox_output_is_shown_escaped(db: Database, backend: SandboxBac
     assert "clear\\x1b[2J" in shown[("show", run)][1]
     code, raw, _ = await onebox(settings, "logs", run, "--raw")  # asked for: the bytes
     assert code == 0 and "clip\x1b]52;c;Y3VybCBldmlsfHNo\x07" in raw
+
+
+OUTPUT_FILE = "out\x1b]0;file-title\x07.txt"
+FAILING = {"name": "fails", "steps": [
+    {"id": "writes", "tool": "python", "code": (
+        "import os\nos.makedirs('output', exist_ok=True)\n"
+        f"open('output/' + {OUTPUT_FILE!r}, 'w').write('x')\n"
+        f"open({OUTPUT_FILE!r}, 'w').write('x')\nprint({NASTY!r})\n")},
+    {"id": "dies", "tool": "python", "depends_on": ["writes"],
+     "code": f"import sys\nsys.stderr.write({NASTY!r})\nsys.exit(3)\n"},
+]}
+
+
+async def test_every_command_escapes_what_a_run_produced(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    """explain (a failure's reason quotes stderr), logs of several steps (their headers),
+    files (a name the code chose), snapshots: no control character reaches the terminal."""
+    from onebox.objects import get_object_store
+
+    settings.runtime.max_attempts = 1
+    submitted = await submit_plan(db, settings, parse_plan(FAILING))
+    objects = get_object_store(settings)
+    try:
+        await asyncio.wait_for(Worker(db, backend, settings, run_id=submitted.run_id,
+                                      objects=objects).serve(asyncio.Event()), 60)
+    finally:
+        await objects.close()
+    run = str(submitted.run_id)
+    commands = [("explain", run), ("logs", run), ("files", run), ("show", run),
+                ("snapshot", "list", "--run", run), ("runs", "--status", "DEAD")]
+    shown = {args: await onebox(settings, *args) for args in commands}
+    snaps = re.findall(r"\b[0-9a-f]{8}-[0-9a-f-]{27}\b", shown[commands[4]][1])
+    for snap in snaps[:2]:
+        shown[("snapshot", "show", snap)] = await onebox(settings, "snapshot", "show", snap)
+    assert len(shown) >= len(commands) + 1, "a snapshot of the run was listed (the probe ran)"
+    for args, (_code, out, err) in shown.items():
+        assert not CONTROL.findall(out + err), (args, CONTROL.findall(out + err), out + err)
+    assert "\\x1b[2J" in shown[("logs", run)][1] + shown[("logs", run)][2]
+    assert "out\\x1b]0;file-title" in "".join(o for o, _ in (
+        (shown[("files", run)][1], 0), *((v[1], 0) for k, v in shown.items()
+                                          if k[:2] == ("snapshot", "show"))))

@@ -9,22 +9,43 @@ import json
 import logging
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
 from rich.markup import escape
+from rich.segment import Segment
 
+from onebox.cli.render import safe_text
 from onebox.config import Settings, load_settings
 from onebox.errors import ConfigError, OneboxError, ValidationError
 from onebox.runtime.engine.tracing import LOG_FORMAT, ContextFilter, configure_exporter
 from onebox.store.db import Database
 
 T = TypeVar("T")
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+
+
+class SafeConsole(Console):
+    """A console whose printed text never drives the terminal: every control character in
+    what it prints (a step's output, a name, an error, a model's answer, in a table cell
+    or a panel as much as a line) is shown escaped by :func:`~onebox.cli.render.safe_text`.
+    Rich's own styling and cursor control are segments of their own and pass unchanged."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            seg if seg.control else Segment(safe_text(seg.text), seg.style, seg.control)
+            for seg in buffer)
+
+
+out = SafeConsole(highlight=False)
+err = SafeConsole(stderr=True, highlight=False)
+
+
+def echo(text: str) -> None:
+    """A plain line on stdout, its control characters escaped (click.echo would pass them)."""
+    click.echo(safe_text(text))
 
 
 def settings() -> Settings:

@@ -27,12 +27,12 @@ def status_cmd(as_json: bool) -> None:
     if as_json:
         common.print_json(status)
     elif status["external"]:
-        click.echo("DATABASE_URL is set: onebox uses that server, not the embedded one")
+        common.echo("DATABASE_URL is set: onebox uses that server, not the embedded one")
     elif status["running"]:
-        click.echo(f"{status['engine']} (PostgreSQL {status['engine_version']}) running "
+        common.echo(f"{status['engine']} (PostgreSQL {status['engine_version']}) running "
                    f"(pid {status['pid']}) in {status['data_dir']}\n{status['url']}")
     else:
-        click.echo(f"not running; data dir {status['data_dir']}; any onebox command starts it")
+        common.echo(f"not running; data dir {status['data_dir']}; any onebox command starts it")
 
 
 @db_group.command("url")
@@ -40,13 +40,13 @@ def url_cmd() -> None:
     """Print the connection URL (for psql), starting the embedded server if needed."""
     settings = common.settings()
     if settings.database_url is not None:
-        click.echo(settings.database_url.get_secret_value())
+        common.echo(settings.database_url.get_secret_value())
         return
     from onebox.store.embedded import start_embedded
 
     _, url = common.run_sync(lambda: start_embedded(
         settings.pg_dir, keep_running=True, engine_name=settings.db_embedded))
-    click.echo(url)
+    common.echo(url)
 
 
 @db_group.command("stop")
@@ -54,4 +54,4 @@ def stop_cmd() -> None:
     """Stop the embedded server (the next onebox command starts it again)."""
     settings = common.settings()
     stopped = common.run_sync(lambda: stop_embedded(settings.pg_dir, settings.db_embedded))
-    click.echo("stopped" if stopped else "was not running")
+    common.echo("stopped" if stopped else "was not running")

@@ -19,6 +19,7 @@ from onebox.cli import common
 from onebox.cli.exec_output import (
     ExecOptions,
     announce,
+    for_stream,
     live_callbacks,
     payload,
     show_result,
@@ -170,9 +171,9 @@ def _report(data: dict[str, Any], as_json: bool) -> None:
 
 
 def _print_output(data: dict[str, Any]) -> None:
-    sys.stdout.write(data["stdout"])
+    sys.stdout.write(for_stream(sys.stdout, data["stdout"]))
     sys.stdout.flush()
-    sys.stderr.write(data["stderr"])
+    sys.stderr.write(for_stream(sys.stderr, data["stderr"]))
     for item in data["results"]:
         show_result(CellOutput(item["data"], item["is_main_result"]))
 

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 import click
 
 from onebox.cli import common
+from onebox.cli.render import safe_text
 from onebox.client.types import CellOutput, ExecResult
 
 
@@ -40,15 +41,22 @@ def live_callbacks() -> dict[str, Any]:
 
 def _writer(stream: TextIO) -> Any:
     def write(text: str) -> None:
-        stream.write(text)
+        stream.write(for_stream(stream, text))
         stream.flush()
     return write
+
+
+def for_stream(stream: TextIO, text: str) -> str:
+    """What the code printed, as ``stream`` takes it: control sequences escaped on a
+    terminal (they would drive it: clipboard, title, screen), as printed into a pipe or
+    file (`onebox exec ... > out` keeps the bytes)."""
+    return safe_text(text) if stream.isatty() else text
 
 
 def show_result(output: CellOutput) -> None:
     """The main result's text as a REPL shows it; other rich outputs by type and size."""
     if output.is_main_result and output.text is not None:
-        click.echo(output.text)
+        click.echo(for_stream(sys.stdout, output.text))
         return
     kinds = ", ".join(f"{mime} ({len(value)} chars)" for mime, value in output.data.items())
     common.err.print(f"onebox exec: a rich result: {kinds} (--json prints it)", markup=False)

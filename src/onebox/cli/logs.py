@@ -72,9 +72,9 @@ class Printer:
         payload = event["payload"]
         if self.show_steps and payload["step_id"] != self.step:
             self.step = payload["step_id"]
-            click.echo(f"==> {self.step} <==")
+            click.echo(f"==> {safe_text(str(self.step))} <==")
         if event["type"] == "step_output_truncated":
-            click.echo(f"[onebox] {payload['message']}", err=True)
+            click.echo(f"[onebox] {safe_text(str(payload['message']))}", err=True)
         else:
             text = payload["text"] if self.raw else safe_text(payload["text"])
             click.echo(text, nl=False, err=payload["stream"] == "stderr")

@@ -157,7 +157,7 @@ def _print_submitted(submitted: Any, as_json: bool) -> None:
         common.print_json({"run_id": submitted.run_id, "trace_id": submitted.trace_id,
                            "existing": submitted.existing})
     else:
-        click.echo(str(submitted.run_id))
+        common.echo(str(submitted.run_id))
 
 
 def _print_sql_hint(db: Database, run_id: uuid.UUID) -> None:
@@ -241,7 +241,7 @@ def cancel_cmd(run_id: str) -> None:
         await runs_api.cancel_run(db, rid)
         return rid
 
-    click.echo(f"run {_with_run(run_id, cancel)} cancelled")
+    common.echo(f"run {_with_run(run_id, cancel)} cancelled")
 
 
 @click.command("explain")
@@ -258,7 +258,7 @@ def explain_cmd(run_id: str, as_json: bool) -> None:
         return
     width = max((len(str(r["step"] or "-")) for r in rows), default=1)
     for r in rows:
-        click.echo(f"{str(r['step'] or '-'):<{width}}  {r['kind']:<8} {r['reason']}")
+        common.echo(f"{str(r['step'] or '-'):<{width}}  {r['kind']:<8} {r['reason']}")
 
 
 @click.command("approve")
@@ -277,7 +277,7 @@ def approve_cmd(run_id: str, step_id: str, reject: bool, comment: str | None, by
                                                 by=by, comment=comment)
 
     rid, status = _with_run(run_id, decide, settings)
-    click.echo(f"step {step_id} {'rejected' if reject else 'approved'}; run {rid} is {status}")
+    common.echo(f"step {step_id} {'rejected' if reject else 'approved'}; run {rid} is {status}")
 
 
 @click.command("retry")
@@ -290,5 +290,5 @@ def retry_cmd(run_id: str) -> None:
         return rid, await runs_api.retry_run(db, settings, rid)
 
     rid, steps = _with_run(run_id, retry, settings)
-    click.echo(f"run {rid} queued again: {', '.join(steps) or 'no failed steps'}; "
+    common.echo(f"run {rid} queued again: {', '.join(steps) or 'no failed steps'}; "
                "a worker (`onebox worker`) picks it up")

@@ -30,7 +30,7 @@ def add_cmd(name: str, cron: str, plan_file: Path) -> None:
     plan = load_plan_or_fail(plan_file)
 
     row = common.with_db(settings, lambda db: schedules.add_schedule(db, name, cron, plan))
-    click.echo(f"schedule {name} added; first slot {row['next_at'].isoformat()}")
+    common.echo(f"schedule {name} added; first slot {row['next_at'].isoformat()}")
 
 
 @schedule_group.command("list")
@@ -45,10 +45,10 @@ def list_cmd(as_json: bool) -> None:
                                          for r in rows]})
         return
     for r in rows:
-        click.echo(f"{r['name']:20} {r['cron']:15} next {r['next_at'].isoformat()} "
+        common.echo(f"{r['name']:20} {r['cron']:15} next {r['next_at'].isoformat()} "
                    f"fired {r['fired']}x")
     if not rows:
-        click.echo("no schedules")
+        common.echo("no schedules")
 
 
 @schedule_group.command("remove")
@@ -58,4 +58,4 @@ def remove_cmd(name: str) -> None:
     settings = common.settings()
 
     common.with_db(settings, lambda db: schedules.remove_schedule(db, name))
-    click.echo(f"schedule {name} removed")
+    common.echo(f"schedule {name} removed")

@@ -118,11 +118,11 @@ async def _up(settings: Settings) -> None:
     """`onebox up` in one event loop: the first key, the banner, then the server (a Ctrl-C
     at any point is one clean stop)."""
     key = await first_key(settings) if settings.api.auth else None
-    click.echo(f"onebox is up: {_url(settings)}/ui/")
+    common.echo(f"onebox is up: {_url(settings)}/ui/")
     if key is not None:
-        click.echo(f"API key (tenant 'default'): {key}")
+        common.echo(f"API key (tenant 'default'): {key}")
     elif settings.api.auth:
-        click.echo("API keys exist already; `onebox keys create` makes a new one")
+        common.echo("API keys exist already; `onebox keys create` makes a new one")
     await _serve(settings, worker=True)
 
 
@@ -205,7 +205,7 @@ def create_cmd(tenant: str, name: str, as_json: bool) -> None:
     if as_json:
         common.print_json({**row, "key": key})
         return
-    click.echo(key)
+    common.echo(key)
     common.err.print(f"key {row['prefix']}… for tenant {tenant!r} created; store it now, it "
                      "cannot be shown again", markup=False)
 
@@ -222,7 +222,7 @@ def list_cmd(tenant: str | None, as_json: bool) -> None:
     for r in rows:
         state = "revoked" if r["revoked_at"] else "active"
         used = f"{r['last_used_at']:%Y-%m-%d %H:%M}" if r["last_used_at"] else "never"
-        click.echo(f"{r['prefix']}  {r['id']}  {r['tenant_id']:<16} {state:<8} used {used}  "
+        common.echo(f"{r['prefix']}  {r['id']}  {r['tenant_id']:<16} {state:<8} used {used}  "
                    f"{r['name']}")
 
 
@@ -235,4 +235,4 @@ def revoke_cmd(key: str, as_json: bool) -> None:
     if as_json:
         common.print_json(row)
     else:
-        click.echo(f"revoked {row['prefix']} ({row['tenant_id']}: {row['name']})")
+        common.echo(f"revoked {row['prefix']} ({row['tenant_id']}: {row['name']})")
