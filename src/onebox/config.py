@@ -242,6 +242,9 @@ class ApiSettings(BaseModel):
     auth: bool = Field(True, description="require an API key; off is allowed on loopback only")
     max_request_bytes: int = Field(1 << 20, ge=1024, description="JSON request bodies")
     max_upload_bytes: int = Field(64 << 20, ge=1024, description="file and document uploads")
+    max_upload_bytes_in_flight_per_tenant: int = Field(
+        256 << 20, ge=1024, description="the bytes a tenant's uploads may have staged on this "
+        "server's disk at once; past it an upload is answered 429 with Retry-After")
     max_concurrent_uploads_per_tenant: int = Field(
         4, ge=1, description="uploads one tenant may stream at once into one server (each "
         "staged on disk, at most max_upload_bytes); more are answered 429 with Retry-After")

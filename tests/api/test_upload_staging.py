@@ -102,3 +102,37 @@ async def test_an_upload_past_the_limit_is_refused_as_it_arrives(api_no_worker: 
                            headers=inside)
         assert gone.status_code == 404
     assert _staged_files(api_no_worker.settings.home) == []
+
+
+async def test_a_tenant_s_uploads_in_flight_are_bounded_in_bytes(api_no_worker: Api) -> None:
+    """With room for several uploads at once, a tenant whose held uploads already stage
+    api.max_upload_bytes_in_flight_per_tenant bytes is refused (429) as its next body passes
+    it, through any upload route (the knowledge one too); another tenant still uploads, and
+    the tenant's share is back once its uploads end."""
+    home = api_no_worker.settings.home
+    api_no_worker.settings.api.max_concurrent_uploads_per_tenant = 8
+    api_no_worker.settings.api.max_upload_bytes_in_flight_per_tenant = 3 * MIB
+    first, rest = b"a" * (2 * MIB), b"b" * 1024
+    gate = asyncio.Event()
+    async with api_no_worker.client("acme") as acme, api_no_worker.client("globex") as globex:
+        session = (await acme.post("/v1/sessions")).json()["id"]
+        held = asyncio.create_task(acme.post(
+            f"/v1/sessions/{session}/files", content=_held_form(gate, first, rest),
+            headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}))
+        await _until_staged(home, len(first))
+        big = ("notes.txt", b"word " * (MIB // 4))  # 1.25 MiB: 3.25 MiB in flight with the held
+        refused = [await acme.post("/v1/uploads", files={"files": big}),
+                   await acme.post("/v1/knowledge/upload", files={"file": big})]
+        assert [r.status_code for r in refused] == [429, 429], [r.text for r in refused]
+        assert all("max_upload_bytes_in_flight_per_tenant" in r.json()["message"]
+                   for r in refused)
+        small = await acme.post("/v1/uploads", files={"files": ("s.txt", b"s" * 1000)})
+        assert small.status_code == 201, small.text  # under the share: still served
+        served = await globex.post("/v1/uploads", files={"files": big})
+        assert served.status_code == 201, served.text
+        gate.set()
+        assert (await held).status_code == 201
+        again = await acme.post("/v1/knowledge/upload", files={"file": big},
+                                data={"collection": "notes"})
+        assert again.status_code == 201, again.text
+    assert _staged_files(home) == []

@@ -5,7 +5,10 @@
         parts = await staging.form(file_fields={"file"})  # or multipart/form-data parts
 
 Each upload takes one of the tenant's ``api.max_concurrent_uploads_per_tenant`` slots in this
-server (one more is answered 429 with ``Retry-After``) before its body is read. The body is
+server (one more is answered 429 with ``Retry-After``) before its body is read, and the bytes
+all of a tenant's uploads have staged at once count against
+``api.max_upload_bytes_in_flight_per_tenant`` (past it: 429 too), so one tenant cannot fill
+the server's disk while others wait. The body is
 read chunk by chunk into files of a private directory (``<home>/upload-staging/<random>``,
 0700, files 0600) with a running byte count: past ``api.max_upload_bytes`` the upload is
 refused with 413 at once (``BodyLimit`` counts the same body too). The directory goes when the
@@ -44,9 +47,28 @@ RETRY_AFTER_S = 1
 
 @dataclass
 class UploadSlots:
-    """How many uploads each tenant is streaming into this server now."""
+    """How many uploads each tenant is streaming into this server now, and their bytes."""
 
     busy: dict[str, int] = field(default_factory=dict)
+    staged: dict[str, int] = field(default_factory=dict)
+
+    def charge(self, tenant_id: str, size: int, limit: int) -> None:
+        """Count ``size`` more staged bytes of the tenant; TooManyRequests past ``limit``."""
+        held = self.staged.get(tenant_id, 0) + size
+        if held > limit:
+            raise TooManyRequests(
+                f"tenant {tenant_id!r} already has {held - size} bytes of uploads in flight "
+                f"here; with these it would pass {limit} "
+                "(api.max_upload_bytes_in_flight_per_tenant); retry when one has finished",
+                field="file", retry_after_s=RETRY_AFTER_S)
+        self.staged[tenant_id] = held
+
+    def release(self, tenant_id: str, size: int) -> None:
+        left = self.staged.get(tenant_id, 0) - size
+        if left > 0:
+            self.staged[tenant_id] = left
+        else:
+            self.staged.pop(tenant_id, None)
 
     @contextlib.contextmanager
     def take(self, tenant_id: str, per_tenant: int) -> Iterator[None]:
@@ -81,7 +103,8 @@ UPLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"description": "the body passed api.max_upload_bytes"},
     422: {"description": "a missing or malformed part"},
     429: {"description": "the tenant already streams api.max_concurrent_uploads_per_tenant "
-                         "uploads; retry after Retry-After seconds"}}
+                         "uploads, or api.max_upload_bytes_in_flight_per_tenant bytes; retry "
+                         "after Retry-After seconds"}}
 
 
 def form_doc(files: dict[str, bool], texts: dict[str, int]) -> dict[str, Any]:
@@ -140,11 +163,15 @@ async def staged_upload(request: Request, state: ApiState,
                         tenant_id: str) -> AsyncIterator[Staging]:
     """One upload of ``tenant_id``: a slot, a private directory, removed at the end."""
     settings = state.settings.api
-    with slots_of(request).take(tenant_id, settings.max_concurrent_uploads_per_tenant):
+    slots = slots_of(request)
+    with slots.take(tenant_id, settings.max_concurrent_uploads_per_tenant):
         where = await asyncio.to_thread(_private_dir, state.settings.home)
+        staging = Staging(request, where, settings.max_upload_bytes)
+        staging.share = (slots, tenant_id, settings.max_upload_bytes_in_flight_per_tenant)
         try:
-            yield Staging(request, where, settings.max_upload_bytes)
+            yield staging
         finally:
+            slots.release(tenant_id, staging.seen)
             await asyncio.to_thread(shutil.rmtree, where, True)
 
 
@@ -155,6 +182,7 @@ class Staging:
         self.request, self.where, self.limit = request, where, limit
         self.seen = 0
         self._files = 0
+        self.share: tuple[UploadSlots, str, int] | None = None  # the tenant's bytes in flight
 
     def new_file(self) -> tuple[Path, int]:
         """A new staged file (0600) and its fd, open for writing."""
@@ -163,6 +191,9 @@ class Staging:
         return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
 
     def _count(self, size: int) -> None:
+        if self.share is not None:
+            slots, tenant_id, limit = self.share
+            slots.charge(tenant_id, size, limit)
         self.seen += size
         if self.seen > self.limit:
             raise RequestTooLarge(f"request body larger than {self.limit} bytes; send less "

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Query, Response, UploadFile
+from fastapi import APIRouter, Query, Request, Response
 
 from onebox.api.auth import Caller, State
 from onebox.api.schemas import AddDocument, CacheLookup, Compact, Recall, Remember, Search
+from onebox.api.staging import UPLOAD_RESPONSES, file_parts, form_doc, staged_upload, text_part
 from onebox.errors import ValidationError
 from onebox.knowledge import tenant_service as service
 
 router = APIRouter()
-Collection = Annotated[str, Form(min_length=1, max_length=120)]
 
 
 @router.post("/v1/knowledge/documents", status_code=201, tags=["knowledge"],
@@ -27,16 +28,25 @@ async def add_document(body: AddDocument, state: State, caller: Caller) -> dict[
 
 
 @router.post("/v1/knowledge/upload", status_code=201, tags=["knowledge"],
-             summary="Upload a file (text, Markdown, HTML, PDF, DOCX, code) and index it")
-async def upload(state: State, caller: Caller, file: Annotated[UploadFile, File()],
-                 collection: Collection = "default",
-                 metadata: Annotated[str | None, Form(max_length=20_000)] = None,
-                 ) -> dict[str, Any]:
-    meta = _metadata(metadata)
+             summary="Upload a file (text, Markdown, HTML, PDF, DOCX, code) and index it",
+             openapi_extra=form_doc({"file": False}, {"collection": 120, "metadata": 20_000}),
+             responses=UPLOAD_RESPONSES)
+async def upload(request: Request, state: State, caller: Caller) -> dict[str, Any]:
+    """The file is staged on disk as it arrives (api/staging: the tenant's upload slots and
+    bytes in flight apply), then parsed and indexed."""
+    async with staged_upload(request, state, caller.tenant_id) as staging:
+        parts = await staging.form(file_fields={"file"})
+        (file, *more) = file_parts(parts, "file")
+        if more:
+            raise ValidationError("send one 'file' part per upload", field="file")
+        collection = text_part(parts, "collection", 120) or "default"
+        meta = _metadata(text_part(parts, "metadata", 20_000))
+        assert file.path is not None  # file_parts checked it
+        data = await asyncio.to_thread(file.path.read_bytes)
     kn = await state.knowledge()
     return await service.add_upload(kn, caller.tenant_id, collection=collection,
                                     filename=file.filename or "upload.txt",
-                                    data=await file.read(), metadata=meta)
+                                    data=data, metadata=meta)
 
 
 def _metadata(raw: str | None) -> dict[str, Any]:
