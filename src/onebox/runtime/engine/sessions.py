@@ -37,6 +37,8 @@ async def release_finished_sessions(
         if keep is not None:
             await keep.keep_outputs(s)
         await backend.cleanup(s["id"])
+        if keep is not None:
+            keep.forget(s["id"])
         async with db.transaction() as conn:
             if await store.fetch_one(conn, "release_session", {"id": s["id"]}) is None:
                 continue

@@ -1,9 +1,17 @@
-"""A step's workspace around its execution: restored when missing, snapshotted before and after.
+"""A step's workspace around its execution: restored when missing or stale, snapshotted
+before and after.
 
 All steps of a run share one sandbox session. When a step is about to run and the
 session's workspace is not on this host (the run was retried after its session was
 released, or a worker on another machine took it over) but the session has snapshots,
 the newest one is restored first, so the step sees the files earlier steps wrote.
+
+A workspace that *is* here may be stale: a later step ran on another host and left a newer
+snapshot. Each host marks, per session, the newest snapshot its copy is known to match (the
+one it restored, or took itself; a file under the sandbox state dir, out of the sandbox's
+reach). When the session's newest snapshot is not the one marked, the copy here is replaced
+by a restore of it (a ``workspace_restored`` event with ``reason: stale``). This holds with
+``snapshot_policy: always``; with fewer snapshots a later host has nothing newer to restore.
 Snapshots follow ``settings.snapshot_policy``; a snapshot that cannot be taken (a
 workspace past a bound: entries, depth, time or apparent bytes) is recorded as a
 ``snapshot_failed`` event naming the bound, and does not fail the step.
@@ -11,12 +19,16 @@ workspace past a bound: entries, depth, time or apparent bytes) is recorded as a
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import hashlib
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 from onebox.config import Settings
-from onebox.errors import OneboxError
+from onebox.errors import NotFound, OneboxError
 from onebox.objects.base import ObjectStore
 from onebox.runtime.engine import run_files, run_outputs
 from onebox.sandbox import hostfs
@@ -28,6 +40,7 @@ from onebox.store import snapshots as snapshot_rows
 from onebox.store.db import Database
 
 log = logging.getLogger(__name__)
+MARKS_DIR = "workspace-marks"
 
 
 class StepWorkspace:
@@ -36,24 +49,74 @@ class StepWorkspace:
     def __init__(self, db: Database, backend: SandboxBackend, objects: ObjectStore,
                  settings: Settings) -> None:
         self.db, self.backend, self.objects, self.settings = db, backend, objects, settings
+        self.marks = settings.sandbox_dir / MARKS_DIR
 
     async def prepare(self, row: store.Row) -> None:
-        """Restore the session's newest snapshot if its workspace is missing here."""
+        """Restore the session's newest snapshot if its workspace is missing here, or if
+        the copy here is not the newest (see the module)."""
         session_id = row["session_id"]
-        if self.backend.workspace(session_id).exists():
+        here = self.backend.workspace(session_id).exists()
+        latest = await self._latest(session_id)
+        if here and (latest is None or await self._current(session_id, latest)):
             return
-        async with self.db.connection() as conn:
-            latest = await snapshot_rows.latest_before(conn, session_id, dt.datetime.now(dt.UTC))
         if latest is None:  # a new workspace: the run's input files go in first
             placed = await run_files.place_inputs(self.db, self.objects, self.backend, row)
             if placed:
                 await self._event(row, "inputs_placed", {"files": placed})
             return
+        if here:  # a newer snapshot was taken elsewhere: the copy here is stale
+            await self.backend.cleanup(session_id)
         await restore_into_session(self.db, self.objects, self.backend, latest["id"],
                                    session_id=session_id)
-        await self._event(row, "workspace_restored", {"snapshot_id": str(latest["id"]),
-                                                      "sha256": str(latest["sha256"]).strip()})
-        log.info("restored workspace of %s from snapshot %s", session_id, latest["id"])
+        self._mark(session_id, latest["id"])
+        await self._event(row, "workspace_restored", {
+            "snapshot_id": str(latest["id"]), "sha256": str(latest["sha256"]).strip(),
+            **({"reason": "stale"} if here else {})})
+        log.info("restored workspace of %s from snapshot %s%s", session_id, latest["id"],
+                 " (the copy here was stale)" if here else "")
+
+    async def _latest(self, session_id: str) -> store.Row | None:
+        async with self.db.connection() as conn:
+            return await snapshot_rows.latest_before(conn, session_id, dt.datetime.now(dt.UTC))
+
+    async def _current(self, session_id: str, latest: store.Row) -> bool:
+        """Whether the copy here is at least as new as the session's newest snapshot: it is
+        the one marked, or older than it. A copy never marked (made before marks existed),
+        or whose marked snapshot is gone (dropped by ``on_failure``, expired), is taken as
+        current and marked."""
+        mark = self._marked(session_id)
+        if mark is not None and mark != str(latest["id"]):
+            async with self.db.connection() as conn:
+                try:
+                    marked = await snapshot_rows.get(conn, mark)
+                except NotFound:
+                    marked = None
+            if marked is not None and latest["created_at"] > marked["created_at"]:
+                return False
+        self._mark(session_id, latest["id"])
+        return True
+
+    def _mark_path(self, session_id: str) -> Path:
+        return self.marks / hashlib.sha256(session_id.encode()).hexdigest()[:32]
+
+    def _marked(self, session_id: str) -> str | None:
+        try:
+            return self._mark_path(session_id).read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def _mark(self, session_id: str, snapshot_id: Any) -> None:
+        """Note that the copy here matches ``snapshot_id`` (written whole, then renamed)."""
+        self.marks.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = self._mark_path(session_id)
+        tmp = path.with_suffix(f".{os.getpid()}")
+        tmp.write_text(str(snapshot_id))
+        os.replace(tmp, path)
+
+    def forget(self, session_id: str) -> None:
+        """The session's copy here is gone (released): its mark goes too."""
+        with contextlib.suppress(FileNotFoundError):
+            self._mark_path(session_id).unlink()
 
     async def keep_outputs(self, session: store.Row) -> None:
         """Copy the finished run's outputs to the object store before its workspace goes;
@@ -82,9 +145,12 @@ class StepWorkspace:
         ids = {"session_id": row["session_id"], "execution_id": row["id"], "policy": policy}
         try:
             if pre:
-                await snapshot_before_step(self.db, self.objects, workspace, **ids)
+                taken = await snapshot_before_step(self.db, self.objects, workspace, **ids)
             else:
-                await snapshot_step(self.db, self.objects, workspace, failed=failed, **ids)
+                taken = await snapshot_step(self.db, self.objects, workspace, failed=failed,
+                                            **ids)
+            if taken is not None:
+                self._mark(row["session_id"], taken)
         except (OneboxError, OSError) as exc:
             log.warning("snapshot of step %s failed: %s", row["step_id"], exc)
             bound = exc.__cause__ if isinstance(exc.__cause__, hostfs.BoundExceeded) else None

@@ -1,0 +1,86 @@
+"""Two hosts sharing one database and one object store: a run whose steps land on both reads
+the newest workspace, never a stale copy left on a host (issue: s3 on host A printed v1).
+
+A "host" is a sandbox backend on its own home (its own sandbox root and workspaces) and a
+worker on it; both share the database and the object store, as machines of one cluster do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from onebox.agent.plan import parse_plan
+from onebox.config import Settings, load_settings
+from onebox.objects.fs import FsObjectStore
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.submission import submit_plan
+from onebox.sandbox.base import SandboxBackend
+from onebox.sandbox.registry import get_backend
+from onebox.store.db import Database
+
+PLAN = {"name": "two-hosts", "steps": [
+    {"id": "s1", "tool": "bash", "code": "echo v1 > state.txt"},
+    {"id": "ok1", "kind": "approval", "input": {"prompt": "go on?"}, "depends_on": ["s1"]},
+    {"id": "s2", "tool": "bash", "code": "echo v2 > state.txt", "depends_on": ["ok1"]},
+    {"id": "ok2", "kind": "approval", "input": {"prompt": "go on?"},
+     "depends_on": ["s2"]},
+    {"id": "s3", "tool": "bash", "code": "cat state.txt", "depends_on": ["ok2"]},
+]}
+
+
+def _host(settings: Settings, home: Path) -> Settings:
+    other = load_settings(home=home, database_url=settings.database_url,
+                          sandbox=settings.sandbox.model_copy(), runtime=settings.runtime)
+    return other
+
+
+async def _run_until(db: Database, backend: SandboxBackend, settings: Settings,
+                     objects: FsObjectStore, run_id: object, status: set[str]) -> None:
+    """Serve the run on one host until it reaches one of ``status``, then stop that host."""
+    stop = asyncio.Event()
+    worker = Worker(db, backend, settings, run_id=run_id, objects=objects)  # type: ignore[arg-type]
+    serving = asyncio.create_task(worker.serve(stop, drain_s=5))
+    try:
+        for _ in range(1200):
+            if (await runs_api.get_run(db, run_id))["status"] in status:  # type: ignore[arg-type]
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"run never reached {status}")
+    finally:
+        stop.set()
+        await asyncio.wait_for(serving, 30)
+
+
+@pytest.mark.onebox_settings({"runtime.lease_s": 2.0})
+async def test_a_step_on_a_host_with_a_stale_copy_reads_the_newest_workspace(
+        db: Database, settings: Settings, tmp_path: Path) -> None:
+    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.1, 0.2
+    host_a, host_b = settings, _host(settings, tmp_path / "host-b")
+    assert host_a.sandbox_dir != host_b.sandbox_dir  # two sandbox roots: two machines' disks
+    objects = FsObjectStore(tmp_path / "shared-objects", fsync=False)
+    a, b = get_backend(host_a), get_backend(host_b)
+    try:
+        run = (await submit_plan(db, settings, parse_plan(PLAN))).run_id
+        session = f"run-{run}"
+        await _run_until(db, a, host_a, objects, run, {"WAITING"})
+        assert (a.workspace(session) / "state.txt").read_text() == "v1\n"
+        await runs_api.approve_step(db, settings, run, "ok1", approve=True, by="test")
+        await _run_until(db, b, host_b, objects, run, {"WAITING"})
+        assert (b.workspace(session) / "state.txt").read_text() == "v2\n"
+        assert (a.workspace(session) / "state.txt").read_text() == "v1\n", \
+            "host A still holds its stale copy (the probe's precondition)"
+        await runs_api.approve_step(db, settings, run, "ok2", approve=True, by="test")
+        await _run_until(db, a, host_a, objects, run, {"SUCCEEDED", "FAILED", "DEAD"})
+        steps = {s["step_id"]: s for s in await runs_api.run_steps(db, run)}
+        assert steps["s3"]["stdout"] == "v2\n", steps["s3"]["stdout"]
+        events = [e for e in await runs_api.run_events(db, run)
+                  if e["type"] == "workspace_restored"]
+        assert any(e["payload"].get("reason") == "stale" for e in events), events
+    finally:
+        await a.close()
+        await b.close()
+        await objects.close()
