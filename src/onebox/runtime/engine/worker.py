@@ -9,6 +9,7 @@ their leases are released for another worker to take.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import socket
@@ -44,6 +45,7 @@ from onebox.store.db import Database
 log = logging.getLogger(__name__)
 
 CHORES_EVERY_S = 5.0  # stale-run flags and cron schedules: seconds between checks
+MODEL_CLIENTS = "onebox.llm.openai"  # the client module of every configured chat model
 
 
 class Worker:
@@ -93,6 +95,7 @@ class Worker:
         try:
             await sweep_expired(self.db, self.settings)
             await self._refresh_served()
+            await self._load_model_clients()
             while not stop.is_set():
                 try:
                     await self._fill()
@@ -139,6 +142,13 @@ class Worker:
         async with self.db.connection() as conn:
             self._providers = await declared(conn, self.settings)
             self._served = await served_models(conn, self.settings, providers=self._providers)
+
+    async def _load_model_clients(self) -> None:
+        """Import the model clients this worker will call (``openai``: over a second of CPU)
+        in a thread, before the first model call would import them on the loop that renews
+        the leases: a fresh worker missed its heartbeats and lost leases while it lived."""
+        if self._served:
+            await asyncio.to_thread(importlib.import_module, MODEL_CLIENTS)
 
     async def _idle(self, stop: asyncio.Event) -> None:
         self._wake.clear()
