@@ -115,6 +115,9 @@ class RuntimeSettings(BaseModel):
                            "retried by another worker within about this long")
     heartbeat_s: float = Field(1.0, gt=0, description="lease renewal and housekeeping interval")
     max_attempts: int = Field(3, ge=1)
+    max_lease_losses: int = Field(
+        10, ge=0, description="times a step's worker may be lost (its lease expired) without "
+        "the attempt counting against max_attempts")
     stale_after_s: float = Field(900.0, gt=0)
     poll_s: float = Field(1.0, gt=0)
     max_input_files: int = Field(1000, ge=1, description="files a run may be given (--file)")

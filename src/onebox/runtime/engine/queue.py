@@ -34,6 +34,7 @@ from onebox.store.db import Database
 from onebox.store.retry import retry_rollbacks
 
 log = logging.getLogger(__name__)
+LOST = "lease expired: the worker running this attempt was lost"
 
 
 async def claim_steps(
@@ -104,10 +105,10 @@ async def _recover_once(
 ) -> int:
     async with db.transaction() as conn:
         run = await store.fetch_one(conn, "lock_run", {"run_id": run_id})
-        row = await store.fetch_one(conn, "expire_step", {
-            "id": execution_id, "error": "lease expired: the worker running this attempt was lost"})
+        row = await store.fetch_one(conn, "expire_step", {"id": execution_id, "error": LOST})
         if row is None or run is None:
             return 0
+        row = await _not_counted(conn, settings, row)
         await store.append_event(conn, run_id, "step_lease_expired", step_payload(row),
                                  trace_id=row["trace_id"], session_id=row["session_id"],
                                  execution_id=row["id"])
@@ -116,6 +117,18 @@ async def _recover_once(
         log.warning("recovered step %s attempt %s of run %s after its lease expired",
                     row["step_id"], row["attempt"], run_id)
         return 1
+
+
+async def _not_counted(conn: store.Conn, settings: Settings, row: store.Row) -> store.Row:
+    """A lost worker is not the step's failure: the attempt it held does not count against
+    the step's ``max_attempts`` (its retry gets one more), up to
+    ``runtime.max_lease_losses`` losses of the step, past which they count again (a step
+    that kills every worker that runs it must still end)."""
+    lost = await store.fetch_one(conn, "lease_losses", {
+        "run_id": row["run_id"], "step_id": row["step_id"], "error": LOST})
+    if lost is not None and lost["n"] > settings.runtime.max_lease_losses:
+        return row
+    return {**row, "max_attempts": row["max_attempts"] + 1}
 
 
 async def release_leases(db: Database, owner: str, ids: list[uuid.UUID]) -> None:

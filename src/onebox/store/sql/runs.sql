@@ -192,6 +192,10 @@ SET status = 'FAILED', error = %(error)s, finished_at = now(), updated_at = now(
 WHERE id = %(id)s AND status = 'RUNNING' AND lease_expires_at < now()
 RETURNING *;
 
+-- name: lease_losses
+SELECT count(*) AS n FROM onebox.task_execution
+WHERE run_id = %(run_id)s AND step_id = %(step_id)s AND error = %(error)s;
+
 -- name: release_leases
 UPDATE onebox.task_execution SET lease_expires_at = now() - interval '1 second'
 WHERE id = ANY(%(ids)s) AND lease_owner = %(owner)s AND status = 'RUNNING';
