@@ -15,6 +15,7 @@ import pytest
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings, load_settings
 from onebox.objects.fs import FsObjectStore
+from onebox.runtime.engine.sessions import release_copies_left_here
 from onebox.runtime.engine.worker import Worker
 from onebox.runtime.services import runs as runs_api
 from onebox.runtime.services.submission import submit_plan
@@ -80,6 +81,10 @@ async def test_a_step_on_a_host_with_a_stale_copy_reads_the_newest_workspace(
         events = [e for e in await runs_api.run_events(db, run)
                   if e["type"] == "workspace_restored"]
         assert any(e["payload"].get("reason") == "stale" for e in events), events
+        assert not a.workspace(session).exists(), "the host that ended the run released it"
+        assert b.workspace(session).exists()
+        assert await release_copies_left_here(db, b) == [session]  # B's worker chore
+        assert not b.workspace(session).exists(), "B's copy went with the run"
     finally:
         await a.close()
         await b.close()

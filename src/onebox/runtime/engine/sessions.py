@@ -46,3 +46,26 @@ async def release_finished_sessions(
                                      trace_id=s["trace_id"], session_id=s["id"])
         released += 1
     return released
+
+
+async def release_copies_left_here(db: Database, backend: SandboxBackend, *,
+                                   keep: StepWorkspace | None = None) -> list[str]:
+    """Remove this host's copies of run workspaces whose session another host released (a
+    run whose steps ran on several hosts is released once, by the host that ran its last
+    step; the other hosts' copies would stay). Returns the session ids removed."""
+    root = backend.workspace("run-probe").parent
+    try:
+        here = sorted(p.name for p in root.iterdir() if p.name.startswith("run-"))
+    except FileNotFoundError:
+        return []
+    if not here:
+        return []
+    async with db.connection() as conn:
+        released = [r["id"] for r in await store.fetch_all(conn, "released_of", {"ids": here})]
+    for session_id in released:
+        await backend.cleanup(session_id)
+        if keep is not None:
+            keep.forget(session_id)
+    if released:
+        log.info("removed %d workspace copies of runs released elsewhere", len(released))
+    return released

@@ -279,6 +279,9 @@ UPDATE onebox.sessions SET status = 'RELEASED', released_at = now()
 WHERE id = %(id)s AND status = 'ACTIVE'
 RETURNING id;
 
+-- name: released_of
+SELECT id FROM onebox.sessions WHERE id = ANY(%(ids)s) AND status = 'RELEASED';
+
 -- name: finished_sessions
 SELECT s.id, s.run_id, r.trace_id FROM onebox.sessions s
 JOIN onebox.runs r ON r.id = s.run_id
