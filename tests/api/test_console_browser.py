@@ -5,6 +5,7 @@ Screenshots go to test-artifacts/console-*.png.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -45,7 +46,10 @@ async def open_console(browser: Any, api: Api, tenant: str = "acme") -> Any:
 
 
 PLAN = {"name": "console approval", "steps": [
-    {"id": "slow", "tool": "python", "code": "import time; time.sleep(8); print('slow done')"},
+    {"id": "slow", "tool": "python", "code": (  # runs until the test has seen it run: 'go'
+        "import os, time\ndeadline = time.time() + 8\n"
+        "while not os.path.exists('go') and time.time() < deadline:\n    time.sleep(0.05)\n"
+        "print('slow done')")},
     {"id": "gate", "kind": "approval", "input": {"prompt": "continue?"}, "depends_on": ["slow"]},
     {"id": "after", "tool": "bash", "code": "echo after approval", "depends_on": ["gate"]},
 ]}
@@ -71,6 +75,12 @@ async def test_runs_list_run_page_live_and_approval(api: Api, browser: Any) -> N
     node = "#dag g[data-step=slow]"
     await page.wait_for_selector(node)
     assert await page.get_attribute(node, "data-status") != "SUCCESS", "step finished too early"
+    workspace = api.rt.backend.workspace(f"run-{run_id}")
+    for _ in range(600):  # the step's workspace exists once it has started
+        if workspace.exists():
+            break
+        await asyncio.sleep(0.05)
+    (workspace / "go").write_text("")
     await page.wait_for_selector(f"{node}[data-status=SUCCESS]", timeout=30_000)
     color = await page.eval_on_selector(f"{node} rect", "r => getComputedStyle(r).fill")
     assert color == "rgb(31, 157, 85)", color  # --ok green

@@ -9,6 +9,8 @@ object store and API are real. Screenshots go to test-artifacts/issue14-*.png.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,10 @@ import csv, sys, time
 rows = list(csv.DictReader(open('data.csv')))
 for i, row in enumerate(rows, 1):
     print(f"reading row {i}: {row['region']}", file=sys.stderr, flush=True)
-time.sleep(8)
+import os
+deadline = time.time() + 8  # the test says when it has seen the step running: 'go'
+while not os.path.exists('go') and time.time() < deadline:
+    time.sleep(0.05)
 total = sum(int(r['amount']) for r in rows)
 open('report.md', 'w').write(f"# Sales report\\n\\nrows: {len(rows)}\\ntotal: {total}\\n")
 print(f"total: {total}")
@@ -46,6 +51,21 @@ steps:
 """
 
 
+def release_running_steps(api: Api) -> None:
+    """Tell the steps waiting for 'go' in their workspace that the test has seen them run."""
+    for workspace in api.rt.backend.workspace("run-x").parent.glob("run-*"):
+        with contextlib.suppress(OSError):
+            (workspace / "go").write_text("")
+
+
+async def _until_running(client: Any, run_id: str) -> None:
+    for _ in range(600):
+        steps = (await client.get(f"/v1/runs/{run_id}")).json()["steps"]
+        if any(s["step_id"] == "summarise" and s["status"] == "RUNNING" for s in steps):
+            return
+        await asyncio.sleep(0.05)
+
+
 async def test_a_task_runs_steps_and_planner_see_its_input_file(agent_api: Api) -> None:
     """Before, the agent's first model call opened the workspace to describe it, so the
     run's input files were never placed: the step failed with FileNotFoundError."""
@@ -55,6 +75,8 @@ async def test_a_task_runs_steps_and_planner_see_its_input_file(agent_api: Api) 
         ids = [u["id"] for u in upload.json()["uploads"]]
         run_id = (await c.post("/v1/runs", json={"task": "summarise", "files": ids})).json()[
             "run_id"]
+        await _until_running(c, run_id)
+        release_running_steps(agent_api)
         detail = await wait_status(c, run_id, "WAITING", "FAILED", "DEAD", "SUCCEEDED")
     steps = {s["step_id"]: s for s in detail["steps"]}
     assert steps["summarise"]["status"] == "SUCCESS", steps["summarise"]["stderr"]
@@ -89,6 +111,7 @@ async def test_a_task_with_a_csv_from_start_to_report(agent_api: Api,
     await page.wait_for_selector(f"{live}:has-text('reading row 3: east')", timeout=30_000)
     assert await page.get_attribute("#dag g[data-step=summarise]", "data-status") == "RUNNING"
     await page.screenshot(path=str(ARTIFACTS / "issue14-live.png"), full_page=True)
+    release_running_steps(agent_api)
 
     card = "[data-approval=publish]"
     await page.wait_for_selector(f"{card} .approval-prompt:has-text('Publish report.md to "
