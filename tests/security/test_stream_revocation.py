@@ -1,4 +1,5 @@
-"""Revoking a key ends its open streams: a run's SSE stream and an MCP HTTP stream.
+"""Revoking a key ends its open streams: a run's SSE stream, an MCP HTTP stream and an E2B
+command's output stream.
 
 A stream opened with a key keeps the key's rights only while the key is active: once it is
 revoked the stream ends within the keep-alive interval (not at the run's end, nor never),
@@ -101,3 +102,58 @@ async def test_an_mcp_http_stream_ends_at_revocation(
                     json.loads(line[5:] or "{}")], rest
         after = await c.post("/mcp", json=INIT, headers={"Accept": ACCEPT})
         assert after.status_code == 401
+
+
+TICKER = "for i in $(seq 1 600); do echo tick-$i; sleep 0.1; done"
+
+
+async def _frames(response: httpx.Response) -> AsyncIterator[dict]:
+    """The Connect envelopes of a server stream, decoded (flags byte, length, JSON)."""
+    buffer = b""
+    async for chunk in response.aiter_bytes():
+        buffer += chunk
+        while len(buffer) >= 5 and len(buffer) >= 5 + int.from_bytes(buffer[1:5], "big"):
+            size = int.from_bytes(buffer[1:5], "big")
+            yield json.loads(buffer[5:5 + size] or b"{}")
+            buffer = buffer[5 + size:]
+
+
+async def test_an_e2b_process_stream_ends_at_revocation(
+    settings: Settings, rt: Runtime, db: Database,
+) -> None:
+    """A command's output streamed through the E2B door with an API key stops within
+    api.key_recheck_s of the key's revocation, while the command still prints."""
+    from onebox.api.e2b.connect import envelope
+
+    settings.api.key_recheck_s = 1.0
+    key, row = await create_key(db, tenant_id="acme", name="e2b-watcher")
+    async with _serving(create_app(settings, runtime=rt)) as url, httpx.AsyncClient(
+            base_url=url, timeout=60) as c:
+        made = (await c.post("/e2b/v2/sandboxes", json={}, headers={"X-API-Key": key})).json()
+        start = envelope({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", TICKER]}})
+        headers = {"E2b-Sandbox-Id": made["sandboxID"], "E2b-Sandbox-Port": "49983",
+                   "X-Access-Token": key, "Content-Type": "application/connect+json"}
+        seen: list[dict] = []
+        async with c.stream("POST", "/e2b/sandbox/process.Process/Start", content=start,
+                            headers=headers) as response:
+            frames = _frames(response)
+
+            async def until_ticking() -> None:
+                async for frame in frames:
+                    seen.append(frame)
+                    if "tick-3" in json.dumps(frame) or "dGljay0z" in json.dumps(frame):
+                        return
+
+            await asyncio.wait_for(until_ticking(), 60)
+            assert seen, (response.status_code, response.headers)
+            await revoke_key(db, row["prefix"])
+            revoked_at = len(seen)
+
+            async def rest() -> None:
+                async for frame in frames:
+                    seen.append(frame)
+
+            await asyncio.wait_for(rest(), 1.0 + MARGIN_S)
+    ended = seen[-1]
+    assert ended.get("error", {}).get("code") == "unauthenticated", ended
+    assert len(seen) - revoked_at < 100, "the stream kept going long after the revocation"

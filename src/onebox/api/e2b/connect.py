@@ -6,10 +6,12 @@ end-of-stream envelope (flag 2) that carries the error, if any."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import struct
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import Request
@@ -97,8 +99,47 @@ def envelope(message: dict[str, Any], flags: int = 0) -> bytes:
     return struct.pack(">BI", flags, len(data)) + data
 
 
-def stream_response(messages: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+def stream_response(messages: AsyncIterator[dict[str, Any]],
+                    still_allowed: Callable[[], Awaitable[bool]] | None = None,
+                    every_s: float = 10.0) -> StreamingResponse:
+    """A server stream of ``messages``; with ``still_allowed``, asked at least every
+    ``every_s`` seconds (also while no message comes), the stream ends with an
+    ``unauthenticated`` error the first time it says no (a revoked key, a removed tenant,
+    a deleted sandbox), and no message after that is sent."""
+    if still_allowed is not None:
+        messages = _while_allowed(messages, still_allowed, every_s)
     return StreamingResponse(_framed(messages), media_type=STREAM_TYPE)
+
+
+async def _while_allowed(messages: AsyncIterator[dict[str, Any]],
+                         still_allowed: Callable[[], Awaitable[bool]],
+                         every_s: float) -> AsyncIterator[dict[str, Any]]:
+    source = aiter(messages)
+    pending: asyncio.Task[dict[str, Any]] | None = None
+    due = time.monotonic() + every_s
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(source))
+            done, _ = await asyncio.wait({pending}, timeout=max(due - time.monotonic(), 0))
+            if time.monotonic() >= due:
+                due = time.monotonic() + every_s
+                if not await still_allowed():
+                    raise RpcError("unauthenticated", "access to this sandbox ended (the key "
+                                   "was revoked, the tenant removed, or the sandbox is gone)")
+            if done:
+                try:
+                    message = pending.result()
+                except StopAsyncIteration:
+                    return
+                pending = None
+                yield message
+    finally:
+        if pending is not None:  # let the cancelled read end before the source is closed
+            pending.cancel()
+            await asyncio.wait({pending})
+        if isinstance(source, AsyncGenerator):
+            await source.aclose()
 
 
 async def _framed(messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
