@@ -300,3 +300,28 @@ async def test_a_step_granted_a_domain_sends_it_no_worker_secret(
     assert '"env": {' in sink.requests[0], "the step's environment was sent out"
     for value in (*CANARIES.values(), OPERATOR_KEY[1]):
         assert value not in sink.requests[0], "a worker secret left through the egress proxy"
+
+
+async def test_an_environment_build_sees_no_worker_secret(idle: tuple[Setup, Stack]) -> None:
+    """An environment build runs pip for the tenant in a sandbox that may reach the package
+    index: its request (environment, limits, the operator's allow list) is the build's own,
+    with pip replaced by the probe a hostile package's setup.py would run."""
+    import dataclasses
+
+    from onebox.runtime.environments.service import _pip_request
+    from onebox.sandbox.base import NetworkPolicy
+
+    _setup, stack = idle
+    with CaptureServer() as sink:
+        stack.settings.environments.allow_domains = [f"localhost:{sink.port}"]
+        request = _pip_request("env-build-canary", stack.settings,
+                               {"packages": ["six"]}, lambda line: None)
+        assert request.network == NetworkPolicy(allow_domains=(f"localhost:{sink.port}",))
+        probe = dataclasses.replace(request, argv=("/usr/bin/python3", "-c",
+                                                   EXFILTRATE % sink.port))
+        result = await stack.backend.execute(probe)
+        await stack.backend.cleanup("env-build-canary")
+    assert result.ok, result.stderr
+    assert len(sink.requests) == 1 and '"env": {' in sink.requests[0], sink.requests
+    for value in (*CANARIES.values(), OPERATOR_KEY[1]):
+        assert value not in sink.requests[0], "a worker secret reached an environment build"
