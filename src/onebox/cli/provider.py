@@ -43,11 +43,16 @@ def add_cmd(name: str, base_url: str, api_key_env: str | None, models: tuple[str
         async with db.connection() as conn:
             return await service.add_provider(conn, spec)
 
-    saved = common.with_db(common.settings(), go)
+    settings = common.settings()
+    saved = common.with_db(settings, go)
     if as_json:
         common.print_json(saved)
     else:
         common.out.print(f"provider {name} declared: {spec.base_url}", markup=False)
+    if name in {p.name for p in settings.providers} or name == service.DEFAULT:
+        common.err.print(f"note: {name!r} is also declared by this host's settings "
+                         "(ONEBOX_PROVIDERS, or the process's own llm settings for 'default'), "
+                         "which win on this host over the stored declaration", markup=False)
 
 
 @provider.command("list")
