@@ -325,3 +325,29 @@ async def test_an_environment_build_sees_no_worker_secret(idle: tuple[Setup, Sta
     assert len(sink.requests) == 1 and '"env": {' in sink.requests[0], sink.requests
     for value in (*CANARIES.values(), OPERATOR_KEY[1]):
         assert value not in sink.requests[0], "a worker secret reached an environment build"
+
+
+async def test_cache_verification_asks_the_operators_model_only(
+        idle: tuple[Setup, Stack], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tenant's question that lands near a cached answer makes the server ask a model to
+    confirm: the operator's (llm settings), with its key, and nothing of the worker's other
+    secrets in what it sends."""
+    from pydantic import SecretStr
+
+    from onebox.knowledge.service import cache_verifier
+
+    setup, stack = idle
+    settings = stack.settings
+    settings.knowledge.cache_verify = True
+    settings.llm.model, settings.llm.base_url = "op-model", setup.operator.base_url
+    settings.llm.api_key, settings.llm.max_retries = SecretStr(OPERATOR_KEY[1]), 0
+    setup.operator.add(ServerReply.text("yes"))
+    verifier = cache_verifier(setup.db, settings)
+    assert verifier is not None
+    assert await verifier.confirm("Who founded the firm?", "Who founded the company?", 0.95)
+    assert {h["authorization"] for h in setup.operator.headers} == {f"Bearer {OPERATOR_KEY[1]}"}
+    sent = json.dumps(setup.operator.requests)
+    assert "Who founded the company?" in sent  # the probe reached the provider
+    for value in CANARIES.values():
+        assert value not in sent and value not in json.dumps(setup.operator.headers)
+    assert setup.attacker.requests == []
