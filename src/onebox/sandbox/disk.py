@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
+MOUNTS_LOCK = "mounts.lock"
 
 
 class LoopDiskQuota:
@@ -57,6 +60,21 @@ class LoopDiskQuota:
 
     def image_of(self, workspace: Path) -> Path:
         return self.images_dir / f"{workspace.parent.name}-{workspace.name}.img"
+
+    @contextlib.asynccontextmanager
+    async def mounting(self) -> AsyncIterator[None]:
+        """One process of this home at a time mounts, or unmounts, a workspace's image (an
+        flock on the home's one ``mounts.lock``; a mount takes milliseconds): two workers of
+        one host starting steps of one run had each mounted it, and the second mount's
+        writes were lost."""
+        self.images_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.images_dir / MOUNTS_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o600)
+        try:
+            await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     async def mount(self, image: Path, workspace: Path) -> None:
         await _run("mount", "-o", "loop,nosuid,nodev", str(image), str(workspace))

@@ -247,12 +247,14 @@ class BwrapSandbox(SandboxBackend):
     async def make_workspace(self, path: Path) -> None:
         """Create or adopt a workspace; with disk caps, (re)mount its image on it."""
         path.mkdir(mode=0o755, exist_ok=True)
-        if self.disk_enabled and not os.path.ismount(path):
-            image = self.disk.image_of(path)
-            if image.exists():
-                await self.disk.mount(image, path)
-            elif not any(path.iterdir()):
-                await self.disk.attach(path, self.cfg.disk_mb)
+        if self.disk_enabled:
+            async with self.disk.mounting():  # another process of this home may mount it too
+                if not os.path.ismount(path):
+                    image = self.disk.image_of(path)
+                    if image.exists():
+                        await self.disk.mount(image, path)
+                    elif not any(path.iterdir()):
+                        await self.disk.attach(path, self.cfg.disk_mb)
         await asyncio.to_thread(self.identities.claim, path)
 
     async def drop_workspace(self, path: Path) -> None:
@@ -261,7 +263,8 @@ class BwrapSandbox(SandboxBackend):
         await self.successors.drop(path.name)
         uid = uid_of(path)
         if self.disk_enabled:
-            await self.disk.detach(path)
+            async with self.disk.mounting():
+                await self.disk.detach(path)
         await asyncio.to_thread(shutil.rmtree, path, True)
         await asyncio.to_thread(self.identities.free, path, uid)
 
