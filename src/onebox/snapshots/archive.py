@@ -68,8 +68,11 @@ async def record_snapshot(
     execution_id: uuid.UUID | None = None,
     kind: rows.Kind = "manual",
     reuse: bool = True,
+    snapshot_id: uuid.UUID | None = None,
 ) -> SnapshotRecord:
-    """Capture ``workspace_dir``, store it, write its row and link the execution (if any)."""
+    """Capture ``workspace_dir``, store it, write its row and link the execution (if any).
+    ``snapshot_id``: the new row's id, when the caller must know it before the row exists
+    (an identical snapshot already stored is reused under its own id)."""
     manifest = await asyncio.to_thread(_scan_and_digest, workspace_dir)
     pre = kind == "pre"
     if reuse:
@@ -79,7 +82,7 @@ async def record_snapshot(
                 pre=pre, event={"sha256": manifest.sha256, "reused": True, "stored_bytes": 0})
         if existing is not None:
             return SnapshotRecord(existing, manifest.sha256, reused=True)
-    snapshot_id = uuid.uuid4()
+    snapshot_id = snapshot_id or uuid.uuid4()
     async with db.connection() as conn:
         await rows.register(
             conn, snapshot_id=snapshot_id, session_id=session_id, execution_id=execution_id,
@@ -128,12 +131,14 @@ async def snapshot_before_step(
     session_id: str,
     execution_id: uuid.UUID,
     policy: Policy,
+    snapshot_id: uuid.UUID | None = None,
 ) -> uuid.UUID | None:
     """Snapshot the step's inputs; sets task_execution.pre_snapshot_id. None if policy is never."""
     if policy == "never":
         return None
     record = await record_snapshot(db, store, workspace_dir, session_id=session_id,
-                                   execution_id=execution_id, kind="pre")
+                                   execution_id=execution_id, kind="pre",
+                                   snapshot_id=snapshot_id)
     return record.id
 
 
@@ -146,6 +151,7 @@ async def snapshot_step(
     execution_id: uuid.UUID,
     policy: Policy,
     failed: bool,
+    snapshot_id: uuid.UUID | None = None,
 ) -> uuid.UUID | None:
     """Snapshot the step's outputs and set task_execution.snapshot_id; return the snapshot id.
 
@@ -158,7 +164,8 @@ async def snapshot_step(
         await _drop_pre(db, execution_id)
         return None
     record = await record_snapshot(db, store, workspace_dir, session_id=session_id,
-                                   execution_id=execution_id, kind="post")
+                                   execution_id=execution_id, kind="post",
+                                   snapshot_id=snapshot_id)
     return record.id
 
 

@@ -24,6 +24,7 @@ import datetime as dt
 import hashlib
 import logging
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -80,15 +81,20 @@ class StepWorkspace:
             return await snapshot_rows.latest_before(conn, session_id, dt.datetime.now(dt.UTC))
 
     async def _current(self, session_id: str, latest: store.Row) -> bool:
-        """Whether the copy here is at least as new as the session's newest snapshot: it is
-        the one marked, or older than it. A copy never marked (made before marks existed),
+        """Whether the copy here is at least as new as the session's newest snapshot: this
+        host took it (its id was noted before its row existed, so a step of this host
+        snapshotting beside this one never looks like another host's), or it is the one
+        last marked, or older than that. A copy with no notes (made before they existed),
         or whose marked snapshot is gone (dropped by ``on_failure``, expired), is taken as
-        current and marked."""
-        mark = self._marked(session_id)
-        if mark is not None and mark != str(latest["id"]):
+        current."""
+        ours, seen = self._notes(session_id)
+        latest_id = str(latest["id"])
+        if latest_id in ours or latest_id == seen:
+            return True
+        if seen is not None:
             async with self.db.connection() as conn:
                 try:
-                    marked = await snapshot_rows.get(conn, mark)
+                    marked = await snapshot_rows.get(conn, seen)
                 except NotFound:
                     marked = None
             if marked is not None and latest["created_at"] > marked["created_at"]:
@@ -99,22 +105,32 @@ class StepWorkspace:
     def _mark_path(self, session_id: str) -> Path:
         return self.marks / hashlib.sha256(session_id.encode()).hexdigest()[:32]
 
-    def _marked(self, session_id: str) -> str | None:
+    def _notes(self, session_id: str) -> tuple[set[str], str | None]:
+        """The snapshots this host took of the session, and the one its copy last matched."""
         try:
-            return self._mark_path(session_id).read_text().strip() or None
+            lines = self._mark_path(session_id).read_text().split("\n")
         except FileNotFoundError:
-            return None
+            return set(), None
+        ours = {line[5:] for line in lines if line.startswith("ours ")}
+        seen = [line[5:] for line in lines if line.startswith(("seen ", "ours "))]
+        return ours, (seen[-1] if seen else None)
+
+    def _note(self, session_id: str, kind: str, snapshot_id: Any) -> None:
+        """Append one line (``ours ID``: this host is taking it; ``seen ID``: the copy here
+        matches it); a small O_APPEND write, so the workers of a host can share the file."""
+        self.marks.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self._mark_path(session_id),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, f"{kind} {snapshot_id}\n".encode())
+        finally:
+            os.close(fd)
 
     def _mark(self, session_id: str, snapshot_id: Any) -> None:
-        """Note that the copy here matches ``snapshot_id`` (written whole, then renamed)."""
-        self.marks.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = self._mark_path(session_id)
-        tmp = path.with_suffix(f".{os.getpid()}")
-        tmp.write_text(str(snapshot_id))
-        os.replace(tmp, path)
+        self._note(session_id, "seen", snapshot_id)
 
     def forget(self, session_id: str) -> None:
-        """The session's copy here is gone (released): its mark goes too."""
+        """The session's copy here is gone (released): its notes go too."""
         with contextlib.suppress(FileNotFoundError):
             self._mark_path(session_id).unlink()
 
@@ -143,13 +159,16 @@ class StepWorkspace:
         if policy == "never" or not workspace.exists():
             return
         ids = {"session_id": row["session_id"], "execution_id": row["id"], "policy": policy}
+        new_id = uuid.uuid4()
+        self._note(row["session_id"], "ours", new_id)  # before its row exists: see _current
         try:
             if pre:
-                taken = await snapshot_before_step(self.db, self.objects, workspace, **ids)
+                taken = await snapshot_before_step(self.db, self.objects, workspace, **ids,
+                                                   snapshot_id=new_id)
             else:
                 taken = await snapshot_step(self.db, self.objects, workspace, failed=failed,
-                                            **ids)
-            if taken is not None:
+                                            snapshot_id=new_id, **ids)
+            if taken is not None and taken != new_id:  # an identical one, reused
                 self._mark(row["session_id"], taken)
         except (OneboxError, OSError) as exc:
             log.warning("snapshot of step %s failed: %s", row["step_id"], exc)
