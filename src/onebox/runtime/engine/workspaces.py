@@ -7,10 +7,11 @@ released, or a worker on another machine took it over) but the session has snaps
 the newest one is restored first, so the step sees the files earlier steps wrote.
 
 A workspace that *is* here may be stale: a later step ran on another host and left a newer
-snapshot. Each host marks, per session, the newest snapshot its copy is known to match (the
-one it restored, or took itself; a file under the sandbox state dir, out of the sandbox's
-reach). When the session's newest snapshot is not the one marked, the copy here is replaced
-by a restore of it (a ``workspace_restored`` event with ``reason: stale``). This holds with
+snapshot. Each host notes, per session, the snapshots it takes (before their rows exist) and
+the one its copy last matched (a file under the sandbox state dir, out of the sandbox's
+reach). When the session's newest snapshot is neither one it took nor the one it matched,
+and is newer than that one, the copy here is replaced by a restore of it (a
+``workspace_restored`` event with ``reason: stale``). This holds with
 ``snapshot_policy: always``; with fewer snapshots a later host has nothing newer to restore.
 Snapshots follow ``settings.snapshot_policy``; a snapshot that cannot be taken (a
 workspace past a bound: entries, depth, time or apparent bytes) is recorded as a
