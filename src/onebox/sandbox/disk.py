@@ -64,12 +64,12 @@ class LoopDiskQuota:
     @contextlib.asynccontextmanager
     async def mounting(self) -> AsyncIterator[None]:
         """One process of this home at a time mounts, or unmounts, a workspace's image (an
-        flock on the home's one ``mounts.lock``; a mount takes milliseconds): two workers of
-        one host starting steps of one run had each mounted it, and the second mount's
-        writes were lost."""
+        flock on ``mounts.lock`` in the home's sandbox state dir, beside ``images/``; a mount
+        takes milliseconds): two workers of one host starting steps of one run had each
+        mounted it, and the second mount's writes were lost."""
         self.images_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.images_dir / MOUNTS_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                     0o600)
+        fd = os.open(self.images_dir.parent / MOUNTS_LOCK,
+                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
             yield
