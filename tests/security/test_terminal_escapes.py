@@ -92,3 +92,27 @@ async def test_every_command_escapes_what_a_run_produced(
     assert "out\\x1b]0;file-title" in "".join(o for o, _ in (
         (shown[("files", run)][1], 0), *((v[1], 0) for k, v in shown.items()
                                           if k[:2] == ("snapshot", "show"))))
+
+
+def test_markup_in_a_name_plants_no_hyperlink() -> None:
+    """A table cell is read as rich markup: a file name or step id holding `[link=...]`
+    would become an OSC 8 hyperlink on the operator's terminal. The CLI's consoles print
+    no link at all (the plain console, the control, does)."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from onebox.cli.common import SafeConsole
+
+    name = "report[link=http://evil.example/steal]click me[/link].txt"
+    shown = {}
+    for kind in (Console, SafeConsole):
+        out = io.StringIO()
+        table = Table("file")
+        table.add_row(name)
+        kind(file=out, force_terminal=True, highlight=False, width=120).print(table)
+        shown[kind.__name__] = out.getvalue()
+    assert "\x1b]8;" in shown["Console"]  # the probe reaches its target
+    assert "\x1b]8;" not in shown["SafeConsole"] and "evil.example" not in shown["SafeConsole"]
+    assert "click me" in shown["SafeConsole"]

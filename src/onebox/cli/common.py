@@ -31,12 +31,19 @@ class SafeConsole(Console):
     """A console whose printed text never drives the terminal: every control character in
     what it prints (a step's output, a name, an error, a model's answer, in a table cell
     or a panel as much as a line) is shown escaped by :func:`~onebox.cli.render.safe_text`.
-    Rich's own styling and cursor control are segments of their own and pass unchanged."""
+    Rich's own styling and cursor control are segments of their own and pass unchanged,
+    but no segment carries a hyperlink: a name holding rich markup (``[link=...]``, read as
+    markup in a table cell) cannot plant an OSC 8 link; the CLI makes none of its own."""
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-        return super()._render_buffer(
-            seg if seg.control else Segment(safe_text(seg.text), seg.style, seg.control)
-            for seg in buffer)
+        return super()._render_buffer(_safe(seg) for seg in buffer)
+
+
+def _safe(seg: Segment) -> Segment:
+    if seg.control:
+        return seg
+    style = seg.style.update_link(None) if seg.style is not None and seg.style.link else seg.style
+    return Segment(safe_text(seg.text), style, seg.control)
 
 
 out = SafeConsole(highlight=False)
