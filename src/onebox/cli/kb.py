@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -192,8 +193,9 @@ def search_cmd(query: str, collections: tuple[str, ...], k: int, meta: tuple[str
     for rank, hit in enumerate(hits, start=1):
         doc, scores = hit["document"], hit["scores"]
         score_text = " ".join(f"{name}={value:.3f}" for name, value in scores.items())
-        common.out.print(f"[bold]{rank}. {doc['title'] or doc['source']}[/] "
-                         f"({doc['collection']}, chunk {hit['ordinal']}) {score_text}")
+        common.out.print(f"[bold]{rank}. {escape(str(doc['title'] or doc['source']))}[/] "
+                         f"({escape(str(doc['collection']))}, chunk {hit['ordinal']}) "
+                         f"{score_text}")
         common.out.print(f"   {hit['content'][:300]}", markup=False)
 
 

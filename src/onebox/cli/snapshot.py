@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from onebox.cli.common import fail, json_option, out, print_json, run, settings
@@ -161,9 +162,10 @@ def restore_cmd(snapshot_id: str, into: Path | None, new_session: bool,
         print_json(data)
         return
     where = f"session {data['session_id']} ({data['into']})" if data["session_id"] else data["into"]
-    out.print(f"restored {data['file_count']} files ({_size(data['bytes'])}) into {where}")
+    out.print(f"restored {data['file_count']} files ({_size(data['bytes'])}) into "
+              f"{escape(str(where))}")
     for path in data["skipped_symlinks"]:
-        out.print(f"[yellow]skipped symlink pointing outside the directory:[/] {path}")
+        out.print(f"[yellow]skipped symlink pointing outside the directory:[/] {escape(path)}")
     if data["session_id"]:
         out.print(f"run code in it: onebox exec --session {data['session_id']} -- CODE")
 
