@@ -27,6 +27,8 @@ import stat
 import time
 from pathlib import Path
 
+from onebox.processes import pid_alive
+
 log = logging.getLogger(__name__)
 
 PG_ROOT = Path("/var/lib/onebox/pg")
@@ -103,13 +105,7 @@ def _server_running(data: Path) -> bool:
         pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
     except (OSError, ValueError):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def reclaim(root: Path = PG_ROOT) -> list[Path]:
