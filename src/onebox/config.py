@@ -255,6 +255,19 @@ class ApiSettings(BaseModel):
     heartbeat_s: float = Field(15.0, gt=0, description="SSE keep-alive comment interval")
     key_recheck_s: float = Field(10.0, gt=0, le=20, description="an open SSE stream re-checks "
                                  "its API key this often and ends once the key is revoked")
+    advertise_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+$", description="the address other API servers of "
+        "the same database forward a session's requests to (a pod's IP and port); default "
+        "http://<host>:<port>, a wildcard host replaced by this machine's address")
+    server_heartbeat_s: float = Field(3.0, gt=0, le=60, description="how often this server "
+                                      "renews its row in onebox.api_servers")
+    server_lease_s: float = Field(15.0, gt=0, le=600, description="a server silent this long "
+                                  "is taken for dead: its sessions move to the server a "
+                                  "request reaches, restored from their newest snapshot")
+    session_snapshot_s: float = Field(30.0, ge=0, description="how often this server snapshots "
+                                      "the sessions it holds that were used since their last "
+                                      "snapshot (what a crash of this server can lose); 0: only "
+                                      "when it stops")
 
 
 class Settings(BaseSettings):

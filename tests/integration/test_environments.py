@@ -123,9 +123,8 @@ async def test_an_e2b_template_names_a_built_environment(
         db: Database, backend: SandboxBackend, settings: Settings) -> None:
     assert (await envs.build(db, backend, settings, "default", "tiny", ["six"]))["status"] \
         == "READY"
-    table = e2b_sandboxes.E2bSandboxes()
     for template, imports in (("tiny", True), ("code-interpreter-v1", False)):
-        sandbox = await e2b_sandboxes.create(db, backend, table, "default", template=template,
+        sandbox = await e2b_sandboxes.create(db, backend, "default", template=template,
                                              metadata=None, timeout_s=60)
         result = await session_service.execute(
             db, backend, sandbox.sandbox_id, code=IMPORT_SIX, language="python", timeout_s=30,

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from onebox.api import session_routing
 from onebox.api.bounds import JsonDepthLimit
 from onebox.api.e2b import router as e2b_router
 from onebox.api.errors import BodyLimit, SecurityHeaders, install_error_handlers
@@ -38,6 +39,7 @@ from onebox.api.routes import (
     threads,
     uploads,
 )
+from onebox.api.session_routing import SessionRouter
 from onebox.api.state import ApiState
 from onebox.config import Settings
 from onebox.llm.embedding import EmbeddingModel
@@ -71,6 +73,9 @@ def create_app(
             state = _state(settings, rt, embedding, owns=True)
             app.state.onebox = state
         stop = asyncio.Event()
+        await session_routing.join(state)
+        keepers = [asyncio.create_task(session_routing.keep_joined(state, stop)),
+                   asyncio.create_task(session_routing.keep_snapshotted(state, stop))]
         if worker:
             state.worker_task = asyncio.create_task(_work(state, stop))
             state.worker_task.add_done_callback(partial(_worker_ended, stop))
@@ -80,6 +85,8 @@ def create_app(
             stop.set()
             if state.worker_task is not None:
                 await _stopped(state.worker_task)
+            await asyncio.gather(*keepers)
+            await session_routing.leave(state)
             await state.close()
 
     app = FastAPI(
@@ -102,6 +109,7 @@ def create_app(
     async def root() -> RedirectResponse:
         return RedirectResponse("/ui/")
 
+    app.add_middleware(SessionRouter)  # innermost: a forwarded body was bounded already
     app.add_middleware(JsonDepthLimit)  # inside BodyLimit: it reads a bounded body
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_request_bytes,
                        max_upload_bytes=settings.api.max_upload_bytes)

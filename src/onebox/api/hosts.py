@@ -64,7 +64,7 @@ class LoopbackHostOnly:
         self.settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        host = _header(scope, b"host")
+        host = scope_header(scope, b"host")
         if scope["type"] == "lifespan" or self.settings.api.auth \
                 or is_loopback_address(host_of(host)):
             await self.app(scope, receive, send)
@@ -80,7 +80,8 @@ class LoopbackHostOnly:
         await response(scope, receive, send)
 
 
-def _header(scope: Scope, name: bytes) -> str:
+def scope_header(scope: Scope, name: bytes) -> str:
+    """A request header's value (latin-1), or ''."""
     for key, value in scope.get("headers", []):
         if key == name:
             return str(value.decode("latin-1"))

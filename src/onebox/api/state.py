@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+import httpx
 from fastapi import Request
 
 from onebox.api.events import EventHub
@@ -13,6 +14,7 @@ from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import EmbeddingModel, embedding_model_from_settings
 from onebox.objects import ObjectStore
 from onebox.runtime.services.service import Runtime
+from onebox.runtime.services.session_holders import ServerIdentity
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 
@@ -28,6 +30,8 @@ class ApiState:
     _embedding: EmbeddingModel | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     worker_task: asyncio.Task[None] | None = None  # `onebox up`'s in-process worker
+    server: ServerIdentity | None = None  # this server in onebox.api_servers, while it serves
+    _forwarding: httpx.AsyncClient | None = None
 
     def worker_problem(self) -> str | None:
         """Why the in-process worker is not running, or None (also when there is none)."""
@@ -60,8 +64,25 @@ class ApiState:
     def objects(self) -> ObjectStore:
         return self.runtime.objects
 
+    @property
+    def server_id(self) -> str | None:
+        """This server's id while it serves (the holder of the sessions it creates)."""
+        return None if self.server is None else self.server.id
+
+    def forwarding_client(self) -> httpx.AsyncClient:
+        """The client that forwards a session's requests to its holder (api/session_routing):
+        no read deadline (a cell may run for minutes, a stream for hours), no redirects, no
+        proxy from the environment."""
+        if self._forwarding is None:
+            self._forwarding = httpx.AsyncClient(
+                timeout=httpx.Timeout(None, connect=5.0), follow_redirects=False,
+                trust_env=False)
+        return self._forwarding
+
     async def close(self) -> None:
         await self.hub.close()
+        if self._forwarding is not None:
+            await self._forwarding.aclose()
         if self._embedding is not None:
             await self._embedding.close()
         if self.owns_runtime:

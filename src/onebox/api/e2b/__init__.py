@@ -28,7 +28,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state = app.state.e2b = E2bState()
     api = getattr(app.state, "onebox", None)
     if api is not None:
-        state.sweeper = asyncio.create_task(expire_forever(api.db, api.backend, state.sandboxes))
+        state.sweeper = asyncio.create_task(expire_forever(
+            api.db, api.backend, lambda: api.server_id, api.settings.api.server_lease_s))
     try:
         yield
     finally:

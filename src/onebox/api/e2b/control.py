@@ -74,9 +74,9 @@ def _detail(sandbox: E2bSandbox, state: State) -> dict[str, Any]:
 async def create(body: NewSandbox, request: Request, state: State,
                  caller: Caller) -> dict[str, Any]:
     sandbox = await sandboxes.create(
-        state.db, state.backend, e2b_state(request).sandboxes, caller.tenant_id,
-        template=body.template_id, metadata=body.metadata, timeout_s=body.timeout,
-        envs=body.env_vars)
+        state.db, state.backend, caller.tenant_id, template=body.template_id,
+        metadata=body.metadata, timeout_s=body.timeout, envs=body.env_vars,
+        holder=state.server_id)
     return await _created(sandbox, request, state)
 
 
@@ -84,20 +84,18 @@ async def create(body: NewSandbox, request: Request, state: State,
 @router.post("/sandboxes/{sandbox_id}/connect", include_in_schema=False)
 async def connect(sandbox_id: SandboxId, body: ConnectBody, request: Request, state: State,
                   caller: Caller) -> dict[str, Any]:
-    table = e2b_state(request).sandboxes
     if body.timeout is not None:
-        sandbox = await sandboxes.set_timeout(state.db, table, sandbox_id, caller.tenant_id,
+        sandbox = await sandboxes.set_timeout(state.db, sandbox_id, caller.tenant_id,
                                               body.timeout)
     else:
-        sandbox = await sandboxes.require(state.db, table, sandbox_id, caller.tenant_id)
+        sandbox = await sandboxes.require(state.db, sandbox_id, caller.tenant_id)
     return await _created(sandbox, request, state)
 
 
 @router.get("/sandboxes/{sandbox_id}", summary="E2B: a sandbox's info")
 async def info(sandbox_id: SandboxId, request: Request, state: State,
                caller: Caller) -> dict[str, Any]:
-    sandbox = await sandboxes.require(state.db, e2b_state(request).sandboxes, sandbox_id,
-                                      caller.tenant_id)
+    sandbox = await sandboxes.require(state.db, sandbox_id, caller.tenant_id)
     return _detail(sandbox, state)
 
 
@@ -112,8 +110,7 @@ async def list_sandboxes(
         return []  # onebox never pauses a sandbox
     wanted = {unquote(k): unquote(v)
               for k, v in sandboxes.parse_metadata_query(metadata).items()}
-    found = await sandboxes.list_for(state.db, e2b_state(request).sandboxes,
-                                     caller.tenant_id, wanted)
+    found = await sandboxes.list_for(state.db, caller.tenant_id, wanted)
     return [_detail(s, state) for s in found]
 
 
@@ -121,16 +118,14 @@ async def list_sandboxes(
              summary="E2B: the sandbox ends this many seconds from now")
 async def set_timeout(sandbox_id: SandboxId, body: Timeout, request: Request, state: State,
                       caller: Caller) -> Response:
-    await sandboxes.set_timeout(state.db, e2b_state(request).sandboxes, sandbox_id,
-                                caller.tenant_id, body.timeout)
+    await sandboxes.set_timeout(state.db, sandbox_id, caller.tenant_id, body.timeout)
     return Response(status_code=204)
 
 
 @router.delete("/sandboxes/{sandbox_id}", status_code=204, response_class=Response,
                summary="E2B: kill the sandbox (delete the session and its workspace)")
 async def kill(sandbox_id: SandboxId, request: Request, state: State, caller: Caller) -> Response:
-    await sandboxes.kill(state.db, state.backend, e2b_state(request).sandboxes, sandbox_id,
-                         caller.tenant_id)
+    await sandboxes.kill(state.db, state.backend, sandbox_id, caller.tenant_id)
     return Response(status_code=204)
 
 
@@ -141,7 +136,7 @@ async def kill(sandbox_id: SandboxId, request: Request, state: State, caller: Ca
 async def unsupported(sandbox_id: SandboxId, request: Request, state: State,
                       caller: Caller) -> None:
     # another tenant's sandbox is "not found" here too, as on every other route
-    await sandboxes.require(state.db, e2b_state(request).sandboxes, sandbox_id, caller.tenant_id)
+    await sandboxes.require(state.db, sandbox_id, caller.tenant_id)
     action = request.url.path.rsplit("/", 1)[-1]
     raise Conflict(f"onebox does not {action} E2B sandboxes: a sandbox runs until its timeout "
                    "or kill(); its workspace can be snapshotted through /v1/snapshots",

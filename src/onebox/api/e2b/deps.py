@@ -23,7 +23,6 @@ from onebox.errors import NotFound, ValidationError
 from onebox.runtime.e2b import sandboxes as e2b_sandboxes
 from onebox.runtime.e2b import tokens as sandbox_tokens
 from onebox.runtime.e2b.commands import E2bProcesses
-from onebox.runtime.e2b.sandboxes import E2bSandboxes
 from onebox.runtime.e2b.tokens import SecretCache
 
 ENVD_PORT = 49983
@@ -33,7 +32,6 @@ SANDBOX_ID = re.compile(r"^api-[0-9a-f]{16}$")
 
 @dataclass
 class E2bState:
-    sandboxes: E2bSandboxes = field(default_factory=E2bSandboxes)
     processes: E2bProcesses = field(default_factory=E2bProcesses)
     token_secret: SecretCache = field(default_factory=SecretCache)
     sweeper: asyncio.Task[None] | None = None
@@ -103,5 +101,5 @@ async def target(request: Request, port: int) -> Target:
                               f"({ENVD_PORT}) and code interpreter ({INTERPRETER_PORT}) only",
                               field="E2b-Sandbox-Port")
     state = e2b_state(request)
-    sandbox = await e2b_sandboxes.require(api.db, state.sandboxes, sandbox_id, tenant_id)
+    sandbox = await e2b_sandboxes.require(api.db, sandbox_id, tenant_id)
     return Target(api, state, tenant_id, sandbox_id, sandbox.envs)

@@ -29,7 +29,7 @@ async def create_session(state: State, caller: Caller,
                          body: CreateSession | None = None) -> dict[str, Any]:
     environment = body.environment if body is not None else None
     return await service.create_session(state.db, state.backend, caller.tenant_id,
-                                        environment=environment)
+                                        environment=environment, holder=state.server_id)
 
 
 @router.get("/v1/sessions", summary="The tenant's live sessions")
@@ -146,4 +146,5 @@ async def download_snapshot(snapshot_id: uuid.UUID, state: State, caller: Caller
 async def restore_snapshot(snapshot_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
     await service.require_snapshot(state.db, snapshot_id, caller.tenant_id)
     return await service.restore_to_session(state.db, state.objects(), state.backend,
-                                            snapshot_id, caller.tenant_id)
+                                            snapshot_id, caller.tenant_id,
+                                            holder=state.server_id)

@@ -1,15 +1,16 @@
 """E2B sandboxes: a onebox session of the tenant, plus what E2B's control API adds.
 
 An E2B sandbox *is* a session (``api-<16 hex>``, the tenant's row, the same workspace the
-sessions API and snapshots see). E2B adds a template name, string metadata and a deadline
-(``timeout``); those live in :class:`E2bSandboxes`, in the serving process's memory. A
-session made through ``/v1/sessions`` shows up as a sandbox too, with no metadata and no
-deadline of its own (the backend's idle reaper still ends it).
+sessions API and snapshots see). E2B adds a template name, string metadata, envs and a
+deadline (``timeout``); they live on the session's row in PostgreSQL, so a restarted server
+and every other server of the database see the same sandbox. A session made through
+``/v1/sessions`` shows up as a sandbox too, with no metadata and no deadline of its own (the
+backend's idle reaper still ends it).
 
-Expiry: :func:`expire_forever` (started with the E2B router) deletes every sandbox past its
-deadline, each ``sweep_s``; deleting is :func:`session_service.delete_session`, so the
-workspace goes and the row is RELEASED. A server restart forgets deadlines and metadata;
-the sessions stay and fall back to the idle reaper.
+Expiry: :func:`expire_forever` (started with the E2B router, on every server) ends each
+sandbox past its deadline, each ``sweep_s``: the ones this server holds (workspace and row),
+and the rows of those whose holder stopped heartbeating (that holder drops its copy when it
+comes back, runtime/services/session_holders).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from onebox.errors import NotFound, ValidationError
 from onebox.runtime.environments import service as environments
-from onebox.runtime.services import session_service
+from onebox.runtime.services import session_service, tenant_sessions
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 
@@ -46,25 +48,6 @@ class E2bSandbox:
     end_at: datetime | None
     metadata: dict[str, str] = field(default_factory=dict)
     envs: dict[str, str] = field(default_factory=dict)  # for every command and cell in it
-
-
-class E2bSandboxes:
-    """What E2B knows of each sandbox beyond its session row, keyed by sandbox (session) id."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[str, E2bSandbox] = {}
-
-    def put(self, sandbox: E2bSandbox) -> None:
-        self._by_id[sandbox.sandbox_id] = sandbox
-
-    def get(self, sandbox_id: str) -> E2bSandbox | None:
-        return self._by_id.get(sandbox_id)
-
-    def forget(self, sandbox_id: str) -> None:
-        self._by_id.pop(sandbox_id, None)
-
-    def expired(self, now: datetime) -> list[E2bSandbox]:
-        return [s for s in self._by_id.values() if s.end_at is not None and s.end_at <= now]
 
 
 def check_timeout(timeout_s: int | None) -> int:
@@ -97,25 +80,22 @@ def check_envs(envs: dict[str, Any] | None) -> dict[str, str]:
     return items
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 async def create(
-    db: Database, backend: SandboxBackend, table: E2bSandboxes, tenant_id: str, *,
-    template: str, metadata: dict[str, Any] | None, timeout_s: int | None,
-    envs: dict[str, Any] | None = None,
+    db: Database, backend: SandboxBackend, tenant_id: str, *, template: str,
+    metadata: dict[str, Any] | None, timeout_s: int | None, envs: dict[str, Any] | None = None,
+    holder: str | None = None,
 ) -> E2bSandbox:
     """A new session of the tenant, recorded as an E2B sandbox with its deadline."""
-    clean_metadata, clean_envs = check_metadata(metadata), check_envs(envs)
-    deadline_s = check_timeout(timeout_s)
+    fields = tenant_sessions.E2bFields(template, check_metadata(metadata), check_envs(envs),
+                                       check_timeout(timeout_s))
     row = await session_service.create_session(
-        db, backend, tenant_id, environment=await environment_of(db, tenant_id, template))
-    now = _now()
-    sandbox = E2bSandbox(row["id"], tenant_id, template, now, now + timedelta(seconds=deadline_s),
-                         clean_metadata, clean_envs)
-    table.put(sandbox)
-    return sandbox
+        db, backend, tenant_id, environment=await environment_of(db, tenant_id, template),
+        holder=holder, e2b=fields)
+    found = await tenant_sessions.e2b_session(db, row["id"], tenant_id)
+    if found is None:
+        raise NotFound(f"sandbox {row['id']} ended while it was being created",
+                       field="sandbox_id")
+    return _from_row(found)
 
 
 async def environment_of(db: Database, tenant_id: str, template: str) -> str | None:
@@ -127,48 +107,40 @@ async def environment_of(db: Database, tenant_id: str, template: str) -> str | N
     return template if template in built else None
 
 
-async def require(db: Database, table: E2bSandboxes, sandbox_id: str,
-                  tenant_id: str) -> E2bSandbox:
+async def require(db: Database, sandbox_id: str, tenant_id: str) -> E2bSandbox:
     """The tenant's live sandbox; NotFound for another tenant's, a deleted or an unknown one."""
-    row = await session_service.require_session(db, sandbox_id, tenant_id)
-    known = table.get(sandbox_id)
-    if known is not None and known.tenant_id == tenant_id:
-        return known
+    row = await tenant_sessions.e2b_session(db, sandbox_id, tenant_id)
+    if row is None:
+        raise NotFound(f"session {sandbox_id} does not exist (or was deleted)",
+                       field="session_id")
     return _from_row(row)
 
 
 def _from_row(row: dict[str, Any]) -> E2bSandbox:
-    return E2bSandbox(str(row["id"]), str(row["tenant_id"]), "base", row["created_at"], None)
+    return E2bSandbox(str(row["id"]), str(row["tenant_id"]), row["e2b_template"] or "base",
+                      row["created_at"], row["end_at"], dict(row["e2b_metadata"] or {}),
+                      dict(row["e2b_envs"] or {}))
 
 
-async def set_timeout(db: Database, table: E2bSandboxes, sandbox_id: str, tenant_id: str,
+async def set_timeout(db: Database, sandbox_id: str, tenant_id: str,
                       timeout_s: int) -> E2bSandbox:
     """E2B semantics: the sandbox now ends ``timeout_s`` from now (shorter or longer)."""
-    deadline_s = check_timeout(timeout_s)
-    sandbox = await require(db, table, sandbox_id, tenant_id)
-    updated = replace(sandbox, end_at=_now() + timedelta(seconds=deadline_s))
-    table.put(updated)
-    return updated
+    row = await tenant_sessions.set_end_at(db, sandbox_id, tenant_id, check_timeout(timeout_s))
+    if row is None:
+        raise NotFound(f"session {sandbox_id} does not exist (or was deleted)",
+                       field="session_id")
+    return _from_row(row)
 
 
-async def kill(db: Database, backend: SandboxBackend, table: E2bSandboxes, sandbox_id: str,
-               tenant_id: str) -> None:
-    await require(db, table, sandbox_id, tenant_id)
-    table.forget(sandbox_id)
+async def kill(db: Database, backend: SandboxBackend, sandbox_id: str, tenant_id: str) -> None:
+    await require(db, sandbox_id, tenant_id)
     await session_service.delete_session(db, backend, sandbox_id, tenant_id)
 
 
-async def list_for(db: Database, table: E2bSandboxes, tenant_id: str,
-                   metadata: dict[str, str]) -> list[E2bSandbox]:
+async def list_for(db: Database, tenant_id: str, metadata: dict[str, str]) -> list[E2bSandbox]:
     """The tenant's live sandboxes whose metadata holds every ``metadata`` pair."""
-    rows = await session_service.list_sessions(db, tenant_id, limit=500)
-    found = []
-    for row in rows:
-        known = table.get(str(row["id"]))
-        sandbox = known if known is not None else _from_row(row)
-        if all(sandbox.metadata.get(k) == v for k, v in metadata.items()):
-            found.append(sandbox)
-    return found
+    return [_from_row(row) for row in
+            await tenant_sessions.e2b_sessions(db, tenant_id, metadata, limit=500)]
 
 
 def parse_metadata_query(query: str | None) -> dict[str, str]:
@@ -184,30 +156,37 @@ def parse_metadata_query(query: str | None) -> dict[str, str]:
                               field="metadata") from None
 
 
-async def expire_once(db: Database, backend: SandboxBackend, table: E2bSandboxes) -> list[str]:
-    """Delete every sandbox past its deadline; returns their ids."""
+async def expire_once(db: Database, backend: SandboxBackend, me: str | None = None,
+                      lease_s: float = 15.0) -> list[str]:
+    """End every sandbox past its deadline this server may end; returns their ids. One held
+    here (or by nobody) loses its workspace and row; one whose holder stopped heartbeating
+    loses its row (the holder drops its copy when it comes back)."""
     ended = []
-    for sandbox in table.expired(_now()):
-        table.forget(sandbox.sandbox_id)
+    for row in await tenant_sessions.expired_sessions(db, me, lease_s):
+        sandbox_id, tenant_id = str(row["id"]), str(row["tenant_id"])
         try:
-            await session_service.delete_session(db, backend, sandbox.sandbox_id,
-                                                 sandbox.tenant_id)
+            if row["holder"] in (None, me):
+                await session_service.delete_session(db, backend, sandbox_id, tenant_id)
+            else:
+                await tenant_sessions.release_session(db, sandbox_id, tenant_id)
         except NotFound:
             pass
         except Exception:
-            log.exception("could not delete expired E2B sandbox %s; it stays until the idle "
-                          "reaper ends its session", sandbox.sandbox_id)
+            log.exception("could not delete expired E2B sandbox %s; the next pass retries",
+                          sandbox_id)
             continue
-        ended.append(sandbox.sandbox_id)
+        ended.append(sandbox_id)
     return ended
 
 
-async def expire_forever(db: Database, backend: SandboxBackend, table: E2bSandboxes,
-                         sweep_s: float = SWEEP_S) -> None:
+async def expire_forever(db: Database, backend: SandboxBackend, me: Callable[[], str | None],
+                         lease_s: float = 15.0, sweep_s: float = SWEEP_S) -> None:
+    """:func:`expire_once` every ``sweep_s``; ``me`` says this server's id (None before it
+    joined the server table)."""
     while True:
         await asyncio.sleep(sweep_s)
         try:
-            ended = await expire_once(db, backend, table)
+            ended = await expire_once(db, backend, me(), lease_s)
         except Exception:
             log.exception("the E2B sandbox expiry pass failed; the next one retries")
             continue

@@ -178,6 +178,50 @@ def check_home(settings: Settings) -> Check:
     return Check("home privacy", True, f"{home} is private to its owner")
 
 
+CAP_SYS_ADMIN = 21
+POD_FIX = ("in the pod's container: securityContext: {privileged: true, runAsUser: 0} "
+           "(deploy/kubernetes/worker.yaml; docs/deploy.md says why)")
+
+
+def in_pod(environ: Any = None) -> bool:
+    """Running in a Kubernetes pod (the kubelet sets KUBERNETES_SERVICE_HOST in every one)."""
+    return bool((environ if environ is not None else os.environ).get("KUBERNETES_SERVICE_HOST"))
+
+
+def pod_problems(status: str, cgroup_writable: bool, loop_control: bool) -> list[str]:
+    """What a container lacks for the sandbox, from /proc/self/status and two probes."""
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    problems = []
+    if fields.get("Seccomp", "0").strip() not in ("0", ""):
+        problems.append("the container runs under a seccomp profile (the runtime's default "
+                        "blocks the namespaces bubblewrap makes)")
+    try:
+        caps = int(fields.get("CapEff", "0").strip(), 16)
+    except ValueError:
+        caps = 0
+    if not caps >> CAP_SYS_ADMIN & 1:
+        problems.append("CAP_SYS_ADMIN is missing (mounts of workspace images, namespaces)")
+    if not cgroup_writable:
+        problems.append("/sys/fs/cgroup is read-only (no kernel-enforced memory, CPU and pids "
+                        "limits)")
+    if not loop_control:
+        problems.append("/dev/loop-control is absent (no per-workspace disk quota)")
+    return problems
+
+
+def check_pod() -> Check:
+    """In a Kubernetes pod: does the container have what the sandbox needs?"""
+    if not in_pod():
+        return Check("pod", True, "not in a Kubernetes pod")
+    status = Path("/proc/self/status").read_text() if Path("/proc/self/status").exists() else ""
+    problems = pod_problems(status, os.access("/sys/fs/cgroup", os.W_OK),
+                            Path("/dev/loop-control").exists())
+    if not problems:
+        return Check("pod", True, "in a Kubernetes pod with what the sandbox needs")
+    return Check("pod", False, "in a Kubernetes pod that lacks what the sandbox needs: "
+                 + "; ".join(problems), POD_FIX)
+
+
 def _run(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
 
@@ -185,7 +229,7 @@ def _run(argv: list[str]) -> str:
 async def run_checks(settings: Settings) -> list[Check]:
     checks = [await check_database(settings), check_bwrap(), check_userns(), check_cgroups(),
               check_seccomp(), check_kvm(), check_embeddings(settings), check_llm(settings),
-              check_sandbox(settings), check_home(settings)]
+              check_sandbox(settings), check_home(settings), check_pod()]
     return checks
 
 

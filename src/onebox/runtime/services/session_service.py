@@ -45,12 +45,14 @@ def new_session_id() -> str:
 
 
 async def create_session(db: Database, backend: SandboxBackend, tenant_id: str,
-                         environment: str | None = None) -> dict[str, Any]:
-    """A new session; with ``environment`` (a built one), every call runs with its layer."""
+                         environment: str | None = None, *, holder: str | None = None,
+                         e2b: rows.E2bFields | None = None) -> dict[str, Any]:
+    """A new session; with ``environment`` (a built one), every call runs with its layer.
+    ``holder``: the API server creating it (requests to other servers are routed to it)."""
     chosen = None if environment is None else await environments.layer(
         db, environments.backend_settings(backend), tenant_id, environment)
     row = await rows.insert_session(db, new_session_id(), backend.name, tenant_id,
-                                    _session_share(backend))
+                                    _session_share(backend), holder=holder, e2b=e2b)
     if chosen is not None:
         await environments.set_session_environment(db, row["id"], chosen)
     return {**row, "environment": environments.layer_json(chosen)}
@@ -178,11 +180,11 @@ async def snapshot_tarball(store: ObjectStore, snapshot: dict[str, Any]) -> Asyn
 
 async def restore_to_session(
     db: Database, store: ObjectStore, backend: SandboxBackend, snapshot_id: uuid.UUID | str,
-    tenant_id: str,
+    tenant_id: str, *, holder: str | None = None,
 ) -> dict[str, Any]:
     """A new session of the tenant whose workspace holds the snapshot (an id or a unique
     prefix of one)."""
-    session = await create_session(db, backend, tenant_id)
+    session = await create_session(db, backend, tenant_id, holder=holder)
     restored = await restore_into_session(db, store, backend, snapshot_id,
                                           session_id=session["id"])
     report = restored.report

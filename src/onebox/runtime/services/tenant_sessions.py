@@ -7,6 +7,9 @@ Run sessions (touched by workers, released when their run ends) are :mod:`onebox
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+
+from psycopg.types.json import Jsonb
 
 from onebox.errors import TooManyRequests
 from onebox.store.db import Database, Row
@@ -15,14 +18,30 @@ from onebox.store.queries import load_queries
 Q = load_queries("tenant_sessions")
 
 
+@dataclass(frozen=True)
+class E2bFields:
+    """What an E2B sandbox adds to its session row."""
+
+    template: str
+    metadata: dict[str, str]
+    envs: dict[str, str]
+    timeout_s: int
+
+
 async def insert_session(db: Database, session_id: str, backend: str, tenant_id: str,
-                         max_live: int) -> Row:
+                         max_live: int, *, holder: str | None = None,
+                         e2b: E2bFields | None = None) -> Row:
     """Record a new ACTIVE session of the tenant on this sandbox backend; returns its row.
-    A tenant holding ``max_live`` live sessions already is refused (429)."""
+    ``holder``: the API server whose sandbox has it (session_holders). A tenant holding
+    ``max_live`` live sessions already is refused (429)."""
     async with db.transaction() as conn:
         await conn.execute(Q["lock_tenant_sessions"], {"tenant_id": tenant_id})
         cur = await conn.execute(Q["insert_session"], {
-            "id": session_id, "backend": backend, "tenant_id": tenant_id, "max_live": max_live})
+            "id": session_id, "backend": backend, "tenant_id": tenant_id, "max_live": max_live,
+            "holder": holder, "e2b_template": None if e2b is None else e2b.template,
+            "e2b_metadata": None if e2b is None else Jsonb(e2b.metadata),
+            "e2b_envs": None if e2b is None else Jsonb(e2b.envs),
+            "timeout_s": None if e2b is None else e2b.timeout_s})
         row: Row | None = await cur.fetchone()
     if row is None:
         raise TooManyRequests(
@@ -65,3 +84,27 @@ async def tenant_snapshots(
 async def tenant_snapshot(db: Database, snapshot_id: uuid.UUID, tenant_id: str) -> Row | None:
     """The tenant's snapshot with this id, or None (unknown or another tenant's)."""
     return await db.fetchone(Q["tenant_snapshot"], {"id": snapshot_id, "tenant_id": tenant_id})
+
+
+async def e2b_session(db: Database, session_id: str, tenant_id: str) -> Row | None:
+    """The tenant's live session with its E2B fields, or None."""
+    return await db.fetchone(Q["e2b_session"], {"id": session_id, "tenant_id": tenant_id})
+
+
+async def e2b_sessions(db: Database, tenant_id: str, metadata: dict[str, str],
+                       limit: int) -> list[Row]:
+    """The tenant's live hand-made sessions whose E2B metadata holds every pair given."""
+    return await db.fetch(Q["e2b_sessions"], {"tenant_id": tenant_id, "limit": limit,
+                                              "metadata": Jsonb(metadata)})
+
+
+async def set_end_at(db: Database, session_id: str, tenant_id: str, timeout_s: int) -> Row | None:
+    """The session now ends ``timeout_s`` from now; its row, or None when it is gone."""
+    return await db.fetchone(Q["set_end_at"], {"id": session_id, "tenant_id": tenant_id,
+                                               "timeout_s": timeout_s})
+
+
+async def expired_sessions(db: Database, me: str | None, lease_s: float) -> list[Row]:
+    """Live sessions past their deadline this server may end (its own, unheld ones, and
+    those of a holder that stopped heartbeating)."""
+    return await db.fetch(Q["expired_sessions"], {"me": me, "lease_s": lease_s})

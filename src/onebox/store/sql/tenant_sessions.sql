@@ -7,8 +7,10 @@ SELECT pg_advisory_xact_lock(hashtextextended('onebox.sessions:' || %(tenant_id)
 -- name: insert_session
 -- Only while the tenant holds fewer than its share of live sessions (no row: refused); run
 -- under lock_tenant_sessions, so concurrent opens cannot all see the same count.
-INSERT INTO onebox.sessions (id, backend, tenant_id)
-SELECT %(id)s, %(backend)s, %(tenant_id)s
+INSERT INTO onebox.sessions (id, backend, tenant_id, holder, e2b_template, e2b_metadata,
+                             e2b_envs, end_at)
+SELECT %(id)s, %(backend)s, %(tenant_id)s, %(holder)s, %(e2b_template)s, %(e2b_metadata)s,
+       %(e2b_envs)s, now() + make_interval(secs => %(timeout_s)s)
 WHERE (SELECT count(*) FROM onebox.sessions
        WHERE tenant_id = %(tenant_id)s AND status = 'ACTIVE') < %(max_live)s
 RETURNING id, tenant_id, backend, status, created_at, last_used_at, released_at;
@@ -52,3 +54,33 @@ LEFT JOIN onebox.task_execution t ON t.id = s.execution_id
 LEFT JOIN onebox.runs r ON r.id = t.run_id
 LEFT JOIN onebox.sessions ss ON ss.id = s.session_id
 WHERE s.id = %(id)s AND coalesce(r.tenant_id, ss.tenant_id) = %(tenant_id)s;
+
+-- name: e2b_session
+-- The tenant's live session with what E2B adds to it (none for a /v1/sessions one).
+SELECT id, tenant_id, created_at, e2b_template, e2b_metadata, e2b_envs, end_at
+FROM onebox.sessions WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND status = 'ACTIVE';
+
+-- name: e2b_sessions
+-- The tenant's live hand-made sessions whose E2B metadata holds every pair of %(metadata)s.
+SELECT id, tenant_id, created_at, e2b_template, e2b_metadata, e2b_envs, end_at
+FROM onebox.sessions
+WHERE tenant_id = %(tenant_id)s AND status = 'ACTIVE' AND run_id IS NULL
+  AND (%(metadata)s::jsonb = '{}'::jsonb OR e2b_metadata @> %(metadata)s::jsonb)
+ORDER BY created_at DESC LIMIT %(limit)s;
+
+-- name: set_end_at
+UPDATE onebox.sessions SET end_at = now() + make_interval(secs => %(timeout_s)s)
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND status = 'ACTIVE'
+RETURNING id, tenant_id, created_at, e2b_template, e2b_metadata, e2b_envs, end_at;
+
+-- name: expired_sessions
+-- Live sessions past their deadline that this server may end: its own, unheld ones, and
+-- those whose holder stopped heartbeating (their row is released; that holder's sweep
+-- removes its copy when it comes back).
+SELECT s.id, s.tenant_id, s.holder
+FROM onebox.sessions s
+LEFT JOIN onebox.api_servers a ON a.id = s.holder
+WHERE s.status = 'ACTIVE' AND s.end_at <= now()
+  AND (s.holder IS NULL OR s.holder = %(me)s OR a.id IS NULL
+       OR a.seen_at < now() - make_interval(secs => %(lease_s)s))
+ORDER BY s.end_at LIMIT 200;

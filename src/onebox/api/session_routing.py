@@ -1,0 +1,224 @@
+"""Every API server of one database serves every session: requests go to the session's holder.
+
+A request naming a session (``/v1/sessions/{id}...``, E2B's ``/e2b/sandboxes/{id}...``, or
+the ``E2b-Sandbox-Id`` header of ``/e2b/sandbox/...``) is looked up in the session's row
+(runtime/services/session_holders):
+
+- held here, or by nobody (a run's session): served here;
+- held by a live server: forwarded to it, body and answer streamed both ways, with the
+  caller's own headers (the holder authenticates the caller as usual); the forwarded request
+  carries ``Onebox-Forwarded-By`` and is never forwarded again;
+- held by a server that stopped heartbeating: the session moves here (files from its newest
+  snapshot) and the answer carries ``Onebox-Session-Moved`` saying so;
+- held by a live server that does not answer: 503 with ``Retry-After``; the session moves
+  only once its holder is past its lease, so two servers never both run it.
+
+The address forwarded to is only ever one a server wrote for itself in
+``onebox.api_servers``: nothing a caller sends names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator
+
+import httpx
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from onebox.api.errors import body
+from onebox.api.hosts import scope_header
+from onebox.api.state import ApiState
+from onebox.runtime.services import session_holders as holders
+
+log = logging.getLogger(__name__)
+FORWARDED_BY = b"onebox-forwarded-by"
+MOVED = b"onebox-session-moved"
+_SESSION_PATH = re.compile(r"^/(?:v1/sessions|e2b(?:/v2)?/sandboxes)/([A-Za-z0-9_.-]{1,140})(?:/|$)")
+_HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate",
+                         b"proxy-authorization", b"te", b"trailer", b"transfer-encoding",
+                         b"upgrade", b"host"})
+
+
+def session_of(scope: Scope) -> str | None:
+    """The session a request is about, or None."""
+    path: str = scope.get("path", "")
+    found = _SESSION_PATH.match(path)
+    if found:
+        return found.group(1)
+    if path.startswith("/e2b/sandbox/"):
+        value = scope_header(scope, b"e2b-sandbox-id")
+        return value[:140] or None
+    return None
+
+
+class SessionRouter:
+    """ASGI middleware: serve a session's request on its holder (see the module doc)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state: ApiState | None = getattr(scope["app"].state, "onebox", None)
+        session_id = session_of(scope)
+        if state is None or state.server is None or session_id is None:
+            await self.app(scope, receive, send)
+            return
+        await self._route(state, session_id, scope, receive, send)
+
+    async def _route(self, state: ApiState, session_id: str, scope: Scope, receive: Receive,
+                     send: Send) -> None:
+        me = state.server
+        assert me is not None
+        lease_s = state.settings.api.server_lease_s
+        holding = await holders.holder_of(state.db, session_id, lease_s)
+        if holding is None or holding.holder in (None, me.id) or holding.status != "ACTIVE":
+            await self.app(scope, receive, send)
+            return
+        forwarded = bool(scope_header(scope, FORWARDED_BY))
+        if holding.alive:
+            if forwarded:  # it moved again while the request travelled: the caller retries
+                await _refuse(scope, receive, send, 503, "session_moving",
+                              f"session {session_id} is moving between servers; retry", 1)
+                return
+            await self._forward(state, holding, scope, receive, send)
+            return
+        moved = await holders.move_here(state.db, state.objects(), state.backend, holding, me,
+                                        lease_s)
+        if moved is None:  # another server took it first: go there
+            again = await holders.holder_of(state.db, session_id, lease_s)
+            if again is not None and again.alive and again.holder != me.id and not forwarded:
+                await self._forward(state, again, scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+        await self.app(scope, receive, _with_header(send, MOVED, moved.header()))
+
+    async def _forward(self, state: ApiState, holding: holders.Holding, scope: Scope,
+                       receive: Receive, send: Send) -> None:
+        me = state.server
+        assert me is not None and holding.url is not None
+        client = state.forwarding_client()
+        target = holding.url + scope.get("root_path", "") + scope["path"]
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP_BY_HOP
+                   and k.lower() != FORWARDED_BY]
+        headers.append((FORWARDED_BY, me.id.encode()))
+        host = scope_header(scope, b"host")
+        if host:
+            headers.append((b"x-forwarded-host", host.encode("latin-1")))
+        request = client.build_request(
+            scope["method"], target, params=scope.get("query_string", b"").decode("latin-1"),
+            headers=headers, content=_body(receive))
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            log.warning("session %s: its server %s at %s did not answer: %s",
+                        holding.session_id, holding.holder, holding.url, exc)
+            retry = max(1, int(state.settings.api.server_lease_s))
+            await _refuse(scope, receive, send, 503, "session_server_unreachable",
+                          f"session {holding.session_id} lives on server {holding.holder}, "
+                          "which does not answer; if it is gone the session moves to the "
+                          f"server you reach after {retry} s (restored from its newest "
+                          "snapshot)", retry)
+            return
+        try:
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": [(k, v) for k, v in response.headers.raw
+                                    if k.lower() not in _HOP_BY_HOP]})
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await response.aclose()
+
+
+async def _body(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+def _with_header(send: Send, name: bytes, value: str) -> Send:
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []),
+                                              (name, value.encode("latin-1", "replace"))]}
+        await send(message)
+    return sending
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str,
+                  message: str, retry_after_s: int) -> None:
+    response = JSONResponse(body(code, message, "session_id"), status_code=status,
+                            headers={"Retry-After": str(retry_after_s)})
+    await response(scope, receive, send)
+
+
+
+async def join(state: ApiState) -> None:
+    """Record this server in ``onebox.api_servers`` (its sessions are routed to it)."""
+    state.server = holders.identity_for(state.settings)
+    await holders.register(state.db, state.server)
+    log.info("API server %s serves its sessions at %s", state.server.id, state.server.url)
+
+
+async def keep_joined(state: ApiState, stop: asyncio.Event) -> None:
+    """Heartbeat this server's row and drop local copies of sessions that moved or ended."""
+    me = state.server
+    assert me is not None
+    every = state.settings.api.server_heartbeat_s
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
+        if stop.is_set():
+            return
+        try:
+            await holders.heartbeat(state.db, me)
+            await holders.sweep(state.db, state.backend, me)
+        except Exception as exc:  # noqa: BLE001 - the database comes back; keep beating
+            log.warning("API server %s could not heartbeat: %s (retrying)", me.id, exc,
+                        exc_info=True)
+
+
+async def keep_snapshotted(state: ApiState, stop: asyncio.Event) -> None:
+    """Snapshot the sessions held here that changed, every ``api.session_snapshot_s``, so a
+    crash of this server loses at most that much of their files."""
+    me, every = state.server, state.settings.api.session_snapshot_s
+    assert me is not None
+    while every > 0 and not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
+        if stop.is_set():
+            return
+        try:
+            await holders.checkpoint(state.db, state.objects(), state.backend, me)
+        except Exception as exc:  # noqa: BLE001 - the next pass retries
+            log.warning("API server %s could not snapshot its sessions: %s", me.id, exc,
+                        exc_info=True)
+
+
+async def leave(state: ApiState) -> None:
+    """Before stopping: snapshot the sessions held here and leave the server table, so the
+    next request for one of them, on any server, gets its files back."""
+    if state.server is None:
+        return
+    try:
+        saved = await holders.hand_off(state.db, state.objects(), state.backend, state.server)
+    except Exception:  # noqa: BLE001 - stopping goes on; the sessions move after the lease
+        log.exception("API server %s could not hand its sessions off", state.server.id)
+        return
+    if saved:
+        log.info("API server %s snapshotted %d session(s) before stopping", state.server.id,
+                 len(saved))

@@ -1,0 +1,261 @@
+"""Three API servers of one database, each with its own home and sandbox root (three hosts'
+disks), one object store: a session made through one is usable through every other.
+
+Each server listens on its own loopback port and advertises it (``api.advertise_url``); a
+request for a session another server holds is forwarded over HTTP to that server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+import uvicorn
+
+from onebox.api import create_app
+from onebox.config import Settings, load_settings
+from onebox.objects.fs import FsObjectStore
+from onebox.runtime.services.api_keys import create_key
+from onebox.runtime.services.service import Runtime
+from onebox.sandbox.base import SandboxBackend
+from onebox.sandbox.registry import get_backend
+from onebox.store.db import Database
+
+T = TypeVar("T")
+
+
+@dataclass
+class Server:
+    name: str
+    url: str
+    backend: SandboxBackend
+    app: Any
+    uvicorn: uvicorn.Server
+    task: asyncio.Task[None]
+
+    @property
+    def state(self) -> Any:
+        return self.app.state.onebox
+
+    def has_copy(self, session_id: str) -> bool:
+        return self.backend.workspace(session_id).exists()
+
+    async def stop(self) -> None:
+        self.uvicorn.should_exit = True
+        await self.task
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _host_settings(settings: Settings, home: Path, port: int) -> Settings:
+    host = load_settings(home=home, database_url=settings.database_url,
+                         sandbox=settings.sandbox.model_copy(), runtime=settings.runtime)
+    host.api = settings.api.model_copy(update={
+        "port": port, "advertise_url": f"http://127.0.0.1:{port}", "server_heartbeat_s": 0.2,
+        "server_lease_s": 1.5, "session_snapshot_s": 0})
+    return host
+
+
+async def _start(name: str, db: Database, settings: Settings, objects: FsObjectStore,
+                 home: Path) -> Server:
+    port = _free_port()
+    host = _host_settings(settings, home, port)
+    backend = get_backend(host)
+    app = create_app(host, runtime=Runtime(host, db, backend, objects=objects))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                            lifespan="on")
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    return Server(name, f"http://127.0.0.1:{port}", backend, app, server, task)
+
+
+@dataclass
+class Cluster:
+    servers: list[Server]
+    keys: dict[str, str]
+    objects: FsObjectStore
+
+    def client(self, n: int, tenant: str = "acme") -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.servers[n].url, timeout=60,
+                                 headers={"Authorization": f"Bearer {self.keys[tenant]}"})
+
+
+@pytest.fixture
+async def cluster(db: Database, settings: Settings, tmp_path: Path) -> AsyncIterator[Cluster]:
+    objects = FsObjectStore(tmp_path / "shared-objects", fsync=False)
+    keys = {t: (await create_key(db, tenant_id=t, name=f"{t}-test"))[0]
+            for t in ("acme", "globex")}
+    servers = [await _start(f"s{n}", db, settings, objects, tmp_path / f"host-{n}")
+               for n in range(3)]
+    try:
+        yield Cluster(servers, keys, objects)
+    finally:
+        for server in servers:
+            with contextlib.suppress(Exception):
+                await server.stop()
+            await server.backend.close()
+        await objects.close()
+
+
+async def _cell(client: httpx.AsyncClient, session: str, code: str) -> httpx.Response:
+    return await client.post(f"/v1/sessions/{session}/execute",
+                             json={"code": code, "language": "python"})
+
+
+async def test_a_session_made_on_one_server_serves_through_every_other(cluster: Cluster) -> None:
+    async with cluster.client(0) as one, cluster.client(1) as two, cluster.client(2) as three:
+        made = await one.post("/v1/sessions")
+        assert made.status_code == 201, made.text
+        session = made.json()["id"]
+        wrote = await two.post(f"/v1/sessions/{session}/execute",
+                               json={"code": "echo routed > note.txt", "language": "bash"})
+        assert wrote.status_code == 200 and wrote.json()["exit_code"] == 0, wrote.text
+        read = await three.get(f"/v1/sessions/{session}/files/note.txt")
+        assert read.status_code == 200 and read.text == "routed\n", read.text
+        listed = await three.get(f"/v1/sessions/{session}/files")
+        assert [f["path"] for f in listed.json()["files"]] == ["note.txt"]
+        # one interpreter: a variable set through server 2 is there through server 3
+        assert (await _cell(two, session, "x = 41")).status_code == 200
+        answer = await _cell(three, session, "print(x + 1)")
+        assert answer.json()["stdout"] == "42\n", answer.text
+    holder, *others = cluster.servers
+    assert holder.has_copy(session)
+    assert not any(s.has_copy(session) for s in others), "only the holder has a workspace"
+    async with cluster.client(2, tenant="globex") as stranger:
+        # another tenant gets "not found" through a server that forwards, as on the holder
+        assert (await stranger.get(f"/v1/sessions/{session}/files")).status_code == 404
+    async with cluster.client(1) as two:
+        assert (await two.delete(f"/v1/sessions/{session}")).status_code == 204
+    assert not holder.has_copy(session), "deleting through another server freed the holder's"
+
+
+async def sdk(fn: Callable[[], T]) -> T:
+    return await asyncio.to_thread(fn)
+
+
+async def test_an_e2b_sandbox_made_through_server_1_is_used_through_2_and_3(
+        cluster: Cluster) -> None:
+    from e2b import Sandbox, SandboxQuery
+
+    urls = [s.url for s in cluster.servers]
+    key = cluster.keys["acme"]
+
+    def via(n: int) -> dict[str, str]:
+        return {"api_key": key, "api_url": f"{urls[n]}/e2b",
+                "sandbox_url": f"{urls[n]}/e2b/sandbox"}
+
+    def flow() -> dict[str, Any]:
+        made = Sandbox.create(metadata={"job": "routing"}, timeout=120, **via(0))
+        two = Sandbox.connect(made.sandbox_id, **via(1))
+        two.files.write("/home/user/data.txt", "from two")
+        three = Sandbox.connect(made.sandbox_id, **via(2))
+        ran = three.commands.run("cat /home/user/data.txt && echo $JOB_ENV",
+                                 envs={"JOB_ENV": "ok"})
+        info = Sandbox.get_info(made.sandbox_id, **via(2))
+        listed = Sandbox.list(query=SandboxQuery(metadata={"job": "routing"}),
+                              **via(1)).next_items()
+        three.set_timeout(600)
+        later = Sandbox.get_info(made.sandbox_id, **via(1))
+        return {"id": made.sandbox_id, "stdout": ran.stdout, "info": info, "later": later,
+                "listed": [s.sandbox_id for s in listed],
+                "killed": Sandbox.kill(made.sandbox_id, **via(1))}
+
+    out = await sdk(flow)
+    assert out["stdout"] == "from twook\n"  # the file has no newline of its own
+    assert out["info"].metadata == {"job": "routing"}, "metadata is the database's, not one server's"
+    assert out["listed"] == [out["id"]]
+    assert (out["later"].end_at - out["info"].end_at).total_seconds() > 400
+    assert out["killed"]
+    assert not any(s.has_copy(out["id"]) for s in cluster.servers)
+
+
+async def test_a_stopping_server_hands_its_sessions_to_the_next_request(
+        cluster: Cluster) -> None:
+    holder = cluster.servers[0]
+    async with cluster.client(0) as one:
+        session = (await one.post("/v1/sessions")).json()["id"]
+        await one.post(f"/v1/sessions/{session}/execute",
+                       json={"code": "echo kept > kept.txt", "language": "bash"})
+        assert (await _cell(one, session, "y = 7")).status_code == 200
+    await holder.stop()  # a clean stop: snapshot what it holds, then leave
+    async with cluster.client(1) as two:
+        read = await two.get(f"/v1/sessions/{session}/files/kept.txt")
+        assert read.status_code == 200 and read.text == "kept\n", read.text
+        moved = read.headers.get("onebox-session-moved", "")
+        assert "interpreter" in moved and "restored from snapshot" in moved, moved
+        lost = await _cell(two, session, "print(y)")
+        assert "NameError" in lost.text, "the interpreter's state did not travel (and we say so)"
+    async with cluster.client(2) as three:  # now held by server 2: 3 forwards there
+        again = await three.get(f"/v1/sessions/{session}/files/kept.txt")
+        assert again.status_code == 200 and "onebox-session-moved" not in again.headers
+    assert cluster.servers[1].has_copy(session) and not cluster.servers[2].has_copy(session)
+
+
+async def test_a_silent_holder_loses_its_session_and_drops_its_copy_when_back(
+        db: Database, cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from onebox.runtime.services import session_holders as holders
+
+    holder, taker, _ = cluster.servers
+    async with cluster.client(0) as one:
+        session = (await one.post("/v1/sessions")).json()["id"]
+        await one.post(f"/v1/sessions/{session}/execute",
+                       json={"code": "echo v1 > state.txt", "language": "bash"})
+        saved = await holders.checkpoint(db, cluster.objects, holder.backend,
+                                         holder.state.server)
+        assert saved == [session]
+        await one.post(f"/v1/sessions/{session}/execute",
+                       json={"code": "echo after-snapshot > late.txt", "language": "bash"})
+    # the holder is cut off: its heartbeats (and its sweeps) stop reaching the database
+    me = holder.state.server
+    beat, sweep = holders.heartbeat, holders.sweep
+    monkeypatch.setattr(holders, "heartbeat", _unless(me.id, beat))
+    monkeypatch.setattr(holders, "sweep", _unless(me.id, sweep))
+    await db.fetch("UPDATE onebox.api_servers SET seen_at = now() - interval '1 hour' "
+                   "WHERE id = %(id)s RETURNING id", {"id": me.id})
+    async with cluster.client(1) as two:
+        read = await two.get(f"/v1/sessions/{session}/files/state.txt")
+        assert read.status_code == 200 and read.text == "v1\n"
+        assert "has not heartbeated" in read.headers["onebox-session-moved"]
+        files = [f["path"] for f in (await two.get(f"/v1/sessions/{session}/files"))
+                 .json()["files"]]
+        assert files == ["state.txt"], "what changed after the newest snapshot is lost"
+        await two.post(f"/v1/sessions/{session}/execute",
+                       json={"code": "echo v2 > state.txt", "language": "bash"})
+    assert holder.has_copy(session), "the probe's precondition: the old holder's stale copy"
+    monkeypatch.setattr(holders, "heartbeat", beat)
+    monkeypatch.setattr(holders, "sweep", sweep)
+    for _ in range(100):  # back: its next heartbeat's sweep drops the copy it lost
+        if not holder.has_copy(session):
+            break
+        await asyncio.sleep(0.05)
+    assert not holder.has_copy(session)
+    async with cluster.client(0) as one:  # and a request to it goes to the new holder
+        read = await one.get(f"/v1/sessions/{session}/files/state.txt")
+        assert read.text == "v2\n"
+    assert taker.has_copy(session)
+
+
+def _unless(silent: str, call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` for every server but ``silent`` (a server cut off from the database)."""
+    async def cut_off(db: Database, backend_or_me: Any, *rest: Any) -> Any:
+        me = rest[0] if rest else backend_or_me
+        if me.id != silent:
+            return await call(db, backend_or_me, *rest)
+        return None
+    return cut_off
