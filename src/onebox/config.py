@@ -256,7 +256,7 @@ class ApiSettings(BaseModel):
     key_recheck_s: float = Field(10.0, gt=0, le=20, description="an open SSE stream re-checks "
                                  "its API key this often and ends once the key is revoked")
     advertise_url: str | None = Field(
-        None, pattern=r"^https?://[^\s/]+$", description="the address other API servers of "
+        None, pattern=r"^https?://[^\s/]+/?$", description="the address other API servers of "
         "the same database forward a session's requests to (a pod's IP and port); default "
         "http://<host>:<port>, a wildcard host replaced by this machine's address")
     server_heartbeat_s: float = Field(3.0, gt=0, le=60, description="how often this server "

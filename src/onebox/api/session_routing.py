@@ -66,6 +66,8 @@ class SessionRouter:
             await self.app(scope, receive, send)
             return
         state: ApiState | None = getattr(scope["app"].state, "onebox", None)
+        if state is not None and state.server is not None and not state.server.settled:
+            await _settle(state, scope)
         session_id = session_of(scope)
         if state is None or state.server is None or session_id is None:
             await self.app(scope, receive, send)
@@ -136,6 +138,15 @@ class SessionRouter:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await response.aclose()
+
+
+async def _settle(state: ApiState, scope: Scope) -> None:
+    """The first request says where this server listens: advertise that address."""
+    assert state.server is not None
+    settled = holders.settled_at(state.server, scope.get("server"))
+    if settled != state.server:
+        state.server = settled
+        await holders.register(state.db, settled)
 
 
 async def _body(receive: Receive) -> AsyncIterator[bytes]:

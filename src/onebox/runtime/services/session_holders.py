@@ -22,6 +22,7 @@ Sessions without a holder (a worker's run sessions, local ``onebox exec``) are n
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import socket
@@ -29,6 +30,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from onebox.config import Settings
 from onebox.objects import ObjectStore
@@ -44,30 +46,60 @@ Q = load_queries("session_holders")
 
 @dataclass(frozen=True)
 class ServerIdentity:
-    """One API server: its id, the address other servers forward to, its host name."""
+    """One API server: its id, the address other servers forward to, its host name.
+    ``settled``: the address is the operator's (``api.advertise_url``) or the one a request
+    reached; until then it is a guess from the settings."""
 
     id: str
     url: str
     host: str
+    settled: bool = True
+
+
+def _url(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 def identity_for(settings: Settings) -> ServerIdentity:
     """This server's identity. Its address is ``api.advertise_url`` (the operator's: a pod's
     IP, a host name the other servers resolve), else ``http://<api.host>:<api.port>`` with a
-    wildcard host replaced by this machine's address."""
+    wildcard host replaced by this machine's address, until the first request says which
+    address and port this server was reached on (:func:`settled_at`)."""
     host = socket.gethostname()
-    url = settings.api.advertise_url
-    if not url:
-        bound = settings.api.host
-        if bound in ("0.0.0.0", "::", ""):
-            try:
-                bound = socket.gethostbyname(host)
-            except OSError:
-                bound = "127.0.0.1"
-        if ":" in bound and not bound.startswith("["):
-            bound = f"[{bound}]"
-        url = f"http://{bound}:{settings.api.port}"
-    return ServerIdentity(f"{host}:{os.getpid()}:{uuid.uuid4().hex[:6]}", url.rstrip("/"), host)
+    server_id = f"{host}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    if settings.api.advertise_url:
+        return ServerIdentity(server_id, settings.api.advertise_url.rstrip("/"), host)
+    bound = settings.api.host
+    if bound in ("0.0.0.0", "::", ""):
+        try:
+            bound = socket.gethostbyname(host)
+        except OSError:
+            bound = "127.0.0.1"
+    return ServerIdentity(server_id, _url(bound, settings.api.port), host, settled=False)
+
+
+def settled_at(me: ServerIdentity, local: tuple[str, int] | None) -> ServerIdentity:
+    """``me`` with the address a request reached this server on (the socket's own address:
+    a concrete IP and the real port, also when listening on a wildcard or port 0). A request
+    that came over loopback to a server other hosts can reach settles only the port: other
+    hosts cannot use 127.0.0.1."""
+    if me.settled or not local or not isinstance(local, (tuple, list)):
+        return me
+    host, port = str(local[0]), int(local[1])
+    guessed = urlsplit(me.url).hostname or ""
+    if _loopback(host) and not _loopback(guessed):
+        return ServerIdentity(me.id, _url(guessed, port), me.host, settled=False) \
+            if urlsplit(me.url).port != port else me
+    return ServerIdentity(me.id, _url(host, port), me.host)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 @dataclass(frozen=True)
