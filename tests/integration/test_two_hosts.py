@@ -81,6 +81,13 @@ async def test_a_step_on_a_host_with_a_stale_copy_reads_the_newest_workspace(
         events = [e for e in await runs_api.run_events(db, run)
                   if e["type"] == "workspace_restored"]
         assert any(e["payload"].get("reason") == "stale" for e in events), events
+        from onebox.runtime.services.explain import explain
+
+        said = await explain(db, run)
+        text = "\n".join(f"{d['step']} {d['kind']} {d['reason']}" for d in said)
+        assert "s3 restore workspace restored" in text and "on another host" in text, text
+        starts = {d["step"]: d["reason"] for d in said if d["kind"] == "start"}
+        assert starts["s1"] != starts["s2"], "explain names the worker (host) of each step"
         assert not a.workspace(session).exists(), "the host that ended the run released it"
         assert b.workspace(session).exists()
         assert await release_copies_left_here(db, b) == [session]  # B's worker chore
@@ -123,4 +130,49 @@ async def test_a_snapshot_this_host_is_taking_never_makes_its_copy_stale(
         assert (backend.workspace(session) / "live.txt").exists(), "the live copy was replaced"
     finally:
         await backend.close()
+        await objects.close()
+
+
+WIDE = {"name": "wide", "steps": [
+    *({"id": f"p{n}", "tool": "bash",
+       "code": f"mkdir -p out && sleep 0.{n % 4} && echo {n} > out/p{n}.txt"}
+      for n in range(30)),
+    {"id": "join", "tool": "bash", "code": "ls out | sort -V | tr '\\n' ' '; echo",
+     "depends_on": [f"p{n}" for n in range(30)]},
+]}
+
+
+@pytest.mark.onebox_settings({"runtime.lease_s": 5.0})
+async def test_parallel_steps_on_three_hosts_all_reach_the_join(
+        db: Database, settings: Settings, tmp_path: Path) -> None:
+    """30 parallel steps spread over three hosts, each writing its own file; the join sees
+    all 30 (before: each host's snapshot replaced the others', and the join saw one host's)."""
+    settings.runtime.poll_s, settings.runtime.heartbeat_s = 0.05, 0.5
+    hosts = [settings, _host(settings, tmp_path / "host-b"), _host(settings, tmp_path / "host-c")]
+    objects = FsObjectStore(tmp_path / "shared-objects", fsync=False)
+    backends = [get_backend(h) for h in hosts]
+    run = (await submit_plan(db, settings, parse_plan(WIDE))).run_id
+    stop = asyncio.Event()
+    workers = [Worker(db, b, h, run_id=run, objects=objects, concurrency=4,  # type: ignore[arg-type]
+                      name=f"host-{n}") for n, (b, h) in enumerate(zip(backends, hosts, strict=True))]
+    serving = [asyncio.create_task(w.serve(stop, drain_s=5)) for w in workers]
+    try:
+        for _ in range(1200):
+            if (await runs_api.get_run(db, run))["status"] in {"SUCCEEDED", "FAILED", "DEAD"}:
+                break
+            await asyncio.sleep(0.05)
+        assert (await runs_api.get_run(db, run))["status"] == "SUCCEEDED"
+        steps = {s["step_id"]: s for s in await runs_api.run_steps(db, run)}
+        events = await runs_api.run_events(db, run)
+        assert steps["join"]["stdout"].split() == [f"p{n}.txt" for n in range(30)]
+        ran_on = {e["payload"]["worker"] for e in events if e["type"] == "step_started"}
+        assert len(ran_on) >= 2, f"the steps did not spread: {ran_on}"
+        assert any(e["type"] == "workspace_merged" for e in events)
+        started = [e for e in events if e["type"] == "step_started"]
+        assert len(started) == 31, "no step ran twice"
+    finally:
+        stop.set()
+        await asyncio.gather(*serving)
+        for backend in backends:
+            await backend.close()
         await objects.close()

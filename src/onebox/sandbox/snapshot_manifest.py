@@ -214,3 +214,48 @@ def diff(before: Manifest, after: Manifest) -> TreeDiff:
         removed=tuple(sorted(old.keys() - new.keys())),
         changed=tuple(sorted(p for p in old.keys() & new.keys() if old[p] != new[p])),
     )
+
+
+@dataclass(frozen=True)
+class Merged:
+    manifest: Manifest
+    conflicts: tuple[str, ...]  # paths both sides changed: the step's version was kept
+
+
+def merge(head: Manifest, base: Manifest, mine: Manifest) -> Merged:
+    """``head`` plus the changes one step made: from ``base`` (its workspace when it
+    started) to ``mine`` (when it ended). ``head`` is what the session's other steps
+    committed meanwhile, on other hosts. A path the step did not change keeps head's entry;
+    one it changed (or deleted) takes the step's. A path head changed too is a conflict: the
+    step, committing last, wins. The result stays a valid tree: a directory an entry needs is
+    kept (from either side); an entry under a path that is no longer a directory is dropped
+    (a conflict too)."""
+    h, b, m = head.by_path(), base.by_path(), mine.by_path()
+    out = dict(h)
+    conflicts = set()
+    for path in b.keys() | m.keys():
+        before, after = b.get(path), m.get(path)
+        if before == after:
+            continue
+        if h.get(path) != before and h.get(path) != after:
+            conflicts.add(path)
+        if after is None:
+            out.pop(path, None)
+        else:
+            out[path] = after
+    kept: dict[str, Entry] = {}
+    for path in sorted(out):
+        parent = posixpath.dirname(path)
+        while parent and parent not in kept:  # a directory the step deleted, head still uses
+            source = h.get(parent) or m.get(parent) or b.get(parent)
+            if source is None or source.type != "dir":
+                break
+            kept[parent] = source
+            parent = posixpath.dirname(parent)
+        parent = posixpath.dirname(path)
+        if parent and (parent not in kept or kept[parent].type != "dir"):
+            conflicts.add(path)
+            continue
+        kept[path] = out[path]
+    entries = tuple(kept[p] for p in sorted(kept))
+    return Merged(Manifest(entries), tuple(sorted(conflicts)))

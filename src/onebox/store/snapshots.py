@@ -23,7 +23,7 @@ from onebox.store.db import Conn, Row
 from onebox.store.queries import load_queries
 
 Q = load_queries("snapshots")
-Kind = Literal["pre", "post", "manual"]
+Kind = Literal["pre", "post", "manual", "merge"]
 
 GC_LOCK_KEY = 0x0B0B5A01  # pg advisory lock: shared by captures, exclusive for the GC
 
@@ -188,6 +188,40 @@ async def latest_before(conn: Conn, session_id: str, before: datetime) -> Row | 
     cur = await conn.execute(Q["latest_before"], {"session_id": session_id, "before": before})
     row = await cur.fetchone()
     return None if row is None else dict(row)
+
+
+async def latest_commit(conn: Conn, session_id: str) -> Row | None:
+    """The session's head: what its steps committed so far (migration 0033)."""
+    cur = await conn.execute(Q["latest_commit"], {"session_id": session_id})
+    row = await cur.fetchone()
+    return None if row is None else dict(row)
+
+
+async def head_except(conn: Conn, session_id: str, not_id: uuid.UUID) -> Row | None:
+    """The session's head, not counting ``not_id``."""
+    cur = await conn.execute(Q["head_except"], {"session_id": session_id, "not_id": not_id})
+    row = await cur.fetchone()
+    return None if row is None else dict(row)
+
+
+async def lock_session_commits(conn: Conn, session_id: str) -> None:
+    """One step of the session commits onto its head at a time (until the transaction ends)."""
+    await conn.execute(Q["lock_session_commits"], {"session_id": session_id})
+
+
+async def commit(conn: Conn, snapshot_id: uuid.UUID) -> Row:
+    """The snapshot becomes the session's head (a registered 'merge' one also READY)."""
+    cur = await conn.execute(Q["commit"], {"id": snapshot_id})
+    row = await cur.fetchone()
+    assert row is not None, "the snapshot to commit exists"
+    return dict(row)
+
+
+async def dependency_commits(conn: Conn, run_id: uuid.UUID, steps: Sequence[str]) -> list[Row]:
+    """For each step (its newest successful attempt): its 'post' snapshot id and when its
+    newest commit (a merge of it, else that post) became the head."""
+    cur = await conn.execute(Q["dependency_commits"], {"run_id": run_id, "steps": list(steps)})
+    return [dict(r) for r in await cur.fetchall()]
 
 
 async def referenced_keys(conn: Conn) -> set[str]:

@@ -106,12 +106,12 @@ class StepRunner:
                 request = dataclasses.replace(request, environment=await self._layer(step, row))
             except OneboxError as exc:
                 return Ran(Outcome("FAILED", error=str(exc), details=details))
-        if self.workspaces is not None:
-            await self.workspaces.prepare(row)
-            await self.workspaces.before(row)
-        ran = await self._sandboxed(request, row, details)
-        if self.workspaces is not None:
-            await self.workspaces.after(row, failed=ran.outcome.status != "SUCCESS")
+        if self.workspaces is None:
+            ran = await self._sandboxed(request, row, details)
+        else:
+            async with self.workspaces.using(row):
+                ran = await self._sandboxed(request, row, details)
+                await self.workspaces.after(row, failed=ran.outcome.status != "SUCCESS")
         if step.knowledge and ran.outcome.status == "SUCCESS":
             added = await self.knowledge.ingest(
                 row, self.backend.workspace(row["session_id"]), step.knowledge)

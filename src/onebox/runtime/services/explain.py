@@ -51,9 +51,20 @@ def _plan_decision(event: dict[str, Any]) -> dict[str, Any] | None:
         verb = "approved" if kind == "approval_granted" else "rejected"
         return row | {"kind": verb[:-1], "reason": f"{verb} by {p.get('by')}"
                       + (f": {p['comment']}" if p.get("comment") else "")}
+    if kind == "step_started":
+        return row | {"kind": "start", "reason": f"attempt {p.get('attempt', 1)} on worker "
+                      f"{p.get('worker')}"}
     if kind == "workspace_restored":
+        why = {"stale": "this host's copy lacked what an earlier step wrote on another host",
+               "missing": "this host had no copy"}.get(str(p.get("reason")), "")
         return row | {"kind": "restore", "reason": f"workspace restored from snapshot "
-                      f"{p.get('snapshot_id')}"}
+                      f"{p.get('snapshot_id')}" + (f": {why}" if why else "")}
+    if kind == "workspace_merged":
+        clash = p.get("conflicts") or []
+        return row | {"kind": "merge", "reason": f"its changes merged onto snapshot "
+                      f"{p.get('onto')}, which steps on other hosts committed meanwhile"
+                      + (f"; both changed {', '.join(map(str, clash[:5]))} (this step's "
+                         "version kept)" if clash else "")}
     return None
 
 

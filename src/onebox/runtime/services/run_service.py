@@ -219,8 +219,14 @@ def step_warnings(
             out.append({"kind": "blocked_network", "message": f"blocked network access to "
                         f"{where} ({payload.get('reason', 'not allowed')})"})
         elif note["type"] == "workspace_restored":
-            out.append({"kind": "session_reset", "message": "the session's workspace was gone "
+            why = ("was behind what an earlier step wrote on another host"
+                   if payload.get("reason") == "stale" else "was gone")
+            out.append({"kind": "session_reset", "message": f"the session's workspace {why} "
                         f"and was restored from snapshot {payload.get('snapshot_id')}"})
+        elif note["type"] == "workspace_merged" and payload.get("conflicts"):
+            out.append({"kind": "merge_conflict", "message": "a step on another host changed "
+                        f"{', '.join(map(str, payload['conflicts'][:5]))} too; this step's "
+                        "version was kept"})
         elif note["type"] == "step_lease_expired":
             out.append({"kind": "stale", "message": "the worker running this attempt was lost; "
                         "its lease expired and the step was retried"})

@@ -45,7 +45,8 @@ WHERE run_id = %(run_id)s ORDER BY seq DESC LIMIT 1;
 -- The warning events of one page of step attempts.
 SELECT seq, type, execution_id, payload, created_at FROM onebox.agent_events
 WHERE run_id = %(run_id)s AND execution_id = ANY(%(ids)s)
-  AND type IN ('BLOCKED_EXTERNAL_ACCESS', 'step_lease_expired', 'workspace_restored')
+  AND type IN ('BLOCKED_EXTERNAL_ACCESS', 'step_lease_expired', 'workspace_restored',
+               'workspace_merged')
 ORDER BY seq;
 
 -- name: run_waiting_approvals
