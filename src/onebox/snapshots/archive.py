@@ -24,7 +24,6 @@ import asyncio
 import enum
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -198,28 +197,29 @@ class Commit:
 
 async def commit_step(
     db: Database, store: ObjectStore, *, session_id: str, execution_id: uuid.UUID,
-    pre_id: uuid.UUID | None | Unknown, post_id: uuid.UUID, current: Callable[[str], bool],
+    pre_id: uuid.UUID | None | Unknown, post_id: uuid.UUID,
 ) -> Commit:
     """Make the session's head hold this step's changes and every earlier commit.
 
-    ``current(snapshot_id)``: whether this host's copy holds that snapshot's content (it
-    took it, or restored it). When the session's head is current (or there is none), the
-    step's post, a snapshot of that copy, holds everything: it becomes the head. Otherwise a
-    step on another host committed meanwhile, or this copy was behind: the step's own
-    changes (``pre`` to ``post``; ``pre`` None: the workspace did not exist before the step)
-    are merged onto the head as a 'merge' snapshot, from manifests alone (every blob is
-    stored already), and that becomes the head. ``UNKNOWN`` (the 'pre' snapshot could not be
-    taken): the post becomes the head as it is. One commit per session at a time (an
-    advisory lock), so the heads form one chain."""
+    When the head is what the step started from (its 'pre' has the head's content), the
+    step's 'post' holds everything: it becomes the head. Otherwise steps elsewhere (another
+    host, or a step of this host that committed while this one ran) committed meanwhile, or
+    the copy was behind: the step's own changes (``pre`` to ``post``; ``pre`` None: the
+    workspace did not exist before the step) are merged onto the head as a 'merge'
+    snapshot, from manifests alone (every blob is stored already), and that becomes the
+    head. ``UNKNOWN`` (the 'pre' could not be taken): the post becomes the head as it is.
+    One commit per session at a time (an advisory lock), so the heads form one chain."""
     async with db.transaction() as conn:
         await rows.lock_session_commits(conn, session_id)
         head = await rows.head_except(conn, session_id, post_id)
-        if head is None or pre_id is UNKNOWN or current(str(head["id"])):
+        pre = None if pre_id is None or pre_id is UNKNOWN else await rows.get(conn, pre_id)
+        if head is None or pre_id is UNKNOWN or (
+                pre is not None and str(pre["sha256"]).strip() == str(head["sha256"]).strip()):
             await rows.commit(conn, post_id)
             return Commit(None, None if head is None else head["id"])
         post = await rows.get(conn, post_id)
-        base = Manifest(()) if pre_id is None else await load_manifest(
-            store, str((await rows.get(conn, pre_id))["sha256"]).strip())
+        base = Manifest(()) if pre is None else await load_manifest(
+            store, str(pre["sha256"]).strip())
         merged = merge(await load_manifest(store, str(head["sha256"]).strip()), base,
                        await load_manifest(store, str(post["sha256"]).strip()))
         merged_id = uuid.uuid4()

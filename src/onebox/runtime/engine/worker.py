@@ -111,6 +111,18 @@ class Worker:
             for task in helpers:
                 task.cancel()
             await self._drain(drain_s)
+            await self._last_sweep()
+
+    async def _last_sweep(self) -> None:
+        """A stopping worker removes its host's copies of runs released meanwhile (a step
+        fenced off after its host was cut off may have written one after the last chores)."""
+        if self.run_id is not None:
+            return
+        try:
+            await release_copies_left_here(self.db, self.backend, keep=self.workspaces)
+        except (psycopg.Error, OneboxError, OSError) as exc:
+            log.warning("worker %s could not sweep released copies while stopping: %s "
+                        "(the next worker on this host does)", self.owner, exc)
 
     async def _fill(self) -> None:
         free = self.concurrency - len(self._running)

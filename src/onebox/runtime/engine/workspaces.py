@@ -17,9 +17,9 @@ Each host notes, per session, the snapshots it takes (before their rows exist) a
 its copy last matched (a file under the sandbox state dir, out of the sandbox's reach).
 
 **After a step** (:func:`onebox.snapshots.archive.commit_step`): its 'post' snapshot is the
-new head when this host's copy held the previous head; otherwise (a step on another host
-committed meanwhile, or the copy was behind) the step's own changes, 'pre' to 'post', are
-merged onto the head as a 'merge' snapshot (a ``workspace_merged`` event, naming any path
+new head when the head is what the step started from (its 'pre' has the head's content);
+otherwise (a step elsewhere committed meanwhile, or the copy was behind) the step's own
+changes, 'pre' to 'post', are merged onto the head as a 'merge' snapshot (a ``workspace_merged`` event, naming any path
 both changed: the later commit wins). So steps of one run may run in parallel on several
 hosts and a step after them sees every one's files. This holds with ``snapshot_policy:
 always``; with fewer snapshots a later host has less to restore. A snapshot that cannot be
@@ -228,12 +228,6 @@ class StepWorkspace:
             self._mark_path(session_id).unlink()
         self.locks.forget(session_id)
 
-    def holds(self, session_id: str, snapshot_id: str) -> bool:
-        """Whether the copy here holds that snapshot's content: this host took it, or the
-        copy was last restored from it."""
-        ours, seen = self._notes(session_id)
-        return snapshot_id in ours or snapshot_id == seen
-
     async def keep_outputs(self, session: store.Row) -> None:
         """Copy the finished run's outputs to the object store before its workspace goes;
         a failure is an ``outputs_failed`` event, never a stuck release."""
@@ -290,8 +284,7 @@ class StepWorkspace:
         pre_id = self._pre.pop(row["id"], UNKNOWN)
         session_id = row["session_id"]
         done = await commit_step(self.db, self.objects, session_id=session_id,
-                                 execution_id=row["id"], pre_id=pre_id, post_id=post_id,
-                                 current=lambda snapshot: self.holds(session_id, snapshot))
+                                 execution_id=row["id"], pre_id=pre_id, post_id=post_id)
         if done.merged_id is not None:
             await self._event(row, "workspace_merged", {
                 "snapshot_id": str(done.merged_id), "onto": str(done.head_id),
