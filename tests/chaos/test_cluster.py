@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import subprocess
 import time
 import uuid
 from collections import Counter
@@ -80,12 +81,21 @@ async def _finish(made: Cluster) -> None:
 
 
 def _assert_clean(made: Cluster) -> None:
-    """No workspace left on any host."""
+    """No workspace, workspace note or lock, mount or process left on any host."""
+    mounts = Path("/proc/self/mountinfo").read_text()
     for host in made.hosts:
         sandbox = load_settings(home=host.home).sandbox_dir
         workspaces = sandbox / "workspaces"
         left = sorted(p.name for p in workspaces.iterdir()) if workspaces.exists() else []
         assert not left, f"{host.name} keeps workspaces {left}\n{host.log()}"
+        marks = sandbox / "workspace-marks"
+        notes = sorted(str(p.relative_to(marks)) for p in marks.rglob("*") if p.is_file()) \
+            if marks.exists() else []
+        assert not notes, f"{host.name} keeps workspace notes or locks {notes}"
+        assert f" {sandbox}/" not in mounts, f"{host.name} keeps mounts under {sandbox}"
+        pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True,
+                              text=True).stdout.split()
+        assert not pids, f"{host.name} keeps processes {pids}"
 
 
 PLAN = {"name": "across", "steps": [
