@@ -17,6 +17,8 @@ speed-up real machines would give.
   lease, 4 s here).
 - bytes: per step, the bytes restored from the object store (restores of a head onto a
   host) and stored into it (new blobs and manifests), from the snapshot rows.
+- session routing: a file read from a session through the API server holding it, and
+  through another server that forwards it (one more HTTP hop and one indexed query).
 - freshness: StepWorkspace.prepare for a step whose host copy is current (the one-host
   case), in process; target under 1 ms p50.
 """
@@ -159,6 +161,36 @@ async def failover(db: Database, made: Cluster, rounds: int) -> dict[str, Any]:
             "lease_s": float(FAST["ONEBOX_RUNTIME__LEASE_S"])}
 
 
+async def routing(db: Database, made: Cluster, n: int) -> dict[str, Any]:
+    """One session on host 1; the same call through host 1 (direct) and host 2 (forwarded)."""
+    import httpx
+
+    from onebox.runtime.services.api_keys import create_key
+
+    key = (await create_key(db, tenant_id="bench", name="bench"))[0]
+    holder, other = made.hosts[0], made.hosts[1]
+    holder.serve()
+    other.serve()
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(timeout=30, headers=headers) as client:
+        session = (await client.post(f"{holder.url}/v1/sessions")).json()["id"]
+        await client.post(f"{holder.url}/v1/sessions/{session}/execute",
+                          json={"code": "echo x > x.txt", "language": "bash"})
+        result: dict[str, Any] = {"calls": n}
+        for name, base in (("direct", holder.url), ("forwarded", other.url)):
+            timings = []
+            for _ in range(n):
+                started = time.perf_counter()
+                got = await client.get(f"{base}/v1/sessions/{session}/files/x.txt")
+                timings.append((time.perf_counter() - started) * 1000)
+                assert got.status_code == 200, got.text
+            result[f"{name}_p50_ms"] = pct(timings, 0.5)
+            result[f"{name}_p99_ms"] = pct(timings, 0.99)
+    holder.stop("serve")
+    other.stop("serve")
+    return result
+
+
 async def freshness(url: str, home: Path, n: int) -> dict[str, Any]:
     from onebox.objects.fs import FsObjectStore
     from onebox.runtime.engine.workspaces import StepWorkspace
@@ -219,6 +251,7 @@ async def main(quick: bool) -> dict[str, Any]:
                 n_runs = 10 if quick else 30
                 result["throughput"] = [await throughput(db, made, k, n_runs) for k in (1, 2, 3)]
                 result["failover"] = await failover(db, made, 2 if quick else 5)
+                result["session_routing"] = await routing(db, made, 50 if quick else 300)
             result["freshness_check"] = await freshness(url, tmp / "fresh", 200 if quick else 1000)
         finally:
             await db.close()
