@@ -110,3 +110,22 @@ def test_doctor_reports_every_check(home: Path) -> None:
     db = next(c for c in report["checks"] if c["name"] == "database")
     assert db["ok"] and "pgvector" in db["detail"]
     assert all(c["ok"] or c["fix"] for c in report["checks"])
+
+
+def test_fork_the_quickstart_at_its_report(home: Path) -> None:
+    """`onebox fork RUN --at report --set report.code=...`: the three steps before it are
+    kept, the report runs again on the workspace it had, with the new code."""
+    run = onebox(home, "run", "examples/quickstart.yaml", "--json")
+    assert run.returncode == 0, run.stderr
+    parent = json.loads(run.stdout)["run"]["id"]
+    forked = onebox(home, "fork", parent[:8], "--at", "report",
+                    "--set", "report.code=import os; print(sorted(os.listdir('.')))")
+    assert forked.returncode == 0, forked.stderr + forked.stdout
+    assert "kept make_csv, revenue_by_region, units_stats" in forked.stdout
+    assert "sales.csv" in forked.stdout and "report.md" not in forked.stdout.split("kept")[-1]
+    shown = json.loads(onebox(home, "runs", "--json").stdout)["runs"][0]
+    explained = onebox(home, "explain", shown["id"])
+    assert f"forked from run {parent}" in explained.stdout
+    assert explained.stdout.count("not run again") == 3
+    missing = onebox(home, "fork", parent, "--at", "nope")
+    assert missing.returncode != 0 and "not in the fork's plan" in missing.stderr

@@ -41,6 +41,16 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ForkRun(Body):
+    """Fork a finished run at a step: what finished before it is kept, the workspace is as
+    it was just before it; ``plan`` replaces the run's plan, ``set`` changes fields of steps
+    (``{"s3.code": "echo hi"}``)."""
+
+    at: text(120, 1)  # type: ignore[valid-type]
+    plan: JsonObject | None = None
+    set: JsonObject = Field(default_factory=dict)
+
+
 class CreateRun(Body):
     """Exactly one of ``plan`` (a plan document, as in a plan file) or ``task`` (words)."""
 

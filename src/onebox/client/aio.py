@@ -185,6 +185,11 @@ class Runs:
     async def retry(self, run_id: str) -> Json:
         return await self._action(run_id, "retry")
 
+    async def fork(self, run_id: str, at: str, *, set: Json | None = None,  # noqa: A002
+                   plan: Json | None = None) -> Json:
+        """:meth:`onebox.client.Client.fork`, awaited."""
+        return await self._action(run_id, "fork", {"at": at, "set": set or {}, "plan": plan})
+
     async def approve(self, run_id: str, step_id: str, comment: str | None = None) -> Json:
         return await self._action(run_id, f"steps/{seg(step_id)}/approve", {"comment": comment})
 

@@ -184,6 +184,13 @@ class Runs:
     def retry(self, run_id: str) -> Json:
         return self._action(run_id, "retry")
 
+    def fork(self, run_id: str, at: str, *, set: Json | None = None,  # noqa: A002
+             plan: Json | None = None) -> Json:
+        """Fork a finished run at step ``at`` (the steps before it are kept, the workspace is
+        as it was before it) with ``set`` ({"s3.code": "echo hi"}) or another ``plan``;
+        returns the new run's id and which steps were kept and which run again."""
+        return self._action(run_id, "fork", {"at": at, "set": set or {}, "plan": plan})
+
     def approve(self, run_id: str, step_id: str, comment: str | None = None) -> Json:
         return self._action(run_id, f"steps/{seg(step_id)}/approve", {"comment": comment})
 

@@ -224,6 +224,12 @@ async def dependency_commits(conn: Conn, run_id: uuid.UUID, steps: Sequence[str]
     return [dict(r) for r in await cur.fetchall()]
 
 
+async def object_keys(conn: Conn, snapshot_id: uuid.UUID) -> list[str]:
+    """Every object the snapshot references (its blobs and manifest)."""
+    cur = await conn.execute(Q["object_keys"], {"id": snapshot_id})
+    return [str(r["key"]) for r in await cur.fetchall()]
+
+
 async def referenced_keys(conn: Conn) -> set[str]:
     cur = await conn.execute(Q["referenced_keys"], {})
     return {str(r["key"]) for r in await cur.fetchall()}

@@ -17,12 +17,12 @@ from fastapi.responses import StreamingResponse
 from onebox.api.auth import Caller, State
 from onebox.api.errors import body as error_body
 from onebox.api.events import Recheck, run_event_stream
-from onebox.api.schemas import CreateRun, Decision
+from onebox.api.schemas import CreateRun, Decision, ForkRun
 from onebox.api.state import ApiState
 from onebox.errors import ValidationError
 from onebox.runtime.engine import event_log, run_outputs
 from onebox.runtime.engine import run_files as inputs_of
-from onebox.runtime.services import api_keys, tenant_sessions
+from onebox.runtime.services import api_keys, forks, tenant_sessions
 from onebox.runtime.services import run_service as service
 from onebox.runtime.services import runs as runtime_runs
 from onebox.runtime.services import session_service as sessions
@@ -169,6 +169,14 @@ async def approve(run_id: uuid.UUID, step_id: StepId, state: State, caller: Call
 async def reject(run_id: uuid.UUID, step_id: StepId, state: State, caller: Caller,
                  body: Decision | None = None) -> dict[str, Any]:
     return await _decide(run_id, step_id, False, body, state, caller)
+
+
+@router.post("/{run_id}/fork", status_code=201, summary="Fork a finished run at a step: "
+             "keep what finished before it and go on from it with a change")
+async def fork(run_id: uuid.UUID, body: ForkRun, state: State, caller: Caller) -> dict[str, Any]:
+    forked = await forks.fork_run(state.db, state.settings, run_id, caller.tenant_id,
+                                  at=body.at, plan=body.plan, changes=body.set)
+    return forks.fork_json(forked)
 
 
 @router.post("/{run_id}/retry", summary="Queue the failed steps of a DEAD run again")

@@ -51,6 +51,16 @@ def _plan_decision(event: dict[str, Any]) -> dict[str, Any] | None:
         verb = "approved" if kind == "approval_granted" else "rejected"
         return row | {"kind": verb[:-1], "reason": f"{verb} by {p.get('by')}"
                       + (f": {p['comment']}" if p.get("comment") else "")}
+    if kind == "run_forked":
+        kept = p.get("inherited") or []
+        return row | {"step": p.get("at"), "kind": "fork", "reason": f"forked from run "
+                      f"{p.get('from_run_id')} at step {p.get('at')}: kept "
+                      f"{', '.join(map(str, kept)) or 'no step'}; the workspace is the one "
+                      f"before {p.get('at')} (snapshot {p.get('from_snapshot')})"}
+    if kind == "step_inherited":
+        return row | {"kind": "inherit", "reason": f"result kept from run "
+                      f"{p.get('from_run_id')} (attempt {p.get('from_execution_id')}); not "
+                      "run again"}
     if kind == "step_started":
         return row | {"kind": "start", "reason": f"attempt {p.get('attempt', 1)} on worker "
                       f"{p.get('worker')}"}

@@ -185,3 +185,6 @@ FROM (SELECT DISTINCT ON (step_id) id, step_id, snapshot_id
       ORDER BY step_id, attempt DESC) t
 LEFT JOIN onebox.snapshots s ON s.execution_id = t.id AND s.committed_at IS NOT NULL
 GROUP BY t.step_id, t.snapshot_id;
+
+-- name: object_keys
+SELECT key FROM onebox.snapshot_objects WHERE snapshot_id = %(id)s ORDER BY key;

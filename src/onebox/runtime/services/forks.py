@@ -1,0 +1,196 @@
+"""Forking a run at a step: go back to a step, change something, and go on from there.
+
+    fork = await fork_run(db, settings, run_id, "default", at="s3",
+                          changes={"s3.input.n": 5})
+
+The fork is a new run of the (changed) plan. Every step of the parent that finished before
+``at`` is kept as finished: its attempt is copied with its output, result and hashes,
+marked ``inherited_from`` (a ``step_inherited`` event), and never executed again. A step
+is inherited when it succeeded in the parent, is not ``at`` nor downstream of it, is the
+same in both plans, and every step it depends on is inherited too. The fork's workspace
+starts as the parent's was just before ``at`` ran: its session's head is the parent's
+'pre' snapshot of ``at`` (the same stored objects; nothing is copied), which the first step
+restores on whatever host runs it. From ``at`` on, steps run as in any run.
+
+The fork's request records its parent (``request.fork``: run id and step), which ``show``
+and ``explain`` print. Runs the agent schedules (a task, goals, conditions, loops) are not
+forked here: their plan is the agent's, rebuilt from its log.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from onebox.agent.plan import Plan, parse_plan
+from onebox.config import Settings
+from onebox.errors import Conflict, NotFound, ValidationError
+from onebox.runtime.engine import submit
+from onebox.runtime.engine.schedule import PlanIndex, StepState
+from onebox.store import runs as store
+from onebox.store import snapshots as snapshot_rows
+from onebox.store.db import Database, Row
+from onebox.store.queries import load_queries
+
+Q = load_queries("forks")
+TERMINAL = ("SUCCEEDED", "FAILED", "DEAD", "CANCELLED")
+
+
+@dataclass(frozen=True)
+class Forked:
+    run_id: uuid.UUID
+    trace_id: str
+    inherited: tuple[str, ...]
+    rerun: tuple[str, ...]
+    workspace_snapshot: uuid.UUID
+
+
+def apply_changes(spec: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan with ``STEP.FIELD=VALUE`` changes: ``s3.code``, ``s3.input.n``,
+    ``s3.limits.timeout_s``... A step or field path that does not exist in a step is made
+    (the plan's own validation then says whether it is allowed)."""
+    out = json.loads(json.dumps(spec))
+    steps = {str(s.get("id")): s for s in out.get("steps", []) if isinstance(s, dict)}
+    for target, value in changes.items():
+        step_id, _, path = str(target).partition(".")
+        if step_id not in steps or not path:
+            raise ValidationError(f"set {target!r}: name a step of the plan and a field, as "
+                                  "STEP.FIELD (s3.code, s3.input.n)", field="set")
+        node = steps[step_id]
+        *parents, last = path.split(".")
+        for part in parents:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ValidationError(f"set {target!r}: {part!r} of step {step_id!r} is not an "
+                                      "object", field="set")
+            node = child
+        node[last] = value
+    return out
+
+
+def _descendants(plan: Plan, at: str) -> set[str]:
+    below: dict[str, list[str]] = {}
+    for step in plan.steps:
+        for dep in step.depends_on:
+            below.setdefault(dep, []).append(step.id)
+    found, todo = set(), [at]
+    while todo:
+        for child in below.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _inherited(parent: Plan, child: Plan, at: str, attempts: Mapping[str, Row]) -> list[str]:
+    """The steps of ``child`` kept from the parent, in plan order (see the module)."""
+    same = {s.id: s.model_dump(mode="json") for s in parent.steps}
+    downstream = _descendants(child, at) | {at}
+    kept: list[str] = []
+    for step in child.steps:  # plan order: dependencies first
+        row = attempts.get(step.id)
+        if (step.id not in downstream and row is not None and row["status"] == "SUCCESS"
+                and same.get(step.id) == step.model_dump(mode="json")
+                and all(d in kept for d in step.depends_on)):
+            kept.append(step.id)
+    return kept
+
+
+async def fork_run(
+    db: Database, settings: Settings, run_id: uuid.UUID, tenant_id: str, *, at: str,
+    plan: dict[str, Any] | None = None, changes: Mapping[str, Any] | None = None,
+) -> Forked:
+    """A new run of the parent's plan (or ``plan``), with ``changes``, going on from ``at``."""
+    async with db.connection() as conn:
+        parent = await store.fetch_one(conn, "get_run", {"run_id": run_id})
+    if parent is None or parent.get("tenant_id") != tenant_id:
+        raise NotFound(f"run {run_id} does not exist", field="run_id")
+    if parent["status"] not in TERMINAL:
+        raise Conflict(f"run {run_id} is {parent['status']}: fork a run once it has ended "
+                       "(cancel it first to fork it now)", field="run_id")
+    if parent["source"] != "plan" or parent["current_plan_id"] is None:
+        raise Conflict(f"run {run_id} was planned by the agent (a task): onebox forks runs of "
+                       "a plan given as code steps and approvals", field="run_id")
+    async with db.connection() as conn:
+        stored = await store.fetch_one(conn, "plan_by_id", {"plan_id": parent["current_plan_id"]})
+        cur = await conn.execute(Q["parent_attempts"], {"run_id": run_id})
+        attempts = {r["step_id"]: r for r in await cur.fetchall()}
+    assert stored is not None, "a plan run has its plan"
+    parent_plan = parse_plan(stored["spec"])
+    spec = plan if plan is not None else parent_plan.to_data()
+    child = parse_plan(apply_changes(spec, changes or {}))
+    if not submit.on_plan_index(child):
+        raise ValidationError("the fork's plan needs the agent (a goal, tool, condition or "
+                              "loop): fork with a plan of code steps and approvals",
+                              field="plan")
+    if at not in {s.id for s in child.steps}:
+        raise ValidationError(f"step {at!r} is not in the fork's plan", field="at")
+    ran = attempts.get(at)
+    if ran is None:
+        raise ValidationError(f"step {at!r} never ran in run {run_id}: fork at a step that "
+                              "ran (its workspace before it is what the fork starts from)",
+                              field="at")
+    if ran["pre_snapshot_id"] is None:
+        raise Conflict(f"step {at!r} of run {run_id} has no snapshot of the workspace before "
+                       "it (removed by retention, or snapshot_policy was not 'always'): there "
+                       "is nothing to start the fork from", field="at")
+    inherited = _inherited(parent_plan, child, at, attempts)
+    return await _store_fork(db, settings, parent, child, at, attempts, inherited,
+                             ran["pre_snapshot_id"], tenant_id)
+
+
+async def _store_fork(
+    db: Database, settings: Settings, parent: Row, child: Plan, at: str,
+    attempts: Mapping[str, Row], inherited: list[str], pre_id: uuid.UUID, tenant_id: str,
+) -> Forked:
+    prep = submit.prepare_plan(child, child.name or parent.get("name"))
+    request = {"plan_version": 1, "spec_hash": prep.spec_hash,
+               "fork": {"run_id": str(parent["id"]), "at": at}}
+    async with db.transaction() as conn:
+        base = await snapshot_rows.get(conn, pre_id)
+        made = await submit.insert_run(conn, "plan", request, name=prep.name,
+                                       idempotency_key=None, tenant_id=tenant_id)
+        plan_id = await submit.create_plan_version(
+            conn, made.run_id, made.trace_id, child, version=1,
+            reason=f"forked from run {parent['id']} at step {at}",
+            spec=(prep.spec_json, prep.spec_hash))
+        session_id = submit.session_id_for(made.run_id)
+        states: dict[str, StepState] = {}
+        for step_id in inherited:
+            row = attempts[step_id]
+            await conn.execute(Q["inherit_attempt"], {
+                "id": uuid.uuid4(), "run_id": made.run_id, "plan_id": plan_id,
+                "session_id": session_id, "trace_id": made.trace_id,
+                "step_number": prep.index.numbers[step_id], "parent_id": row["id"],
+                "parent_run": parent["id"]})
+            states[step_id] = StepState("SUCCESS", 1, row["output_hash"])
+        await conn.execute(Q["set_steps_left"], {
+            "run_id": made.run_id, "steps_left": len(child.steps) - len(inherited)})
+        head = uuid.uuid4()
+        await snapshot_rows.register(
+            conn, snapshot_id=head, session_id=session_id, execution_id=None, kind="manual",
+            sha256=str(base["sha256"]).strip(), manifest_key=base["manifest_key"],
+            total_bytes=base["bytes"], file_count=base["file_count"],
+            object_keys=await snapshot_rows.object_keys(conn, pre_id))
+        await snapshot_rows.commit(conn, head)
+        await store.append_event(conn, made.run_id, "run_forked", {
+            "from_run_id": str(parent["id"]), "at": at, "inherited": inherited,
+            "workspace_snapshot": str(head), "from_snapshot": str(pre_id)},
+            trace_id=made.trace_id)
+        queued = await submit.queue_ready_steps(
+            conn, settings, made.run_id, made.trace_id, plan_id, PlanIndex.of(child), states)
+    rerun = tuple(s.id for s in child.steps if s.id not in inherited)
+    assert at in queued or at in rerun
+    return Forked(made.run_id, made.trace_id, tuple(inherited), rerun, head)
+
+
+def fork_json(forked: Forked) -> dict[str, Any]:
+    return {"run_id": str(forked.run_id), "trace_id": forked.trace_id,
+            "inherited": list(forked.inherited), "rerun": list(forked.rerun),
+            "workspace_snapshot": str(forked.workspace_snapshot)}
+

@@ -1,0 +1,49 @@
+"""POST /v1/runs/{id}/fork and the SDK's runs.fork: the same fork as `onebox fork`."""
+
+from __future__ import annotations
+
+import asyncio
+
+from api_helpers import Api, wait_status
+
+PLAN = {"steps": [
+    {"id": "a", "tool": "bash", "code": "echo a > f.txt"},
+    {"id": "b", "tool": "bash", "code": "echo b >> f.txt", "depends_on": ["a"]},
+    {"id": "c", "tool": "bash", "code": "cat f.txt", "depends_on": ["b"]},
+]}
+
+
+async def test_fork_over_http_keeps_a_and_reruns_b_with_the_change(api: Api) -> None:
+    async with api.client() as client, api.client("globex") as other:
+        run = (await client.post("/v1/runs", json={"plan": PLAN})).json()["run_id"]
+        await wait_status(client, run, "SUCCEEDED")
+        assert (await other.post(f"/v1/runs/{run}/fork", json={"at": "b"})).status_code == 404
+        bad = await client.post(f"/v1/runs/{run}/fork", json={"at": "b", "set": {"b": 1}})
+        assert bad.status_code == 422 and bad.json()["field"] == "set"
+        made = await client.post(f"/v1/runs/{run}/fork",
+                                 json={"at": "b", "set": {"b.code": "echo B >> f.txt"}})
+        assert made.status_code == 201, made.text
+        body = made.json()
+        assert body["inherited"] == ["a"] and body["rerun"] == ["b", "c"]
+        detail = await wait_status(client, body["run_id"], "SUCCEEDED")
+        steps = {s["step_id"]: s for s in detail["steps"]}
+        assert steps["c"]["stdout"] == "a\nB\n"
+        assert detail["run"]["request"]["fork"] == {"run_id": run, "at": "b"}
+
+
+async def test_the_sdk_forks(api: Api) -> None:
+    from onebox.client import Client
+
+    async with api.client() as client:
+        run = (await client.post("/v1/runs", json={"plan": PLAN})).json()["run_id"]
+        await wait_status(client, run, "SUCCEEDED")
+
+    def fork() -> dict:
+        with Client(api.url, api_key=api.keys["acme"]) as sdk:
+            return dict(sdk.runs.fork(run, "c", set={"c.code": "wc -l < f.txt"}))
+
+    made = await asyncio.to_thread(fork)
+    assert made["inherited"] == ["a", "b"]
+    async with api.client() as client:
+        detail = await wait_status(client, made["run_id"], "SUCCEEDED")
+    assert {s["step_id"]: s for s in detail["steps"]}["c"]["stdout"].strip() == "2"

@@ -1,0 +1,95 @@
+"""Forking a run at a step: the steps before it are inherited (not run again), the workspace
+is the parent's just before that step, and the run goes on from it with the change."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+from onebox.agent.plan import parse_plan
+from onebox.config import Settings
+from onebox.errors import Conflict, NotFound, ValidationError
+from onebox.objects.fs import FsObjectStore
+from onebox.runtime.engine.worker import Worker
+from onebox.runtime.services import runs as runs_api
+from onebox.runtime.services.forks import fork_run
+from onebox.runtime.services.submission import submit_plan
+from onebox.sandbox.base import SandboxBackend
+from onebox.store.db import Database
+
+PLAN = {"name": "five", "steps": [
+    {"id": "s1", "tool": "bash", "code": "echo one > log.txt"},
+    {"id": "s2", "tool": "bash", "code": "echo two >> log.txt", "depends_on": ["s1"]},
+    {"id": "s3", "tool": "bash", "code": "echo three >> log.txt", "depends_on": ["s2"]},
+    {"id": "s4", "tool": "bash", "code": "wc -l < log.txt", "depends_on": ["s3"]},
+    {"id": "s5", "tool": "bash", "code": "tail -1 log.txt", "depends_on": ["s4"]},
+]}
+
+
+async def _finish(db: Database, backend: SandboxBackend, settings: Settings,
+                  objects: FsObjectStore, run_id: uuid.UUID) -> dict[str, object]:
+    stop = asyncio.Event()
+    worker = Worker(db, backend, settings, run_id=run_id, objects=objects)
+    task = asyncio.create_task(worker.serve(stop, drain_s=5))
+    try:
+        for _ in range(600):
+            run = await runs_api.get_run(db, run_id)
+            if run["status"] in ("SUCCEEDED", "FAILED", "DEAD"):
+                return dict(run)
+            await asyncio.sleep(0.05)
+        raise AssertionError("the run did not end")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_a_fork_at_step_3_inherits_1_and_2_and_reruns_from_the_workspace_before_3(
+        db: Database, backend: SandboxBackend, settings: Settings, tmp_path: Path) -> None:
+    objects = FsObjectStore(tmp_path / "objects", fsync=False)
+    parent = (await submit_plan(db, settings, parse_plan(PLAN))).run_id
+    assert (await _finish(db, backend, settings, objects, parent))["status"] == "SUCCEEDED"
+    before = {s["step_id"]: s for s in await runs_api.run_steps(db, parent)}
+    assert before["s5"]["stdout"] == "three\n" and before["s4"]["stdout"].strip() == "3"
+
+    forked = await fork_run(db, settings, parent, "default", at="s3",
+                            changes={"s3.code": "echo THREE >> log.txt"})
+    assert forked.inherited == ("s1", "s2") and forked.rerun == ("s3", "s4", "s5")
+    run = await _finish(db, backend, settings, objects, forked.run_id)
+    assert run["status"] == "SUCCEEDED" and run["request"]["fork"] == {
+        "run_id": str(parent), "at": "s3"}
+    steps = {s["step_id"]: s for s in await runs_api.run_steps(db, forked.run_id)}
+    assert steps["s5"]["stdout"] == "THREE\n", "the answer changed with the change"
+    assert steps["s4"]["stdout"].strip() == "3", "s3 ran on the workspace as it was before s3"
+    for inherited in ("s1", "s2"):
+        assert steps[inherited]["details"]["inherited_from"] == str(before[inherited]["id"])
+        assert steps[inherited]["output_hash"] == before[inherited]["output_hash"]
+    events = await runs_api.run_events(db, forked.run_id)
+    started = [e["payload"]["step_id"] for e in events if e["type"] == "step_started"]
+    assert sorted(started) == ["s3", "s4", "s5"], "inherited steps were not executed"
+    assert [e["payload"]["step_id"] for e in events if e["type"] == "step_inherited"] \
+        == ["s1", "s2"]
+    assert sum(1 for s in await runs_api.run_steps(db, forked.run_id)) == 5
+    await objects.close()
+
+
+async def test_what_cannot_be_forked_says_why(
+        db: Database, backend: SandboxBackend, settings: Settings, tmp_path: Path) -> None:
+    objects = FsObjectStore(tmp_path / "objects", fsync=False)
+    parent = (await submit_plan(db, settings, parse_plan(PLAN))).run_id
+    with pytest.raises(Conflict, match="once it has ended"):
+        await fork_run(db, settings, parent, "default", at="s3")
+    await _finish(db, backend, settings, objects, parent)
+    with pytest.raises(NotFound):
+        await fork_run(db, settings, parent, "another-tenant", at="s3")
+    with pytest.raises(ValidationError, match="not in the fork's plan"):
+        await fork_run(db, settings, parent, "default", at="nope")
+    with pytest.raises(ValidationError, match="STEP.FIELD"):
+        await fork_run(db, settings, parent, "default", at="s3", changes={"zz.code": "x"})
+    await db.fetch("UPDATE onebox.task_execution SET pre_snapshot_id = NULL WHERE run_id = %s "
+                   "AND step_id = 's3' RETURNING id", (parent,))
+    with pytest.raises(Conflict, match="no snapshot of the workspace before"):
+        await fork_run(db, settings, parent, "default", at="s3")
+    await objects.close()
