@@ -93,3 +93,55 @@ async def test_what_cannot_be_forked_says_why(
     with pytest.raises(Conflict, match="no snapshot of the workspace before"):
         await fork_run(db, settings, parent, "default", at="s3")
     await objects.close()
+
+
+TEN = {"name": "ten", "steps": [
+    {"id": f"d{n}", "tool": "bash", "code": f"echo {n} > d{n}.txt; cat d*.txt | wc -l",
+     **({"depends_on": [f"d{n - 1}"]} if n else {})} for n in range(10)]}
+
+
+async def test_a_deterministic_run_replays_as_ten_matches_and_a_clock_step_differs(
+        db: Database, backend: SandboxBackend, settings: Settings, tmp_path: Path) -> None:
+    from onebox.runtime.services.run_compare import replay_run
+
+    objects = FsObjectStore(tmp_path / "objects", fsync=False)
+    steady = (await submit_plan(db, settings, parse_plan(TEN))).run_id
+    assert (await _finish(db, backend, settings, objects, steady))["status"] == "SUCCEEDED"
+    report = await replay_run(db, backend, objects, steady, "default")
+    assert (report["replayed"], report["matches"], report["model_calls"]) == (10, 10, 0)
+    assert report["first_difference"] is None
+
+    clocked = {"name": "clock", "steps": [
+        TEN["steps"][0], {"id": "now", "tool": "bash", "code": "date +%s%N > now.txt; cat now.txt",
+                          "depends_on": ["d0"]},
+        {"id": "after", "tool": "bash", "code": "echo done", "depends_on": ["now"]}]}
+    run = (await submit_plan(db, settings, parse_plan(clocked))).run_id
+    await _finish(db, backend, settings, objects, run)
+    report = await replay_run(db, backend, objects, run, "default")
+    assert report["first_difference"]["step_id"] == "now"
+    assert report["first_difference"]["stdout_diff"].startswith("---")
+    assert "now.txt" in str(report["first_difference"]["files"])
+    assert report["matches"] == 2 and report["replayed"] == 3
+    await objects.close()
+
+
+async def test_a_diff_of_a_fork_and_its_parent_names_the_changed_step_its_output_and_files(
+        db: Database, backend: SandboxBackend, settings: Settings, tmp_path: Path) -> None:
+    from onebox.runtime.services.run_compare import diff_runs
+
+    objects = FsObjectStore(tmp_path / "objects", fsync=False)
+    parent = (await submit_plan(db, settings, parse_plan(PLAN))).run_id
+    await _finish(db, backend, settings, objects, parent)
+    forked = await fork_run(db, settings, parent, "default", at="s3",
+                            changes={"s3.code": "echo THREE >> log.txt"})
+    await _finish(db, backend, settings, objects, forked.run_id)
+    found = await diff_runs(db, objects, parent, forked.run_id, "default")
+    assert found["first_difference"] == "s3" and found["differing"] == ["s3", "s5"], found["differing"]
+    by = {s["step_id"]: s for s in found["steps"]}
+    assert by["s1"]["same"] and by["s2"]["b"]["inherited_from"] and by["s4"]["same"]
+    assert by["s3"]["files"]["files"][0]["path"] == "log.txt"
+    assert "-three" in by["s3"]["files"]["files"][0]["diff"]
+    assert "+THREE" in by["s5"]["stdout"]["diff"]
+    with pytest.raises(NotFound):
+        await diff_runs(db, objects, parent, forked.run_id, "another-tenant")
+    await objects.close()

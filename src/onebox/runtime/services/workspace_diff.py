@@ -103,6 +103,18 @@ async def between(
     return await _compare(store, run_id, before, after, old, new)
 
 
+async def across(
+    db: Database, store: ObjectStore, run_a: uuid.UUID, execution_a: uuid.UUID,
+    run_b: uuid.UUID, execution_b: uuid.UUID,
+) -> WorkspaceDiff:
+    """The diff from one run's step attempt's after-step snapshot to another run's (the
+    same step in two runs: a fork and its parent, a run and its replay)."""
+    before = _after_side(await _execution(db, run_a, execution_a, "a"), "a")
+    after = _after_side(await _execution(db, run_b, execution_b, "b"), "b")
+    old, new = await asyncio.gather(_manifest(store, before), _manifest(store, after))
+    return await _compare(store, run_b, before, after, old, new)
+
+
 async def _execution(db: Database, run_id: uuid.UUID, execution_id: uuid.UUID,
                      field: str) -> dict[str, Any]:
     row = await db.fetchone(Q["execution"], {"run_id": run_id, "id": execution_id})

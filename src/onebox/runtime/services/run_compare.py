@@ -1,0 +1,218 @@
+"""Two runs side by side, and a whole run replayed: the determinism check of a run.
+
+    diff = await diff_runs(db, store, run_a, run_b, tenant_id)      # onebox diff A B
+    report = await replay_run(db, backend, store, run_id, tenant_id)  # onebox replay RUN
+
+:func:`diff_runs` aligns the steps by id (in the first run's plan order, then the second's
+own), and for each says status, exit code and output hash on both sides, a unified diff of
+stdout and stderr, the files whose content differs between the two steps' after-step
+snapshots (:func:`workspace_diff.across`), and the model calls that differ (what was asked,
+what was answered, tokens, cost). A step is ``same`` when its status, output hash, files and
+model calls are. Every text and list is bounded and says when it was cut.
+
+:func:`replay_run` re-executes every code step of a finished run from its own before-step
+snapshot (:func:`onebox.snapshots.replay.replay`), in plan order, and reports per step
+whether its output matches, and the first step that differs with its output and file
+diff. No model is asked: code steps do not call one, and the run's other steps (model
+calls, approvals) keep their recorded results. An inherited step (a fork's) replays the
+attempt it was copied from.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import uuid
+from typing import Any
+
+from onebox.errors import Conflict, NotFound
+from onebox.objects.base import ObjectStore
+from onebox.runtime.engine.archive import output_hash
+from onebox.runtime.services import workspace_diff
+from onebox.sandbox.base import SandboxBackend
+from onebox.sandbox.snapshot_manifest import Manifest, diff
+from onebox.sandbox.snapshots import load_manifest
+from onebox.snapshots.replay import replay
+from onebox.store import runs as store
+from onebox.store.db import Database, Row
+from onebox.store.queries import load_queries
+
+Q = load_queries("run_compare")
+CODE_TOOLS = frozenset({"python", "bash", "node"})
+MAX_TEXT_DIFF_CHARS = 20_000
+TERMINAL = ("SUCCEEDED", "FAILED", "DEAD", "CANCELLED")
+
+
+async def _run(db: Database, run_id: uuid.UUID, tenant_id: str, field: str) -> Row:
+    async with db.connection() as conn:
+        run = await store.fetch_one(conn, "get_run", {"run_id": run_id})
+    if run is None or run.get("tenant_id") != tenant_id:
+        raise NotFound(f"run {run_id} does not exist", field=field)
+    return run
+
+
+async def _attempts(db: Database, run_id: uuid.UUID) -> list[Row]:
+    rows = await db.fetch(Q["latest_attempts"], {"run_id": run_id})
+    return sorted(rows, key=lambda r: (r["step_number"], r["step_id"]))
+
+
+def text_diff(a: str | None, b: str | None, name: str) -> dict[str, Any]:
+    """A unified diff of two texts, cut at ``MAX_TEXT_DIFF_CHARS`` (and said so)."""
+    if (a or "") == (b or ""):
+        return {"same": True, "diff": "", "cut": False}
+    lines = difflib.unified_diff((a or "").splitlines(keepends=True),
+                                 (b or "").splitlines(keepends=True),
+                                 fromfile=f"a/{name}", tofile=f"b/{name}")
+    text = "".join(lines)
+    return {"same": False, "diff": text[:MAX_TEXT_DIFF_CHARS],
+            "cut": len(text) > MAX_TEXT_DIFF_CHARS}
+
+
+def _side(row: Row | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {"execution_id": str(row["id"]), "attempt": row["attempt"], "status": row["status"],
+            "exit_code": row["exit_code"], "output_hash": row["output_hash"],
+            "inherited_from": (row["details"] or {}).get("inherited_from")}
+
+
+async def diff_runs(db: Database, objects: ObjectStore, run_a: uuid.UUID, run_b: uuid.UUID,
+                    tenant_id: str) -> dict[str, Any]:
+    """The two runs step by step (see the module)."""
+    await _run(db, run_a, tenant_id, "run_a")
+    await _run(db, run_b, tenant_id, "run_b")
+    a_rows, b_rows = await _attempts(db, run_a), await _attempts(db, run_b)
+    a_by, b_by = {r["step_id"]: r for r in a_rows}, {r["step_id"]: r for r in b_rows}
+    order = [r["step_id"] for r in a_rows] + [r["step_id"] for r in b_rows
+                                               if r["step_id"] not in a_by]
+    calls_a = _calls_by_step(await db.fetch(Q["model_calls"], {"run_id": run_a}))
+    calls_b = _calls_by_step(await db.fetch(Q["model_calls"], {"run_id": run_b}))
+    steps = []
+    for step_id in order:
+        a, b = a_by.get(step_id), b_by.get(step_id)
+        entry: dict[str, Any] = {"step_id": step_id, "a": _side(a), "b": _side(b)}
+        if a is not None and b is not None:
+            entry["stdout"] = text_diff(a["stdout"], b["stdout"], f"{step_id}/stdout")
+            entry["stderr"] = text_diff(a["stderr"], b["stderr"], f"{step_id}/stderr")
+            entry["files"] = await _files(db, objects, run_a, a, run_b, b)
+            entry["same"] = (a["output_hash"] == b["output_hash"]
+                             and a["status"] == b["status"]
+                             and entry["files"].get("same", True))
+        else:
+            entry["same"] = False
+        entry["model_calls"] = _calls_diff(calls_a.get(step_id, []), calls_b.get(step_id, []))
+        if entry["model_calls"]["differ"]:
+            entry["same"] = False
+        steps.append(entry)
+    changed = [s["step_id"] for s in steps if not s["same"]]
+    return {"run_a": str(run_a), "run_b": str(run_b), "steps": steps, "differing": changed,
+            "first_difference": changed[0] if changed else None}
+
+
+async def _files(db: Database, objects: ObjectStore, run_a: uuid.UUID, a: Row,
+                 run_b: uuid.UUID, b: Row) -> dict[str, Any]:
+    """The files either step wrote (added, changed, removed from its before to its after
+    snapshot) that ended differently in the two runs, with a text diff where small."""
+    side_a, side_b = await _snapshots(db, a), await _snapshots(db, b)
+    if side_a is None or side_b is None:
+        return {"compared": False, "why": "a step lacks its before- or after-step snapshot"}
+    pre_a, post_a, pre_b, post_b = [
+        await load_manifest(objects, str(side[key]).strip())
+        for side in (side_a, side_b) for key in ("pre_sha256", "post_sha256")]
+    touched = _touched(pre_a, post_a) | _touched(pre_b, post_b)
+    after_a, after_b = post_a.by_path(), post_b.by_path()
+    differ = sorted(p for p in touched if after_a.get(p) != after_b.get(p))
+    if not differ:
+        return {"compared": True, "same": True, "paths": [], "files": [], "truncated": False}
+    full = await workspace_diff.across(db, objects, side_a["run_id"], side_a["id"],
+                                       side_b["run_id"], side_b["id"])
+    data = full.to_json()
+    wanted = set(differ)
+    return {"compared": True, "same": False, "paths": differ[:workspace_diff.MAX_LISTED],
+            "files": [f for f in data["files"] if f["path"] in wanted],
+            "truncated": data["truncated"] or len(differ) > workspace_diff.MAX_LISTED}
+
+
+async def _snapshots(db: Database, row: Row) -> Row | None:
+    """The attempt's (or, inherited, its original's) run and snapshots; None without both."""
+    source = (row["details"] or {}).get("inherited_from")
+    found = await db.fetchone(Q["execution_snapshots"],
+                              {"id": uuid.UUID(source) if source else row["id"]})
+    if found is None or found["pre_sha256"] is None or found["post_sha256"] is None:
+        return None
+    return found
+
+
+def _touched(before: Manifest, after: Manifest) -> set[str]:
+    changes = diff(before, after)
+    return {*changes.added, *changes.removed, *changes.changed}
+
+
+def _calls_by_step(rows: list[Row]) -> dict[str | None, list[Row]]:
+    out: dict[str | None, list[Row]] = {}
+    for row in rows:
+        out.setdefault(row["step_id"], []).append(row)
+    return out
+
+
+def _call_json(row: Row) -> dict[str, Any]:
+    answer = json.dumps(row["response"])[:2000] if row["response"] is not None else None
+    return {"model": row["model"], "prompt_hash": row["prompt_hash"],
+            "answer_hash": row["answer_hash"], "answer": answer,
+            "tokens": row["prompt_tokens"] + row["completion_tokens"],
+            "cost_usd": float(row["cost_usd"]) if row["cost_usd"] is not None else None,
+            "error": row["error"]}
+
+
+def _calls_diff(a: list[Row], b: list[Row]) -> dict[str, Any]:
+    pairs = []
+    for n in range(max(len(a), len(b))):
+        left = _call_json(a[n]) if n < len(a) else None
+        right = _call_json(b[n]) if n < len(b) else None
+        same = left is not None and right is not None and \
+            left["prompt_hash"] == right["prompt_hash"] and \
+            left["answer_hash"] == right["answer_hash"]
+        if not same:
+            pairs.append({"call": n, "a": left, "b": right})
+    return {"a": len(a), "b": len(b), "differ": bool(pairs), "calls": pairs[:20]}
+
+
+async def replay_run(db: Database, backend: SandboxBackend, objects: ObjectStore,
+                     run_id: uuid.UUID, tenant_id: str) -> dict[str, Any]:
+    """Every code step of a finished run re-executed from its own inputs (see the module)."""
+    run = await _run(db, run_id, tenant_id, "run_id")
+    if run["status"] not in TERMINAL:
+        raise Conflict(f"run {run_id} is {run['status']}: replay a run once it has ended",
+                       field="run_id")
+    steps, first = [], None
+    for row in await _attempts(db, run_id):
+        if row["tool_name"] not in CODE_TOOLS or row["status"] != "SUCCESS":
+            steps.append({"step_id": row["step_id"], "replayed": False,
+                          "why": "not a finished code step: its recorded result stands"})
+            continue
+        source = (row["details"] or {}).get("inherited_from")
+        execution = uuid.UUID(source) if source else row["id"]
+        report = await replay(db, backend, objects, execution, hash_output=output_hash)
+        entry = {"step_id": row["step_id"], "replayed": True, "execution_id": str(execution),
+                 "match": report.match, "pre_source": report.pre_source,
+                 "output_hash": {"recorded": report.recorded_output_hash,
+                                 "replayed": report.replayed_output_hash}}
+        steps.append(entry)
+        if not report.match and first is None:
+            files = report.files.to_json()
+            first = {"step_id": row["step_id"], "execution_id": str(execution),
+                     "stdout_diff": report.stdout_diff[:MAX_TEXT_DIFF_CHARS],
+                     "stderr_diff": report.stderr_diff[:MAX_TEXT_DIFF_CHARS],
+                     "cut": max(len(report.stdout_diff), len(report.stderr_diff))
+                     > MAX_TEXT_DIFF_CHARS,
+                     "files": files}
+    replayed = [s for s in steps if s["replayed"]]
+    result = {"run_id": str(run_id), "steps": steps, "replayed": len(replayed),
+              "matches": sum(1 for s in replayed if s["match"]), "model_calls": 0,
+              "first_difference": first}
+    async with db.transaction() as conn:
+        await store.append_event(conn, run_id, "run_replayed", {
+            "replayed": result["replayed"], "matches": result["matches"],
+            "first_difference": first["step_id"] if first else None},
+            trace_id=run["trace_id"])
+    return result
