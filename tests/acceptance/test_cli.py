@@ -129,3 +129,21 @@ def test_fork_the_quickstart_at_its_report(home: Path) -> None:
     assert explained.stdout.count("not run again") == 3
     missing = onebox(home, "fork", parent, "--at", "nope")
     assert missing.returncode != 0 and "not in the fork's plan" in missing.stderr
+
+
+def test_replay_a_whole_run_and_diff_it_with_its_fork(home: Path, tmp_path: Path) -> None:
+    plan = tmp_path / "two.yaml"
+    plan.write_text("steps:\n  - id: one\n    tool: bash\n    code: echo 1 > n.txt\n"
+                    "  - id: two\n    tool: bash\n    code: cat n.txt\n    depends_on: [one]\n")
+    parent = json.loads(onebox(home, "run", str(plan), "--json").stdout)["run"]["id"]
+    replayed = onebox(home, "replay", parent)
+    assert replayed.returncode == 0, replayed.stderr + replayed.stdout
+    assert "2 of 2 replayed steps match; 0 model calls made" in replayed.stdout
+    forked = onebox(home, "fork", parent, "--at", "one", "--set", "one.code=echo 2 > n.txt",
+                    "--json")
+    assert forked.returncode == 0, forked.stderr
+    child = json.loads(forked.stdout)["run"]["id"]
+    compared = onebox(home, "diff", parent, child)
+    assert compared.returncode == 1, compared.stderr
+    assert "differs one" in compared.stdout and "file n.txt" in compared.stdout
+    assert "-1\n+2" in compared.stdout and "the first is one" in compared.stdout

@@ -196,3 +196,20 @@ async def test_task_run_page_shows_the_task_and_the_agent_decisions(agent_api: A
     await page.wait_for_selector("#dag g[data-step=hello][data-status=SUCCESS]")
     await page.screenshot(path=str(ARTIFACTS / "console-task-run.png"), full_page=True)
     assert page.errors == []
+
+
+async def test_a_failed_attempt_shows_its_stderr_not_object_names(api: Api, browser: Any) -> None:
+    """A failed step's card showed `[object HTMLHeadingElement],[object HTMLPreElement]`
+    where its stderr should be (a nested list of elements was printed as text)."""
+    async with api.client() as c:
+        run_id = (await c.post("/v1/runs", json={"plan": {"name": "fails", "steps": [
+            {"id": "bad", "tool": "bash", "code": "echo boom-on-stderr >&2; exit 3",
+             "max_attempts": 1}]}})).json()["run_id"]
+        await wait_status(c, run_id, "DEAD", "FAILED")
+    page = await open_console(browser, api)
+    await page.goto(f"{api.url}/ui/#/runs/{run_id}")
+    await page.click("#dag g[data-step=bad]")
+    await page.wait_for_selector("pre.stderr:has-text('boom-on-stderr')", timeout=15_000)
+    text = await page.inner_text("main")
+    assert "[object " not in text, text[:2000]
+    assert page.errors == []

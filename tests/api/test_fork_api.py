@@ -47,3 +47,19 @@ async def test_the_sdk_forks(api: Api) -> None:
     async with api.client() as client:
         detail = await wait_status(client, made["run_id"], "SUCCEEDED")
     assert {s["step_id"]: s for s in detail["steps"]}["c"]["stdout"].strip() == "2"
+
+
+async def test_replay_and_compare_over_http(api: Api) -> None:
+    async with api.client() as client, api.client("globex") as other:
+        run = (await client.post("/v1/runs", json={"plan": PLAN})).json()["run_id"]
+        await wait_status(client, run, "SUCCEEDED")
+        replayed = await client.post(f"/v1/runs/{run}/replay")
+        assert replayed.status_code == 200, replayed.text
+        assert (replayed.json()["matches"], replayed.json()["model_calls"]) == (3, 0)
+        assert (await other.post(f"/v1/runs/{run}/replay")).status_code == 404
+        made = (await client.post(f"/v1/runs/{run}/fork", json={
+            "at": "b", "set": {"b.code": "echo B >> f.txt"}})).json()
+        await wait_status(client, made["run_id"], "SUCCEEDED")
+        found = (await client.get(f"/v1/runs/{run}/compare/{made['run_id']}")).json()
+        assert found["first_difference"] == "b" and found["differing"] == ["b", "c"]
+        assert (await other.get(f"/v1/runs/{run}/compare/{made['run_id']}")).status_code == 404

@@ -1,5 +1,6 @@
-"""`onebox fork RUN --at STEP`: a new run that keeps what finished before STEP and goes on
-from STEP with a change (runtime/services/forks)."""
+"""Time travel: `onebox fork RUN --at STEP` (a new run that keeps what finished before STEP
+and goes on from STEP with a change, runtime/services/forks) and `onebox diff A B`
+(two runs step by step, runtime/services/run_compare)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import click
 
 from onebox.cli import common
 from onebox.cli.runs import _finish, _with_run, load_plan_or_fail
+from onebox.runtime.services import runs as runs_api
 from onebox.runtime.services.forks import fork_json, fork_run
 from onebox.runtime.services.service import Runtime
 
@@ -19,6 +21,7 @@ TEXT_FIELDS = frozenset({"code", "tool", "description", "name", "environment", "
 
 def register(main: click.Group) -> None:
     main.add_command(fork_cmd)
+    main.add_command(diff_cmd)
 
 
 def parse_set(items: tuple[str, ...]) -> dict[str, Any]:
@@ -82,3 +85,59 @@ def fork_cmd(run_id: str, at: str, plan_file: Path | None, sets: tuple[str, ...]
 async def _resolved(run_id: Any) -> Any:
     return run_id
 
+
+
+@click.command("diff")
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--all", "show_all", is_flag=True, help="list the steps that are the same too")
+@common.json_option
+def diff_cmd(run_a: str, run_b: str, show_all: bool, as_json: bool) -> None:
+    """Compare two runs step by step: status, output, files each step wrote, model calls.
+
+    Exit code 0 when every step is the same, 1 when one differs."""
+    from onebox.runtime.services.run_compare import diff_runs
+
+    settings = common.settings()
+
+    async def go() -> dict[str, Any]:
+        async with await Runtime.open(settings) as rt:
+            a = await runs_api.resolve_id(rt.db, run_a)
+            b = await runs_api.resolve_id(rt.db, run_b)
+            return await diff_runs(rt.db, rt.objects, a, b, "default")
+
+    found = common.run(go())
+    if as_json:
+        common.print_json(found)
+    else:
+        _print_diff(found, show_all)
+    raise click.exceptions.Exit(0 if found["first_difference"] is None else 1)
+
+
+def _print_diff(found: dict[str, Any], show_all: bool) -> None:
+    common.echo(f"a: run {found['run_a']}\nb: run {found['run_b']}")
+    for step in found["steps"]:
+        if step["same"] and not show_all:
+            continue
+        a, b = step["a"], step["b"]
+        head = "same   " if step["same"] else "differs"
+        sides = " -> ".join(f"{s['status']} exit {s['exit_code']}" if s else "absent"
+                            for s in (a, b))
+        common.echo(f"{head} {step['step_id']}: {sides}")
+        for stream in ("stdout", "stderr"):
+            text = step.get(stream)
+            if text and not text["same"]:
+                common.echo(text["diff"].rstrip("\n") + ("\n(cut)" if text["cut"] else ""))
+        files = step.get("files") or {}
+        for delta in files.get("files", []):
+            common.echo(f"  file {delta['path']}: {delta['change']} between the runs")
+            if delta.get("diff"):
+                common.echo(delta["diff"].rstrip("\n"))
+        calls = step.get("model_calls") or {}
+        if calls.get("differ"):
+            common.echo(f"  model calls differ: {calls['a']} in a, {calls['b']} in b")
+    if found["first_difference"] is None:
+        common.echo("every step is the same")
+    else:
+        common.echo(f"{len(found['differing'])} step(s) differ; the first is "
+                    f"{found['first_difference']}")

@@ -16,7 +16,7 @@ import click
 COMMANDS: dict[str, str] = {
     **dict.fromkeys(("run", "runs", "show", "explain", "cancel", "approve", "retry"),
                     "onebox.cli.runs"),
-    "fork": "onebox.cli.fork",
+    **dict.fromkeys(("fork", "diff"), "onebox.cli.fork"),
     "logs": "onebox.cli.logs",
     "files": "onebox.cli.files",
     "exec": "onebox.cli.exec",

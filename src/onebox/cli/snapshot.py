@@ -227,40 +227,88 @@ def gc_cmd(keep_last: int | None, ttl_days: float | None, dry_run: bool, as_json
 
 
 @click.command("replay")
-@click.argument("execution_id")
-@click.option("--keep-session", is_flag=True, help="keep the replay's sandbox session")
+@click.argument("target")
+@click.option("--keep-session", is_flag=True, help="keep the replay's sandbox session "
+              "(one step only)")
 @json_option
-def replay_cmd(execution_id: str, keep_session: bool, as_json: bool) -> None:
-    """Re-run a recorded step from its inputs in a fresh session and compare outputs.
+def replay_cmd(target: str, keep_session: bool, as_json: bool) -> None:
+    """Re-run a recorded step, or every code step of a run, from its inputs and compare.
 
-    EXECUTION_ID is a step attempt's id (`onebox show RUN --json`: steps[].id) or a unique
-    prefix of it.
+    TARGET is a run id (every code step is replayed from its own before-step snapshot, in
+    plan order; no model is asked) or a step attempt's id (`onebox show RUN --json`:
+    steps[].id), or a unique prefix of either.
 
     Exit code 0 when everything matches, 1 when something differs.
     """
     from onebox.runtime.engine.archive import output_hash
+    from onebox.runtime.services.run_compare import replay_run
     from onebox.sandbox.registry import get_backend
     from onebox.snapshots.replay import replay
 
     cfg = settings()
 
-    async def go() -> ReplayReport:
+    async def go() -> ReplayReport | dict[str, Any]:
         backend = get_backend(cfg)
         try:
             async with opened(cfg) as (db, store):
-                exec_id = await resolve_id(db, execution_id, kind="execution")
+                run_id = await _run_of(db, target)
+                if run_id is not None:
+                    return await replay_run(db, backend, store, run_id, "default")
+                exec_id = await resolve_id(db, target, kind="execution")
                 return await replay(db, backend, store, exec_id, hash_output=output_hash,
                                     keep_session=keep_session)
         finally:
             await backend.close()
 
     report = run(go())
+    if isinstance(report, dict):
+        if as_json:
+            print_json(report)
+        else:
+            _print_run_replay(report)
+        if report["first_difference"] is not None:
+            raise SystemExit(1)
+        return
     if as_json:
         print_json(report.to_json())
     else:
         _print_replay(report)
     if not report.match:
         raise SystemExit(1)
+
+
+async def _run_of(db: Database, text: str) -> uuid.UUID | None:
+    """The run TARGET names, or None when it names none (then it is a step attempt)."""
+    from onebox.errors import NotFound
+
+    try:
+        run_id = await resolve_id(db, text, kind="run")
+    except NotFound:
+        return None
+    found = await db.fetchone("SELECT 1 AS one FROM onebox.runs WHERE id = %(id)s",
+                              {"id": run_id})
+    return run_id if found else None
+
+
+def _print_run_replay(report: dict[str, Any]) -> None:
+    for step in report["steps"]:
+        if not step["replayed"]:
+            out.print(f"[dim]-       {escape(step['step_id'])}: {step['why']}[/]")
+        elif step["match"]:
+            out.print(f"[green]match[/]   {escape(step['step_id'])}")
+        else:
+            out.print(f"[red]differs[/] {escape(step['step_id'])}")
+    out.print(f"{report['matches']} of {report['replayed']} replayed steps match; "
+              f"{report['model_calls']} model calls made")
+    first = report["first_difference"]
+    if first is not None:
+        out.print(f"first difference: step {escape(first['step_id'])}")
+        if first["stdout_diff"]:
+            out.print(first["stdout_diff"], markup=False, highlight=False)
+        files = first["files"]
+        for kind in ("added", "removed", "changed"):
+            if files.get(kind):
+                out.print(f"files {kind}: {escape(', '.join(files[kind][:20]))}")
 
 
 def _print_replay(report: ReplayReport) -> None:

@@ -185,6 +185,15 @@ class Runs:
     async def retry(self, run_id: str) -> Json:
         return await self._action(run_id, "retry")
 
+    async def replay(self, run_id: str) -> Json:
+        """:meth:`onebox.client.Client.replay`, awaited."""
+        return await self._action(run_id, "replay")
+
+    async def compare(self, run_a: str, run_b: str) -> Json:
+        """Two runs step by step (``onebox diff``)."""
+        return dict(await self._c.json(Call("GET",
+                                            f"/v1/runs/{seg(run_a)}/compare/{seg(run_b)}")))
+
     async def fork(self, run_id: str, at: str, *, set: Json | None = None,  # noqa: A002
                    plan: Json | None = None) -> Json:
         """:meth:`onebox.client.Client.fork`, awaited."""

@@ -184,6 +184,15 @@ class Runs:
     def retry(self, run_id: str) -> Json:
         return self._action(run_id, "retry")
 
+    def replay(self, run_id: str) -> Json:
+        """Re-run every code step of a finished run from its own inputs; per-step matches
+        and the first difference."""
+        return self._action(run_id, "replay")
+
+    def compare(self, run_a: str, run_b: str) -> Json:
+        """Two runs step by step (``onebox diff``)."""
+        return dict(self._c.json(Call("GET", f"/v1/runs/{seg(run_a)}/compare/{seg(run_b)}")))
+
     def fork(self, run_id: str, at: str, *, set: Json | None = None,  # noqa: A002
              plan: Json | None = None) -> Json:
         """Fork a finished run at step ``at`` (the steps before it are kept, the workspace is

@@ -16,7 +16,7 @@ function el(tag, attrs, ...children) {
     else if (k === "class") node.className = v;
     else node.setAttribute(k, v === true ? "" : v);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {  // nested lists of nodes, any depth
     if (child === null || child === undefined || child === false) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }

@@ -22,7 +22,7 @@ from onebox.api.state import ApiState
 from onebox.errors import ValidationError
 from onebox.runtime.engine import event_log, run_outputs
 from onebox.runtime.engine import run_files as inputs_of
-from onebox.runtime.services import api_keys, forks, tenant_sessions
+from onebox.runtime.services import api_keys, forks, run_compare, tenant_sessions
 from onebox.runtime.services import run_service as service
 from onebox.runtime.services import runs as runtime_runs
 from onebox.runtime.services import session_service as sessions
@@ -177,6 +177,21 @@ async def fork(run_id: uuid.UUID, body: ForkRun, state: State, caller: Caller) -
     forked = await forks.fork_run(state.db, state.settings, run_id, caller.tenant_id,
                                   at=body.at, plan=body.plan, changes=body.set)
     return forks.fork_json(forked)
+
+
+@router.post("/{run_id}/replay", summary="Re-run every code step of a finished run from "
+             "its own before-step snapshot (no model is asked) and report the matches")
+async def replay(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+    return await run_compare.replay_run(state.db, state.backend, state.objects(), run_id,
+                                        caller.tenant_id)
+
+
+@router.get("/{run_id}/compare/{other_id}", summary="Two runs step by step: status, "
+            "output, files each step wrote, model calls")
+async def compare(run_id: uuid.UUID, other_id: uuid.UUID, state: State,
+                  caller: Caller) -> dict[str, Any]:
+    return await run_compare.diff_runs(state.db, state.objects(), run_id, other_id,
+                                       caller.tenant_id)
 
 
 @router.post("/{run_id}/retry", summary="Queue the failed steps of a DEAD run again")

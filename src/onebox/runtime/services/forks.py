@@ -28,7 +28,8 @@ from typing import Any
 from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
-from onebox.runtime.engine import submit
+from onebox.runtime.engine import run_files, submit
+from onebox.runtime.engine.run_files import RunFile
 from onebox.runtime.engine.schedule import PlanIndex, StepState
 from onebox.store import runs as store
 from onebox.store import snapshots as snapshot_rows
@@ -45,7 +46,7 @@ class Forked:
     trace_id: str
     inherited: tuple[str, ...]
     rerun: tuple[str, ...]
-    workspace_snapshot: uuid.UUID
+    workspace_snapshot: uuid.UUID | None  # None: the step ran first; inputs only
 
 
 def apply_changes(spec: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,7 +136,9 @@ async def fork_run(
         raise ValidationError(f"step {at!r} never ran in run {run_id}: fork at a step that "
                               "ran (its workspace before it is what the fork starts from)",
                               field="at")
-    if ran["pre_snapshot_id"] is None:
+    root = not next(s for s in parent_plan.steps if s.id == at).depends_on \
+        if at in {s.id for s in parent_plan.steps} else False
+    if ran["pre_snapshot_id"] is None and not root:
         raise Conflict(f"step {at!r} of run {run_id} has no snapshot of the workspace before "
                        "it (removed by retention, or snapshot_policy was not 'always'): there "
                        "is nothing to start the fork from", field="at")
@@ -146,15 +149,18 @@ async def fork_run(
 
 async def _store_fork(
     db: Database, settings: Settings, parent: Row, child: Plan, at: str,
-    attempts: Mapping[str, Row], inherited: list[str], pre_id: uuid.UUID, tenant_id: str,
+    attempts: Mapping[str, Row], inherited: list[str], pre_id: uuid.UUID | None,
+    tenant_id: str,
 ) -> Forked:
     prep = submit.prepare_plan(child, child.name or parent.get("name"))
     request = {"plan_version": 1, "spec_hash": prep.spec_hash,
                "fork": {"run_id": str(parent["id"]), "at": at}}
+    inputs = [RunFile(f["path"], f["sha256"], f["size_bytes"])
+              for f in await run_files.listed(db, parent["id"], "input")]
     async with db.transaction() as conn:
-        base = await snapshot_rows.get(conn, pre_id)
         made = await submit.insert_run(conn, "plan", request, name=prep.name,
-                                       idempotency_key=None, tenant_id=tenant_id)
+                                       idempotency_key=None, tenant_id=tenant_id,
+                                       inputs=inputs)
         plan_id = await submit.create_plan_version(
             conn, made.run_id, made.trace_id, child, version=1,
             reason=f"forked from run {parent['id']} at step {at}",
@@ -171,17 +177,11 @@ async def _store_fork(
             states[step_id] = StepState("SUCCESS", 1, row["output_hash"])
         await conn.execute(Q["set_steps_left"], {
             "run_id": made.run_id, "steps_left": len(child.steps) - len(inherited)})
-        head = uuid.uuid4()
-        await snapshot_rows.register(
-            conn, snapshot_id=head, session_id=session_id, execution_id=None, kind="manual",
-            sha256=str(base["sha256"]).strip(), manifest_key=base["manifest_key"],
-            total_bytes=base["bytes"], file_count=base["file_count"],
-            object_keys=await snapshot_rows.object_keys(conn, pre_id))
-        await snapshot_rows.commit(conn, head)
+        head = None if pre_id is None else await _head_from(conn, session_id, pre_id)
         await store.append_event(conn, made.run_id, "run_forked", {
             "from_run_id": str(parent["id"]), "at": at, "inherited": inherited,
-            "workspace_snapshot": str(head), "from_snapshot": str(pre_id)},
-            trace_id=made.trace_id)
+            "workspace_snapshot": head and str(head),
+            "from_snapshot": pre_id and str(pre_id)}, trace_id=made.trace_id)
         queued = await submit.queue_ready_steps(
             conn, settings, made.run_id, made.trace_id, plan_id, PlanIndex.of(child), states)
     rerun = tuple(s.id for s in child.steps if s.id not in inherited)
@@ -189,8 +189,21 @@ async def _store_fork(
     return Forked(made.run_id, made.trace_id, tuple(inherited), rerun, head)
 
 
+async def _head_from(conn: Any, session_id: str, pre_id: uuid.UUID) -> uuid.UUID:
+    """The fork session's head: a row naming the same stored objects as ``pre_id``."""
+    base = await snapshot_rows.get(conn, pre_id)
+    head = uuid.uuid4()
+    await snapshot_rows.register(
+        conn, snapshot_id=head, session_id=session_id, execution_id=None, kind="manual",
+        sha256=str(base["sha256"]).strip(), manifest_key=base["manifest_key"],
+        total_bytes=base["bytes"], file_count=base["file_count"],
+        object_keys=await snapshot_rows.object_keys(conn, pre_id))
+    await snapshot_rows.commit(conn, head)
+    return head
+
+
 def fork_json(forked: Forked) -> dict[str, Any]:
     return {"run_id": str(forked.run_id), "trace_id": forked.trace_id,
             "inherited": list(forked.inherited), "rerun": list(forked.rerun),
-            "workspace_snapshot": str(forked.workspace_snapshot)}
+            "workspace_snapshot": forked.workspace_snapshot and str(forked.workspace_snapshot)}
 

@@ -115,9 +115,9 @@ async def _files(db: Database, objects: ObjectStore, run_a: uuid.UUID, a: Row,
     snapshot) that ended differently in the two runs, with a text diff where small."""
     side_a, side_b = await _snapshots(db, a), await _snapshots(db, b)
     if side_a is None or side_b is None:
-        return {"compared": False, "why": "a step lacks its before- or after-step snapshot"}
+        return {"compared": False, "why": "a step has no after-step snapshot"}
     pre_a, post_a, pre_b, post_b = [
-        await load_manifest(objects, str(side[key]).strip())
+        Manifest(()) if side[key] is None else await load_manifest(objects, str(side[key]).strip())
         for side in (side_a, side_b) for key in ("pre_sha256", "post_sha256")]
     touched = _touched(pre_a, post_a) | _touched(pre_b, post_b)
     after_a, after_b = post_a.by_path(), post_b.by_path()
@@ -134,11 +134,12 @@ async def _files(db: Database, objects: ObjectStore, run_a: uuid.UUID, a: Row,
 
 
 async def _snapshots(db: Database, row: Row) -> Row | None:
-    """The attempt's (or, inherited, its original's) run and snapshots; None without both."""
+    """The attempt's (or, inherited, its original's) run and snapshots; None without an
+    after-step one (without a before-step one the step started with no workspace)."""
     source = (row["details"] or {}).get("inherited_from")
     found = await db.fetchone(Q["execution_snapshots"],
                               {"id": uuid.UUID(source) if source else row["id"]})
-    if found is None or found["pre_sha256"] is None or found["post_sha256"] is None:
+    if found is None or found["post_sha256"] is None:
         return None
     return found
 
