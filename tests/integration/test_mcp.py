@@ -23,7 +23,8 @@ from onebox.config import Settings
 
 ONEBOX = str(Path(sys.executable).with_name("onebox"))
 TOOLS = {"execute_code", "create_session", "close_session", "run_task", "run_plan", "get_run",
-         "wait_run", "run_files", "read_run_file", "search_knowledge", "remember", "recall"}
+         "wait_run", "run_files", "read_run_file", "search_knowledge", "remember", "recall",
+         "fork_run", "replay_run", "diff_runs"}
 
 
 def _env(settings: Settings, db_url: str) -> dict[str, str]:
@@ -100,6 +101,16 @@ async def test_stdio_tools_code_plans_and_errors(settings: Settings, db_url: str
         read = payload(await client.call_tool("read_run_file", {"run_id": run_id,
                                                                 "path": "report.md"}))
         assert read["content"] == "# report" and read["encoding"] == "utf-8"
+
+        replayed = payload(await client.call_tool("replay_run", {"run_id": run_id}))
+        assert (replayed["matches"], replayed["model_calls"]) == (1, 0)
+        forked = payload(await client.call_tool("fork_run", {
+            "run_id": run_id, "at": "hello", "set": {"hello.code": "echo forked"}}))
+        child = payload(await client.call_tool("wait_run", {"run_id": forked["run_id"]}))
+        assert "forked" in child["steps"][0]["stdout"]
+        differ = payload(await client.call_tool("diff_runs", {"run_a": run_id,
+                                                              "run_b": forked["run_id"]}))
+        assert differ["first_difference"] == "hello" and "+forked" in str(differ["steps"])
 
         no_llm = error_of(await client.call_tool("run_task", {"task": "sum 1 and 2"}))
         assert "llm_not_configured (field: task)" in no_llm and "ONEBOX_LLM__MODEL" in no_llm

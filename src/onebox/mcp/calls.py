@@ -18,6 +18,7 @@ from onebox.knowledge import tenant_service as tenant_knowledge
 from onebox.mcp.state import McpState
 from onebox.runtime.engine import run_files, run_outputs
 from onebox.runtime.engine.run_files import RunFile
+from onebox.runtime.services import forks, run_compare
 from onebox.runtime.services import run_service as tenant_runs
 from onebox.runtime.services import runs as runtime_runs
 from onebox.runtime.services import session_service as sessions
@@ -204,3 +205,32 @@ async def recall(state: McpState, tenant_id: str, query: str, scope: str,
                                          query=query, k=k, user_id="",
                                          include_superseded=False)
     return {"scope": scope, "query": query, "memories": hits}
+
+
+async def fork(state: McpState, tenant_id: str, run_id: str, at: str,
+               changes: dict[str, Any] | None) -> dict[str, Any]:
+    """A fork of a finished run at a step (runtime/services/forks)."""
+    rt = state.runtime
+    forked = await forks.fork_run(rt.db, rt.settings, run_uuid(run_id), tenant_id, at=at,
+                                  changes=changes or {})
+    return forks.fork_json(forked)
+
+
+async def replay(state: McpState, tenant_id: str, run_id: str) -> dict[str, Any]:
+    """Every code step of a finished run replayed from its own inputs (run_compare)."""
+    rt = state.runtime
+    report = await run_compare.replay_run(rt.db, rt.backend, rt.objects, run_uuid(run_id),
+                                          tenant_id)
+    first = report["first_difference"]
+    if first is not None:
+        first = {**first, "stdout_diff": clip(first["stdout_diff"]),
+                 "stderr_diff": clip(first["stderr_diff"])}
+    return {**report, "first_difference": first}
+
+
+async def diff(state: McpState, tenant_id: str, run_a: str, run_b: str) -> dict[str, Any]:
+    """Two runs step by step (run_compare), the differing steps only."""
+    rt = state.runtime
+    found = await run_compare.diff_runs(rt.db, rt.objects, run_uuid(run_a), run_uuid(run_b),
+                                        tenant_id)
+    return {**found, "steps": [s for s in found["steps"] if not s["same"]]}

@@ -72,6 +72,7 @@ def build_server(state: McpState) -> MCPServer:
     server: MCPServer = MCPServer("onebox", instructions=INSTRUCTIONS)
     _session_tools(server, state)
     _run_tools(server, state)
+    _time_travel_tools(server, state)
     _knowledge_tools(server, state)
     return server
 
@@ -159,6 +160,30 @@ def _run_tools(server: MCPServer, state: McpState) -> None:
                                                                progress))
 
     _file_tools(server, state)
+
+
+def _time_travel_tools(server: MCPServer, state: McpState) -> None:
+    @server.tool()
+    async def fork_run(
+        ctx: Context, run_id: RunId,
+        at: Annotated[str, Field(min_length=1, max_length=120, description=(
+            "the step to go on from: the steps before it are kept as they were"))],
+        set: Annotated[dict[str, Any] | None, Field(description=(  # noqa: A002
+            "changes, STEP.FIELD -> value: {\"s3.code\": \"echo hi\"}"))] = None,
+    ) -> dict[str, Any]:
+        """Fork a finished run at a step with a change; returns the new run_id (wait_run)."""
+        return await call(state, ctx, lambda t: calls.fork(state, t, run_id, at, set))
+
+    @server.tool()
+    async def replay_run(ctx: Context, run_id: RunId) -> dict[str, Any]:
+        """Re-run every code step of a finished run from its own inputs (no model is asked);
+        per-step matches and the first difference."""
+        return await call(state, ctx, lambda t: calls.replay(state, t, run_id))
+
+    @server.tool()
+    async def diff_runs(ctx: Context, run_a: RunId, run_b: RunId) -> dict[str, Any]:
+        """Two runs step by step: the steps that differ, with output and file diffs."""
+        return await call(state, ctx, lambda t: calls.diff(state, t, run_a, run_b))
 
 
 def _file_tools(server: MCPServer, state: McpState) -> None:
