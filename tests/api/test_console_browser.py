@@ -213,3 +213,33 @@ async def test_a_failed_attempt_shows_its_stderr_not_object_names(api: Api, brow
     text = await page.inner_text("main")
     assert "[object " not in text, text[:2000]
     assert page.errors == []
+
+
+async def test_fork_from_a_step_then_compare_with_the_parent_and_replay(
+        api: Api, browser: Any) -> None:
+    plan = {"name": "travel", "steps": [
+        {"id": "a", "tool": "bash", "code": "echo a > f.txt"},
+        {"id": "b", "tool": "bash", "code": "echo b >> f.txt", "depends_on": ["a"]},
+        {"id": "c", "tool": "bash", "code": "cat f.txt", "depends_on": ["b"]}]}
+    async with api.client() as c:
+        run_id = (await c.post("/v1/runs", json={"plan": plan})).json()["run_id"]
+        await wait_status(c, run_id, "SUCCEEDED")
+    page = await open_console(browser, api)
+    await page.goto(f"{api.url}/ui/#/runs/{run_id}")
+    await page.click("#dag g[data-step=b]")
+    await page.click(".fork-box summary")
+    await page.fill("#fork-code-b", "echo B-forked >> f.txt")
+    await page.click("#fork-b")
+    await page.wait_for_selector("#run-fork", timeout=15_000)  # the fork's own page
+    assert run_id in await page.inner_text("#run-fork")
+    await page.wait_for_selector("h1 .badge[data-status=SUCCEEDED]", timeout=30_000)
+    await page.click("#compare-parent")
+    await page.wait_for_selector("#run-diff [data-step-diff=b][data-same=false]")
+    assert await page.get_attribute("#run-diff [data-step-diff=a]", "data-same") == "true"
+    assert "+B-forked" in await page.inner_text("#run-diff [data-step-detail=c]")
+    await page.click("#replay-run")
+    await page.wait_for_selector("#replay-report [data-replay=c][data-match=true]",
+                                 timeout=30_000)
+    assert "0 model calls made" in await page.inner_text("#replay-report")
+    await page.screenshot(path=str(ARTIFACTS / "console-time-travel.png"), full_page=True)
+    assert page.errors == []

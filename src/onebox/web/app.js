@@ -226,7 +226,7 @@ async function uploadFiles(fileList, signal) {
 // ---------------------------------------------------------------- run page
 
 function runPage(runId, signal) {
-  const state = { detail: null, version: null, selected: null, live: "connecting…", calls: [], inputs: [], artifacts: [], liveOut: new Map(), diff: null, diffFrom: "", diffTo: "" };
+  const state = { detail: null, version: null, selected: null, live: "connecting…", calls: [], inputs: [], artifacts: [], liveOut: new Map(), diff: null, diffFrom: "", diffTo: "", replay: null, runDiff: null };
   view.replaceChildren(el("p", { class: "muted" }, "loading run…"));
   let pending = null;
 
@@ -267,9 +267,10 @@ function runPage(runId, signal) {
       render(s);
       document.getElementById("diff-card").scrollIntoView({ block: "start" });
     };
+    const travel = timeTravel(runId, d.run, s, render, signal);
     view.replaceChildren(
       el("div", { class: "row-flex" }, el("a", { href: "#/runs" }, "← runs"), el("span", { id: "live", class: "muted" }, s.live)),
-      el("div", { class: "row-flex run-head" }, el("h1", {}, d.run.name || "run", " ", badge(d.run.status)), runActions(d.run, load)),
+      el("div", { class: "row-flex run-head" }, el("h1", {}, d.run.name || "run", " ", badge(d.run.status)), runActions(d.run, load), travel.actions),
       answerBox(d.run) || "",
       causeBox(d.run, failed) || "",
       el("div", { class: "card kv" },
@@ -278,6 +279,8 @@ function runPage(runId, signal) {
         el("span", { class: "muted" }, "created"), el("span", {}, fmtTime(d.run.created_at)),
         el("span", { class: "muted" }, "finished"), el("span", {}, fmtTime(d.run.finished_at)),
         d.run.request && d.run.request.task ? [el("span", { class: "muted" }, "task"), el("span", { id: "run-task" }, d.run.request.task)] : null,
+        d.run.request && d.run.request.fork ? [el("span", { class: "muted" }, "forked from"), el("span", { id: "run-fork" },
+          el("a", { href: `#/runs/${d.run.request.fork.run_id}`, class: "mono" }, d.run.request.fork.run_id), ` at step ${d.run.request.fork.at}`)] : null,
         s.inputs.length ? [el("span", { class: "muted" }, "inputs"), el("span", { class: "mono", id: "run-inputs" }, s.inputs.map((f) => `${f.path} (${fmtBytes(f.size_bytes)})`).join(", "))] : null,
         d.run.error ? el("span", { class: "muted" }, "error") : null, d.run.error ? el("span", {}, d.run.error) : null),
       ...d.warnings.map(warningBox),
@@ -290,9 +293,10 @@ function runPage(runId, signal) {
               onclick: () => { s.version = p.version; render(s); } }, `v${p.version}${p.reason ? ` · ${p.reason}` : ""}`))) : null,
             plan ? dagView(plan, latest, s.selected, select) : el("p", { class: "muted" }, "no plan yet")),
           el("div", { class: "card timeline" }, el("h2", {}, "Timeline"), timelineView(d.steps, s.selected, select))),
-        el("div", {}, stepPanel(d.steps.filter((st) => st.step_id === s.selected), s.liveOut, compare))),
+        el("div", {}, stepPanel(d.steps.filter((st) => st.step_id === s.selected), s.liveOut, compare, travel.fork))),
       filesView(runId, s.artifacts),
       diffCard(d.steps, s, compare),
+      ...travel.cards.filter(Boolean),
       d.model_calls.length ? el("div", { class: "card", id: "agent-decisions" }, el("h2", {}, "Agent decisions"),
         ...d.model_calls.map((c) => el("details", {}, el("summary", {}, `${c.purpose || "call"} · ${c.model} · ${fmtMs(c.latency_ms)}${c.error ? ` · error: ${c.error}` : ""}`),
           el("pre", { class: "decision" }, JSON.stringify(c.response, null, 2))))) : "",
@@ -465,7 +469,7 @@ function approvalPrompt(spec) {
   return prompt ? el("p", { class: "approval-prompt" }, prompt) : el("p", { class: "muted" }, "the step gives no prompt");
 }
 
-function stepPanel(attempts, liveOut, compare) {
+function stepPanel(attempts, liveOut, compare, fork) {
   if (!attempts.length) return el("div", { class: "card" }, el("p", { class: "muted" }, "this step has not been queued yet"));
   return el("div", {}, ...attempts.slice().reverse().map((s) => {
     const r = s.resources;
@@ -486,6 +490,7 @@ function stepPanel(attempts, liveOut, compare) {
         el("span", { class: "muted" }, "files"), el("span", { class: "mono" }, s.files.length ? s.files.map((f) => `${f.change} ${f.path}`).join(", ") : "–")),
       s.error ? el("div", { class: "error-box" }, s.error) : null,
       s.code ? [el("h2", {}, "Code"), el("pre", { class: "code" }, s.code)] : null,
+      fork && s.code && s.attempt === Math.max(...attempts.map((a) => a.attempt)) ? forkBox(s, fork) : null,
       s.status === "RUNNING" ? liveView(s.execution_id, liveOut) : [
         el("h2", {}, "stdout"), el("pre", { class: "stdout" }, s.stdout || ""),
         s.stderr ? [el("h2", {}, "stderr"), el("pre", { class: "err stderr" }, s.stderr)] : null],
@@ -565,6 +570,79 @@ function liveView(executionId, liveOut) {
 // ---------------------------------------------------------------- workspace diff
 
 // Two step attempts' snapshots compared; every name and line is a text node (never HTML).
+// ---------------------------------------------------------------- time travel: fork, replay, compare
+
+function timeTravel(runId, run, s, render, signal) {
+  const ended = TERMINAL.includes(run.status);
+  const parent = run.request && run.request.fork ? run.request.fork.run_id : null;
+  const call = async (e, work) => {
+    e.target.disabled = true;
+    try { await work(); } catch (err) { console.error("time travel", err); e.target.after(errorBox(err)); }
+    e.target.disabled = false;
+  };
+  const replay = (e) => call(e, async () => {
+    s.replay = await api(`/v1/runs/${runId}/replay`, { method: "POST", signal });
+    render(s);
+    document.getElementById("replay-report").scrollIntoView({ block: "start" });
+  });
+  const compareWith = (e, other) => call(e, async () => {
+    s.runDiff = await api(`/v1/runs/${other}/compare/${runId}`, { signal });
+    render(s);
+    document.getElementById("run-diff").scrollIntoView({ block: "start" });
+  });
+  const fork = async (step, code, button) => {
+    button.disabled = true;
+    try {
+      const made = await api(`/v1/runs/${runId}/fork`, { method: "POST", body: { at: step, set: { [`${step}.code`]: code } }, signal });
+      location.hash = `#/runs/${made.run_id}`;
+    } catch (err) { button.after(errorBox(err)); button.disabled = false; }
+  };
+  const actions = el("span", { class: "row-flex actions" },
+    ended && run.source === "plan" ? el("button", { id: "replay-run", onclick: replay }, "Replay") : null,
+    parent ? el("button", { id: "compare-parent", onclick: (e) => compareWith(e, parent) }, "Compare with parent") : null);
+  const cards = [s.replay ? replayCard(s.replay) : null, s.runDiff ? runDiffCard(s.runDiff) : null];
+  return { actions, cards, fork: ended && run.source === "plan" ? { go: fork, state: s } : null };
+}
+
+// The form survives the page's re-renders (live events reload it): its state lives in the page's.
+function forkBox(attempt, fork) {
+  const st = fork.state, step = attempt.step_id;
+  st.forkCode = st.forkCode || {};
+  const code = el("textarea", { id: `fork-code-${step}`, class: "mono", rows: 6, oninput: (e) => { st.forkCode[step] = e.target.value; } },
+    st.forkCode[step] ?? attempt.code);
+  const go = el("button", { class: "primary", id: `fork-${step}`, onclick: () => fork.go(step, code.value, go) }, "Fork from here");
+  return el("details", { class: "fork-box", open: st.forkOpen === step, ontoggle: (e) => { st.forkOpen = e.target.open ? step : null; } },
+    el("summary", {}, "Fork from here: keep the steps before, run this one again"),
+    el("p", { class: "muted" }, "A new run keeps every step that finished before this one, starts from the workspace as it was just before it, and runs it with this code."),
+    code, go);
+}
+
+function replayCard(r) {
+  const first = r.first_difference;
+  return el("div", { class: "card", id: "replay-report" }, el("h2", {}, "Replay"),
+    el("p", {}, `${r.matches} of ${r.replayed} replayed steps match · ${r.model_calls} model calls made`),
+    el("div", { class: "kv" }, ...r.steps.flatMap((st) => [el("span", { class: "mono" }, st.step_id),
+      el("span", { "data-replay": st.step_id, "data-match": st.replayed ? String(st.match) : "skipped" },
+        st.replayed ? (st.match ? "match" : "differs") : st.why)])),
+    first ? [el("h2", {}, `First difference: ${first.step_id}`), first.stdout_diff ? diffText(first.stdout_diff) : null,
+      el("p", { class: "muted" }, ["added", "removed", "changed"].filter((k) => (first.files[k] || []).length).map((k) => `${k}: ${first.files[k].join(", ")}`).join(" · "))] : null);
+}
+
+function runDiffCard(d) {
+  const side = (x) => (x ? `${x.status} · exit ${x.exit_code === null ? "–" : x.exit_code}${x.inherited_from ? " · kept" : ""}` : "absent");
+  return el("div", { class: "card", id: "run-diff" }, el("h2", {}, "Compare runs"),
+    el("p", { class: "muted" }, `a: `, el("a", { href: `#/runs/${d.run_a}`, class: "mono" }, d.run_a), ` · b: `, el("a", { href: `#/runs/${d.run_b}`, class: "mono" }, d.run_b)),
+    el("table", { class: "run-diff" },
+      el("tr", {}, el("th", {}, "step"), el("th", {}, "a"), el("th", {}, "b"), el("th", {}, "")),
+      ...d.steps.map((st) => el("tr", { "data-step-diff": st.step_id, "data-same": String(st.same) },
+        el("td", { class: "mono" }, st.step_id), el("td", {}, side(st.a)), el("td", {}, side(st.b)),
+        el("td", {}, st.same ? "same" : "differs")))),
+    ...d.steps.filter((st) => !st.same).map((st) => el("details", { open: true, "data-step-detail": st.step_id },
+      el("summary", {}, `${st.step_id} differs`),
+      st.stdout && !st.stdout.same ? diffText(st.stdout.diff) : null,
+      st.files && st.files.files ? st.files.files.map((f) => [el("p", { class: "mono" }, `file ${f.path}`), f.diff ? diffText(f.diff) : null]) : null)));
+}
+
 function diffCard(steps, s, compare) {
   const snapped = steps.filter((st) => st.snapshot_id);
   if (!snapped.length) return "";
