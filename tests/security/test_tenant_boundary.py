@@ -49,6 +49,7 @@ PLAN = {"name": "victim-plan", "steps": [
 # path parameter -> the resource kind it names (a dict: by route prefix, for shared names)
 RESOURCE_OF: dict[str, str | dict[str, str]] = {
     "run_id": "run",
+    "other_id": "run",  # the second run of a comparison
     "step_id": "step",
     "call_id": "model_call",
     "session_id": "session",
@@ -315,6 +316,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/e2b/v2/sandboxes/{sandbox_id}/connect"): {"timeout": 1},
     ("POST", "/e2b/sandboxes/{sandbox_id}/connect"): {"timeout": 1},
     ("PUT", "/v1/profiles/{name}"): {"model": "m", "memory_scope": "attacker"},
+    ("POST", "/v1/runs/{run_id}/fork"): {"at": "s", "set": {"s.code": "cat out.txt"}},
     ("POST", "/v1/runs/{run_id}/steps/{step_id}/approve"): {},
     ("POST", "/v1/runs/{run_id}/steps/{step_id}/reject"): {},
 }
@@ -329,7 +331,8 @@ NAMESPACED = "namespaced"
 FIELD_OF: dict[str, str | None] = {
     "run_id": "run", "session_id": "session", "files": "upload", "profile": "profile",
     "environment": "environment", "templateID": "environment", "idempotency_key": "idempotency",
-    "to": "step", "from": "step",  # steps of the path's run: the run is checked first
+    "to": "step", "from": "step", "at": "step",  # steps of the path's run: it is checked first
+    "set": None,  # a fork's changes: fields of the plan's steps
     "collection": NAMESPACED, "collections": NAMESPACED, "scope": NAMESPACED,
     "user_id": NAMESPACED, "name": NAMESPACED, "path": NAMESPACED, "file": None,
     **dict.fromkeys((
@@ -359,6 +362,8 @@ FIELD_PROBES: list[tuple[str, str, str, Any, set[str]]] = [
      lambda ids: {"templateID": ids["environment"]}, {"templateID"}),
     ("GET /v1/runs/{run_id}/diff?to", "/v1/runs/{run}/diff", "params",
      lambda ids: {"to": ids["step"], "from": ids["step"]}, {"to", "from"}),
+    ("POST /v1/runs/{run_id}/fork at=", "/v1/runs/{run}/fork", "json",
+     lambda ids: {"at": ids["step"]}, {"at"}),
 ]
 MULTIPART = {("POST", "/v1/sessions/{session_id}/files"), ("POST", "/e2b/sandbox/files"),
              ("POST", "/v1/uploads"), ("POST", "/v1/knowledge/upload")}
@@ -557,6 +562,7 @@ MCP_ARGS: dict[str, str | None] = {
     "code": None, "language": None, "timeout_s": None, "allow_domains": None, "task": None,
     "files": None, "plan": None, "query": None, "k": None, "text": None, "wait_s": None,
     "timeout": None, "name": None, "metadata": None, "max_bytes": None, "yaml": None,
+    "run_a": "run", "run_b": "run", "at": None, "set": None,  # at: a step of run_id's
 }
 MCP_CALL_ARGS = {"code": "print(open('secret.txt').read())", "language": "python",
                  "query": "vault code", "text": "attacker note", "task": "hi"}
