@@ -81,9 +81,9 @@ async def _finish(made: Cluster) -> None:
 
 
 def _assert_clean(made: Cluster) -> None:
-    """No workspace, workspace note or lock, mount or process left on any host. (Session
-    uid markers are not checked: some outlive their workspace here, see the closing note of
-    stop 31; onebox frees them at its next start once they are a minute old.)"""
+    """No workspace, workspace note or lock, mount or process left on any host. Session uid
+    markers are not checked: in these scenarios some outlive their workspace until onebox's
+    start-up sweep frees them (a known leak, not fixed yet)."""
     mounts = Path("/proc/self/mountinfo").read_text()
     for host in made.hosts:
         sandbox = load_settings(home=host.home).sandbox_dir
