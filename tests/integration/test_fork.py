@@ -145,3 +145,21 @@ async def test_a_diff_of_a_fork_and_its_parent_names_the_changed_step_its_output
     with pytest.raises(NotFound):
         await diff_runs(db, objects, parent, forked.run_id, "another-tenant")
     await objects.close()
+
+
+async def test_a_fork_cannot_raise_a_limit_past_the_operators_cap(
+        db: Database, backend: SandboxBackend, settings: Settings, tmp_path: Path) -> None:
+    """A tenant's changes go through the same caps as a submitted plan (before: a fork with
+    s3.limits.memory_mb past sandbox.max_memory_mb was accepted)."""
+    from onebox.errors import PolicyViolation
+
+    objects = FsObjectStore(tmp_path / "objects", fsync=False)
+    parent = (await submit_plan(db, settings, parse_plan(PLAN))).run_id
+    await _finish(db, backend, settings, objects, parent)
+    too_much = settings.sandbox.max_memory_mb + 1
+    with pytest.raises(PolicyViolation, match="operator cap"):
+        await fork_run(db, settings, parent, "default", at="s3",
+                       changes={"s3.limits.memory_mb": too_much})
+    assert await db.fetchone("SELECT 1 FROM onebox.runs WHERE request -> 'fork' IS NOT NULL") \
+        is None, "nothing was created"
+    await objects.close()

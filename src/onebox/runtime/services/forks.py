@@ -31,6 +31,7 @@ from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.runtime.engine import run_files, submit
 from onebox.runtime.engine.run_files import RunFile
 from onebox.runtime.engine.schedule import PlanIndex, StepState
+from onebox.runtime.engine.step_context import check_plan_tools
 from onebox.store import runs as store
 from onebox.store import snapshots as snapshot_rows
 from onebox.store.db import Database, Row
@@ -125,6 +126,9 @@ async def fork_run(
     parent_plan = parse_plan(stored["spec"])
     spec = plan if plan is not None else parent_plan.to_data()
     child = parse_plan(apply_changes(spec, changes or {}))
+    submit.check_plan_caps(child, settings.sandbox)  # the operator's caps bind a fork too
+    async with db.connection() as conn:
+        await check_plan_tools(conn, child)
     if not submit.on_plan_index(child):
         raise ValidationError("the fork's plan needs the agent (a goal, tool, condition or "
                               "loop): fork with a plan of code steps and approvals",
