@@ -81,9 +81,8 @@ async def _finish(made: Cluster) -> None:
 
 
 def _assert_clean(made: Cluster) -> None:
-    """No workspace, workspace note or lock, mount or process left on any host. Session uid
-    markers are not checked: in these scenarios some outlive their workspace until onebox's
-    start-up sweep frees them (a known leak, not fixed yet)."""
+    """No workspace, workspace note or lock, mount, process or session uid marker left on
+    any host."""
     mounts = Path("/proc/self/mountinfo").read_text()
     for host in made.hosts:
         sandbox = load_settings(home=host.home).sandbox_dir
@@ -98,6 +97,11 @@ def _assert_clean(made: Cluster) -> None:
         pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True,
                               text=True).stdout.split()
         assert not pids, f"{host.name} keeps processes {pids}"
+        registry = load_settings(home=host.home).sandbox.uid_registry
+        held = [m.name for m in registry.iterdir() if m.is_file()
+                and m.read_text(errors="replace").startswith(f"{sandbox}/")] \
+            if registry.exists() else []
+        assert not held, f"{host.name} keeps session uid markers {held}"
 
 
 PLAN = {"name": "across", "steps": [

@@ -69,11 +69,14 @@ async def test_a_step_on_a_host_with_a_stale_copy_reads_the_newest_workspace(
         session = f"run-{run}"
         await _run_until(db, a, host_a, objects, run, {"WAITING"})
         assert (a.workspace(session) / "state.txt").read_text() == "v1\n"
+        await a.close()  # host A's worker restarts: a new process finds the copy there
+        a = get_backend(host_a)
         await runs_api.approve_step(db, settings, run, "ok1", approve=True, by="test")
         await _run_until(db, b, host_b, objects, run, {"WAITING"})
         assert (b.workspace(session) / "state.txt").read_text() == "v2\n"
-        assert (a.workspace(session) / "state.txt").read_text() == "v1\n", \
-            "host A still holds its stale copy (the probe's precondition)"
+        assert a.workspace(session).exists(), \
+            "host A still holds its stale copy (the probe's precondition; its disk image is " \
+            "mounted again when a step uses it)"
         await runs_api.approve_step(db, settings, run, "ok2", approve=True, by="test")
         await _run_until(db, a, host_a, objects, run, {"SUCCEEDED", "FAILED", "DEAD"})
         steps = {s["step_id"]: s for s in await runs_api.run_steps(db, run)}
@@ -92,6 +95,10 @@ async def test_a_step_on_a_host_with_a_stale_copy_reads_the_newest_workspace(
         assert b.workspace(session).exists()
         assert await release_copies_left_here(db, b) == [session]  # B's worker chore
         assert not b.workspace(session).exists(), "B's copy went with the run"
+        registry = settings.sandbox.uid_registry
+        held = [m.name for m in registry.iterdir() if m.is_file()
+                and session in m.read_text(errors="replace")] if registry.exists() else []
+        assert not held, f"session uids still held for removed copies: {held}"
     finally:
         await a.close()
         await b.close()

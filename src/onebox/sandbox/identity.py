@@ -145,6 +145,17 @@ class SessionIdentities:
                     return
                 marker.unlink()
 
+    def uids_of(self, workspace: Path) -> list[int]:
+        """The uids to free once ``workspace`` is removed: its owner's, or, when its owner
+        is not a session uid (an image that is not mounted here leaves a bare mount point,
+        owned by root), the uids whose marker records this path."""
+        owner = uid_of(workspace)
+        if owner is not None and self.in_range(owner):
+            return [owner]
+        if not self.per_session:
+            return []
+        return [uid for uid, path in self.uids_below(workspace).items() if path == workspace]
+
     def uids_below(self, root: Path) -> dict[int, Path]:
         """The uids whose marker records a workspace below ``root`` (a dir being removed)."""
         held: dict[int, Path] = {}

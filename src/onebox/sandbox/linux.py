@@ -44,7 +44,6 @@ from onebox.sandbox.identity import (
     SessionIdentities,
     ensure_reachable,
     make_run_dir,
-    uid_of,
 )
 from onebox.sandbox.interpreter_sessions import SessionInterpreters
 from onebox.sandbox.linux_support import (
@@ -261,12 +260,13 @@ class BwrapSandbox(SandboxBackend):
         await self.interpreters.session_gone(path.name, "the session was removed (idle or "
                                              "deleted) with its workspace")
         await self.successors.drop(path.name)
-        uid = uid_of(path)
+        uids = await asyncio.to_thread(self.identities.uids_of, path)
         if self.disk_enabled:
             async with self.disk.mounting():
                 await self.disk.detach(path)
         await asyncio.to_thread(shutil.rmtree, path, True)
-        await asyncio.to_thread(self.identities.free, path, uid)
+        for uid in uids:
+            await asyncio.to_thread(self.identities.free, path, uid)
 
     # -- one execution ---------------------------------------------------------
 

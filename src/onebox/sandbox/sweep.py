@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Protocol
 
 from onebox.processes import pid_alive
-from onebox.sandbox.identity import uid_of
 
 logger = logging.getLogger(__name__)
 SWEEP_EVERY_S = 15.0
@@ -40,6 +39,8 @@ SWEEP_EVERY_S = 15.0
 
 class Identities(Protocol):
     def free(self, workspace: Path, uid: int | None) -> None: ...
+
+    def uids_of(self, workspace: Path) -> list[int]: ...
 
 
 class OwnerLock:
@@ -132,11 +133,14 @@ class DeadOwnerSweeper:
         _remove_dir(run)
 
     def _drop_slot(self, slot: Path, token: str) -> None:
-        uid = uid_of(slot)
+        # the slot's image may no longer be mounted here (its mount namespace died with its
+        # owner): then the bare mount point is root's, and the marker names the uid
+        uids = self.identities.uids_of(slot)
         _unmount(slot)
         (self.state_dir / "images" / f"{token}-{slot.name}.img").unlink(missing_ok=True)
         _remove_dir(slot)
-        self.identities.free(slot, uid)
+        for uid in uids:
+            self.identities.free(slot, uid)
 
     def start(self) -> None:
         """Sweep every ``SWEEP_EVERY_S`` in a thread while the event loop runs."""
