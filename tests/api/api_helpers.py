@@ -61,9 +61,9 @@ async def read_sse(response: httpx.Response, until: str, limit: int = 500) -> li
     return events
 
 
-@contextlib.asynccontextmanager
-async def serving(app: object) -> AsyncIterator[str]:
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",  # type: ignore[arg-type]
+async def start_server(app: object, port: int = 0) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
+    """uvicorn serving ``app`` on 127.0.0.1 (``port`` 0: a free one), started; its URL."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",  # type: ignore[arg-type]
                             lifespan="on")
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
@@ -72,9 +72,15 @@ async def serving(app: object) -> AsyncIterator[str]:
         if task.done():
             task.result()
         await asyncio.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    return server, task, f"http://127.0.0.1:{bound}"
+
+
+@contextlib.asynccontextmanager
+async def serving(app: object) -> AsyncIterator[str]:
+    server, task, url = await start_server(app)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield url
     finally:
         server.should_exit = True
         await task

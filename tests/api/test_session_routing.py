@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import uvicorn
+from api_helpers import start_server
 
 from onebox.api import create_app
 from onebox.config import Settings, load_settings
@@ -73,16 +74,8 @@ async def _start(name: str, db: Database, settings: Settings, objects: FsObjectS
     host = _host_settings(settings, home, port)
     backend = get_backend(host)
     app = create_app(host, runtime=Runtime(host, db, backend, objects=objects))
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="on")
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.02)
-    return Server(name, f"http://127.0.0.1:{port}", backend, app, server, task)
+    server, task, url = await start_server(app, port)  # the port it advertises
+    return Server(name, url, backend, app, server, task)
 
 
 @dataclass
