@@ -161,6 +161,15 @@ SECURITY_HEADERS = [
 ]
 
 
+def with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
+    """``send`` with ``headers`` added to the response's start."""
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *headers]}
+        await send(message)
+    return sending
+
+
 class SecurityHeaders:
     """Headers every response carries: the console loads nothing from elsewhere, is never framed."""
 
@@ -171,11 +180,4 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []),
-                                                  *SECURITY_HEADERS]}
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
+        await self.app(scope, receive, with_headers(send, SECURITY_HEADERS))

@@ -27,9 +27,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 from fastapi.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from onebox.api.errors import body
+from onebox.api.errors import body, with_headers
 from onebox.api.hosts import scope_header
 from onebox.api.state import ApiState
 from onebox.runtime.services import session_holders as holders
@@ -100,7 +100,8 @@ class SessionRouter:
                 return
             await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, _with_header(send, MOVED, moved.header()))
+        await self.app(scope, receive, with_headers(
+            send, [(MOVED, moved.header().encode("latin-1", "replace"))]))
 
     async def _forward(self, state: ApiState, holding: holders.Holding, scope: Scope,
                        receive: Receive, send: Send) -> None:
@@ -159,15 +160,6 @@ async def _body(receive: Receive) -> AsyncIterator[bytes]:
             yield chunk
         if not message.get("more_body", False):
             return
-
-
-def _with_header(send: Send, name: bytes, value: str) -> Send:
-    async def sending(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []),
-                                              (name, value.encode("latin-1", "replace"))]}
-        await send(message)
-    return sending
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str,

@@ -38,7 +38,6 @@ from onebox.store.db import Database, Row
 from onebox.store.queries import load_queries
 
 Q = load_queries("forks")
-TERMINAL = ("SUCCEEDED", "FAILED", "DEAD", "CANCELLED")
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ async def fork_run(
         parent = await store.fetch_one(conn, "get_run", {"run_id": run_id})
     if parent is None or parent.get("tenant_id") != tenant_id:
         raise NotFound(f"run {run_id} does not exist", field="run_id")
-    if parent["status"] not in TERMINAL:
+    if parent["status"] not in store.TERMINAL_RUN_STATES:
         raise Conflict(f"run {run_id} is {parent['status']}: fork a run once it has ended "
                        "(cancel it first to fork it now)", field="run_id")
     if parent["source"] != "plan" or parent["current_plan_id"] is None:

@@ -40,7 +40,6 @@ from onebox.store.queries import load_queries
 Q = load_queries("run_compare")
 CODE_TOOLS = frozenset({"python", "bash", "node"})
 MAX_TEXT_DIFF_CHARS = 20_000
-TERMINAL = ("SUCCEEDED", "FAILED", "DEAD", "CANCELLED")
 
 
 async def _run(db: Database, run_id: uuid.UUID, tenant_id: str, field: str) -> Row:
@@ -182,7 +181,7 @@ async def replay_run(db: Database, backend: SandboxBackend, objects: ObjectStore
                      run_id: uuid.UUID, tenant_id: str) -> dict[str, Any]:
     """Every code step of a finished run re-executed from its own inputs (see the module)."""
     run = await _run(db, run_id, tenant_id, "run_id")
-    if run["status"] not in TERMINAL:
+    if run["status"] not in store.TERMINAL_RUN_STATES:
         raise Conflict(f"run {run_id} is {run['status']}: replay a run once it has ended",
                        field="run_id")
     steps, first = [], None
