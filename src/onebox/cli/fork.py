@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from onebox.cli import common
-from onebox.cli.runs import _finish, _with_run, load_plan_or_fail
+from onebox.cli.runs import _finish, load_plan_or_fail
 from onebox.runtime.services import runs as runs_api
 from onebox.runtime.services.forks import fork_json, fork_run
 from onebox.runtime.services.service import Runtime
@@ -59,10 +59,9 @@ def fork_cmd(run_id: str, at: str, plan_file: Path | None, sets: tuple[str, ...]
     settings = common.settings()
     changes = parse_set(sets)
     plan = load_plan_or_fail(plan_file).to_data() if plan_file else None
-    parent = _with_run(run_id, lambda db, rid: _resolved(rid), settings)
-
     async def go() -> str:
         async with await Runtime.open(settings) as rt:
+            parent = await runs_api.resolve_id(rt.db, run_id)
             forked = await fork_run(rt.db, settings, parent, "default", at=at, plan=plan,
                                     changes=changes)
             if detach:
@@ -80,10 +79,6 @@ def fork_cmd(run_id: str, at: str, plan_file: Path | None, sets: tuple[str, ...]
 
     status = common.run(go())
     raise click.exceptions.Exit(0 if status in ("SUCCEEDED", "PENDING") else 1)
-
-
-async def _resolved(run_id: Any) -> Any:
-    return run_id
 
 
 

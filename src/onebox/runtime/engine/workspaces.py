@@ -144,10 +144,8 @@ class StepWorkspace:
         """Every step this one depends on, directly or through others (an approval between
         two steps passes on what the first wrote); None when the step is not in its plan."""
         async with self.db.connection() as conn:
-            cur = await conn.execute("SELECT spec -> 'steps' AS steps FROM onebox.plans "
-                                     "WHERE id = %(plan)s", {"plan": row.get("plan_id")})
-            found = await cur.fetchone()
-        steps = found["steps"] if found is not None else None
+            found = await store.fetch_one(conn, "plan_by_id", {"plan_id": row.get("plan_id")})
+        steps = (found["spec"] or {}).get("steps") if found is not None else None
         if not isinstance(steps, list):
             return None
         needs = {str(s.get("id")): [str(d) for d in s.get("depends_on") or []]
