@@ -243,3 +243,37 @@ async def test_fork_from_a_step_then_compare_with_the_parent_and_replay(
     assert "0 model calls made" in await page.inner_text("#replay-report")
     await page.screenshot(path=str(ARTIFACTS / "console-time-travel.png"), full_page=True)
     assert page.errors == []
+
+
+async def test_fork_a_task_run_from_a_step_with_another_profile(agent_api: Api,
+                                                                browser: Any) -> None:
+    intent = {"goal": "double", "entities": [], "capabilities": ["python"], "formats": [],
+              "risks": [], "fallbacks": []}
+    agent_api.model.add(intent, {"name": "double", "steps": [
+        {"id": "write", "tool": "bash", "code": "echo 4 > n.txt"},
+        {"id": "double", "tool": "python", "goal": "print twice the number in n.txt",
+         "depends_on": ["write"]},
+        {"id": "answer", "kind": "final", "depends_on": ["double"],
+         "input": {"answer": "{{ double.stdout }}"}}]},
+        {"code": "print(int(open('n.txt').read()) * 2)"})
+    async with agent_api.client() as c:
+        assert (await c.put("/v1/profiles/again", json={"model": "scripted"})).status_code \
+            in (200, 201)
+        run_id = (await c.post("/v1/runs", json={"task": "double it"})).json()["run_id"]
+        await wait_status(c, run_id, "SUCCEEDED")
+    agent_api.model.add({"code": "print(int(open('n.txt').read()) * 3)"})
+    page = await open_console(browser, agent_api)
+    await page.goto(f"{agent_api.url}/ui/#/runs/{run_id}")
+    await page.click("#dag g[data-step=double]")
+    await page.click(".fork-box summary")
+    await page.wait_for_selector("#fork-profile-double option[value=again]", state="attached")
+    await page.select_option("#fork-profile-double", "again")
+    await page.click("#fork-double")
+    await page.wait_for_selector("#run-fork:has-text('with profile again')", timeout=15_000)
+    await page.wait_for_selector("h1 .badge[data-status=SUCCEEDED]", timeout=30_000)
+    assert "12" in await page.inner_text("#answer, .answer, main")
+    await page.click("#compare-parent")
+    await page.wait_for_selector("#run-diff [data-step-diff=double][data-same=false]")
+    assert await page.get_attribute("#run-diff [data-step-diff=write]", "data-same") == "true"
+    await page.screenshot(path=str(ARTIFACTS / "console-task-fork.png"), full_page=True)
+    assert page.errors == []

@@ -110,6 +110,14 @@ async def test_a_deterministic_run_replays_as_ten_matches_and_a_clock_step_diffe
     report = await replay_run(db, backend, objects, steady, "default")
     assert (report["replayed"], report["matches"], report["model_calls"]) == (10, 10, 0)
     assert report["first_difference"] is None
+    again = await runs_api.get_run(db, uuid.UUID(report["replay_run_id"]))
+    assert again["status"] == "SUCCEEDED" and again["request"] == {
+        "replay": {"run_id": str(steady)}}, "the replay is a run of its own, marked as one"
+    replayed = {s["step_id"]: s for s in await runs_api.run_steps(db, again["id"])}
+    assert len(replayed) == 10 and all(s["details"]["match"] for s in replayed.values())
+    original = {s["step_id"]: s for s in await runs_api.run_steps(db, steady)}
+    assert replayed["d9"]["details"]["replay_of"] == str(original["d9"]["id"])
+    assert replayed["d9"]["stdout"] == original["d9"]["stdout"] == "10\n"
 
     clocked = {"name": "clock", "steps": [
         TEN["steps"][0], {"id": "now", "tool": "bash", "code": "date +%s%N > now.txt; cat now.txt",
@@ -122,6 +130,8 @@ async def test_a_deterministic_run_replays_as_ten_matches_and_a_clock_step_diffe
     assert report["first_difference"]["stdout_diff"].startswith("---")
     assert "now.txt" in str(report["first_difference"]["files"])
     assert report["matches"] == 2 and report["replayed"] == 3
+    again = await runs_api.get_run(db, uuid.UUID(report["replay_run_id"]))
+    assert again["status"] == "FAILED" and "step now differs" in again["error"]
     await objects.close()
 
 

@@ -44,11 +44,13 @@ class Body(BaseModel):
 class ForkRun(Body):
     """Fork a finished run at a step: what finished before it is kept, the workspace is as
     it was just before it; ``plan`` replaces the run's plan, ``set`` changes fields of steps
-    (``{"s3.code": "echo hi"}``)."""
+    (``{"s3.code": "echo hi"}``); for a run the agent schedules, ``profile`` (a stored
+    profile's name) takes its model calls from ``at`` on."""
 
     at: text(120, 1)  # type: ignore[valid-type]
     plan: JsonObject | None = None
     set: JsonObject = Field(default_factory=dict)
+    profile: Name | None = None  # type: ignore[valid-type]
 
 
 class CreateRun(Body):

@@ -51,11 +51,16 @@ def parse_set(items: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--set", "sets", multiple=True, metavar="STEP.FIELD=VALUE",
               help="change one field of a step (s3.code='echo hi', s3.limits.timeout_s=60); "
                    "repeatable")
+@click.option("--profile", help="a task run: the stored profile whose model is asked from "
+              "STEP on (what the agent observed before STEP is kept)")
 @click.option("--detach", is_flag=True, help="only create the fork and print its id")
 @common.json_option
 def fork_cmd(run_id: str, at: str, plan_file: Path | None, sets: tuple[str, ...],
-             detach: bool, as_json: bool) -> None:
-    """Fork a finished run at STEP: keep what finished before it, change something, go on."""
+             profile: str | None, detach: bool, as_json: bool) -> None:
+    """Fork a finished run at STEP: keep what finished before it, change something, go on.
+
+    A run of code steps goes on with a changed step (--set) or plan (--plan); a task run
+    goes on from STEP with another model (--profile)."""
     settings = common.settings()
     changes = parse_set(sets)
     plan = load_plan_or_fail(plan_file).to_data() if plan_file else None
@@ -63,7 +68,7 @@ def fork_cmd(run_id: str, at: str, plan_file: Path | None, sets: tuple[str, ...]
         async with await Runtime.open(settings) as rt:
             parent = await runs_api.resolve_id(rt.db, run_id)
             forked = await fork_run(rt.db, settings, parent, "default", at=at, plan=plan,
-                                    changes=changes)
+                                    changes=changes, profile=profile)
             if detach:
                 if as_json:
                     common.print_json(fork_json(forked))
@@ -71,10 +76,10 @@ def fork_cmd(run_id: str, at: str, plan_file: Path | None, sets: tuple[str, ...]
                     common.echo(str(forked.run_id))
                 return "PENDING"
             if not as_json:
+                going = ", ".join(forked.rerun) or f"the agent goes on from {at}"
                 common.out.print(
                     f"run [bold cyan]{forked.run_id}[/] forked from {parent} at {at}: "
-                    f"kept {', '.join(forked.inherited) or 'no step'}; running "
-                    f"{', '.join(forked.rerun)}")
+                    f"kept {', '.join(forked.inherited) or 'no step'}; running {going}")
             return await _finish(rt, forked.run_id, as_json)
 
     status = common.run(go())

@@ -235,7 +235,7 @@ def replay_cmd(target: str, keep_session: bool, as_json: bool) -> None:
     """Re-run a recorded step, or every code step of a run, from its inputs and compare.
 
     TARGET is a run id (every code step is replayed from its own before-step snapshot, in
-    plan order; no model is asked) or a step attempt's id (`onebox show RUN --json`:
+    plan order; no model is asked; the replay is recorded as a new run) or a step attempt's id (`onebox show RUN --json`:
     steps[].id), or a unique prefix of either.
 
     Exit code 0 when everything matches, 1 when something differs.
@@ -253,7 +253,8 @@ def replay_cmd(target: str, keep_session: bool, as_json: bool) -> None:
             async with opened(cfg) as (db, store):
                 run_id = await _run_of(db, target)
                 if run_id is not None:
-                    return await replay_run(db, backend, store, run_id, "default")
+                    return await replay_run(db, backend, store, run_id, "default",
+                                            on_step=None if as_json else _print_replayed_step)
                 exec_id = await resolve_id(db, target, kind="execution")
                 return await replay(db, backend, store, exec_id, hash_output=output_hash,
                                     keep_session=keep_session)
@@ -290,16 +291,21 @@ async def _run_of(db: Database, text: str) -> uuid.UUID | None:
     return run_id if found else None
 
 
+def _print_replayed_step(step: dict[str, Any]) -> None:
+    """One step of a run's replay, printed as soon as it is done."""
+    if not step["replayed"]:
+        out.print(f"[dim]-       {escape(step['step_id'])}: {step['why']}[/]")
+    elif step["match"]:
+        out.print(f"[green]match[/]   {escape(step['step_id'])}")
+    else:
+        out.print(f"[red]differs[/] {escape(step['step_id'])}")
+
+
 def _print_run_replay(report: dict[str, Any]) -> None:
-    for step in report["steps"]:
-        if not step["replayed"]:
-            out.print(f"[dim]-       {escape(step['step_id'])}: {step['why']}[/]")
-        elif step["match"]:
-            out.print(f"[green]match[/]   {escape(step['step_id'])}")
-        else:
-            out.print(f"[red]differs[/] {escape(step['step_id'])}")
     out.print(f"{report['matches']} of {report['replayed']} replayed steps match; "
-              f"{report['model_calls']} model calls made")
+              f"{report['model_calls']} model calls made; recorded as run "
+              f"{report['replay_run_id']} (onebox diff {report['run_id']} "
+              f"{report['replay_run_id']})")
     first = report["first_difference"]
     if first is not None:
         out.print(f"first difference: step {escape(first['step_id'])}")

@@ -195,9 +195,10 @@ class Runs:
                                             f"/v1/runs/{seg(run_a)}/compare/{seg(run_b)}")))
 
     async def fork(self, run_id: str, at: str, *, set: Json | None = None,  # noqa: A002
-                   plan: Json | None = None) -> Json:
+                   plan: Json | None = None, profile: str | None = None) -> Json:
         """:meth:`onebox.client.Client.fork`, awaited."""
-        return await self._action(run_id, "fork", {"at": at, "set": set or {}, "plan": plan})
+        return await self._action(run_id, "fork", {"at": at, "set": set or {}, "plan": plan,
+                                                   "profile": profile})
 
     async def approve(self, run_id: str, step_id: str, comment: str | None = None) -> Json:
         return await self._action(run_id, f"steps/{seg(step_id)}/approve", {"comment": comment})

@@ -194,11 +194,13 @@ class Runs:
         return dict(self._c.json(Call("GET", f"/v1/runs/{seg(run_a)}/compare/{seg(run_b)}")))
 
     def fork(self, run_id: str, at: str, *, set: Json | None = None,  # noqa: A002
-             plan: Json | None = None) -> Json:
+             plan: Json | None = None, profile: str | None = None) -> Json:
         """Fork a finished run at step ``at`` (the steps before it are kept, the workspace is
-        as it was before it) with ``set`` ({"s3.code": "echo hi"}) or another ``plan``;
-        returns the new run's id and which steps were kept and which run again."""
-        return self._action(run_id, "fork", {"at": at, "set": set or {}, "plan": plan})
+        as it was before it) with ``set`` ({"s3.code": "echo hi"}) or another ``plan``, or,
+        for a task run, another ``profile`` whose model is asked from ``at`` on; returns the
+        new run's id and which steps were kept and which run again."""
+        return self._action(run_id, "fork", {"at": at, "set": set or {}, "plan": plan,
+                                             "profile": profile})
 
     def approve(self, run_id: str, step_id: str, comment: str | None = None) -> Json:
         return self._action(run_id, f"steps/{seg(step_id)}/approve", {"comment": comment})

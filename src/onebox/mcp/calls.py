@@ -208,11 +208,11 @@ async def recall(state: McpState, tenant_id: str, query: str, scope: str,
 
 
 async def fork(state: McpState, tenant_id: str, run_id: str, at: str,
-               changes: dict[str, Any] | None) -> dict[str, Any]:
+               changes: dict[str, Any] | None, profile: str | None = None) -> dict[str, Any]:
     """A fork of a finished run at a step (runtime/services/forks)."""
     rt = state.runtime
     forked = await forks.fork_run(rt.db, rt.settings, run_uuid(run_id), tenant_id, at=at,
-                                  changes=changes or {})
+                                  changes=changes or {}, profile=profile)
     return forks.fork_json(forked)
 
 

@@ -170,9 +170,12 @@ def _time_travel_tools(server: MCPServer, state: McpState) -> None:
             "the step to go on from: the steps before it are kept as they were"))],
         set: Annotated[dict[str, Any] | None, Field(description=(  # noqa: A002
             "changes, STEP.FIELD -> value: {\"s3.code\": \"echo hi\"}"))] = None,
+        profile: Annotated[str | None, Field(max_length=64, description=(
+            "a task run: the stored profile whose model is asked from the step on"))] = None,
     ) -> dict[str, Any]:
-        """Fork a finished run at a step with a change; returns the new run_id (wait_run)."""
-        return await call(state, ctx, lambda t: calls.fork(state, t, run_id, at, set))
+        """Fork a finished run at a step with a change (or, a task run, another profile);
+        returns the new run_id (wait_run)."""
+        return await call(state, ctx, lambda t: calls.fork(state, t, run_id, at, set, profile))
 
     @server.tool()
     async def replay_run(ctx: Context, run_id: RunId) -> dict[str, Any]:

@@ -230,6 +230,21 @@ async def object_keys(conn: Conn, snapshot_id: uuid.UUID) -> list[str]:
     return [str(r["key"]) for r in await cur.fetchall()]
 
 
+async def copy_as_head(conn: Conn, session_id: str, snapshot_id: uuid.UUID) -> uuid.UUID:
+    """A new head of ``session_id`` holding what ``snapshot_id`` holds: a committed
+    'manual' row naming the same stored objects (nothing is copied). A fork's session
+    starts from it."""
+    base = await get(conn, snapshot_id)
+    head = uuid.uuid4()
+    await register(
+        conn, snapshot_id=head, session_id=session_id, execution_id=None, kind="manual",
+        sha256=str(base["sha256"]).strip(), manifest_key=base["manifest_key"],
+        total_bytes=base["bytes"], file_count=base["file_count"],
+        object_keys=await object_keys(conn, snapshot_id))
+    await commit(conn, head)
+    return head
+
+
 async def referenced_keys(conn: Conn) -> set[str]:
     cur = await conn.execute(Q["referenced_keys"], {})
     return {str(r["key"]) for r in await cur.fetchall()}

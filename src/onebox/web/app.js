@@ -280,7 +280,10 @@ function runPage(runId, signal) {
         el("span", { class: "muted" }, "finished"), el("span", {}, fmtTime(d.run.finished_at)),
         d.run.request && d.run.request.task ? [el("span", { class: "muted" }, "task"), el("span", { id: "run-task" }, d.run.request.task)] : null,
         d.run.request && d.run.request.fork ? [el("span", { class: "muted" }, "forked from"), el("span", { id: "run-fork" },
-          el("a", { href: `#/runs/${d.run.request.fork.run_id}`, class: "mono" }, d.run.request.fork.run_id), ` at step ${d.run.request.fork.at}`)] : null,
+          el("a", { href: `#/runs/${d.run.request.fork.run_id}`, class: "mono" }, d.run.request.fork.run_id), ` at step ${d.run.request.fork.at}`,
+          d.run.request.fork.profile ? ` with profile ${d.run.request.fork.profile}` : "")] : null,
+        d.run.request && d.run.request.replay ? [el("span", { class: "muted" }, "replay of"), el("span", { id: "run-replay-of" },
+          el("a", { href: `#/runs/${d.run.request.replay.run_id}`, class: "mono" }, d.run.request.replay.run_id))] : null,
         s.inputs.length ? [el("span", { class: "muted" }, "inputs"), el("span", { class: "mono", id: "run-inputs" }, s.inputs.map((f) => `${f.path} (${fmtBytes(f.size_bytes)})`).join(", "))] : null,
         d.run.error ? el("span", { class: "muted" }, "error") : null, d.run.error ? el("span", {}, d.run.error) : null),
       ...d.warnings.map(warningBox),
@@ -590,22 +593,25 @@ function timeTravel(runId, run, s, render, signal) {
     render(s);
     document.getElementById("run-diff").scrollIntoView({ block: "start" });
   });
-  const fork = async (step, code, button) => {
+  const agent = Boolean(run.request && (run.request.task !== undefined || run.request.agent));
+  const fork = async (step, change, button) => {
     button.disabled = true;
     try {
-      const made = await api(`/v1/runs/${runId}/fork`, { method: "POST", body: { at: step, set: { [`${step}.code`]: code } }, signal });
+      const body = agent ? { at: step, profile: change || null } : { at: step, set: { [`${step}.code`]: change } };
+      const made = await api(`/v1/runs/${runId}/fork`, { method: "POST", body, signal });
       location.hash = `#/runs/${made.run_id}`;
     } catch (err) { button.after(errorBox(err)); button.disabled = false; }
   };
   const actions = el("span", { class: "row-flex actions" },
-    ended && run.source === "plan" ? el("button", { id: "replay-run", onclick: replay }, "Replay") : null,
+    ended && !(run.request && run.request.replay) ? el("button", { id: "replay-run", onclick: replay }, "Replay") : null,
     parent ? el("button", { id: "compare-parent", onclick: (e) => compareWith(e, parent) }, "Compare with parent") : null);
   const cards = [s.replay ? replayCard(s.replay) : null, s.runDiff ? runDiffCard(s.runDiff) : null];
-  return { actions, cards, fork: ended && run.source === "plan" ? { go: fork, state: s } : null };
+  return { actions, cards, fork: ended ? { go: fork, state: s, agent, signal, rerender: () => render(s) } : null };
 }
 
 // The form survives the page's re-renders (live events reload it): its state lives in the page's.
 function forkBox(attempt, fork) {
+  if (fork.agent) return agentForkBox(attempt, fork);
   const st = fork.state, step = attempt.step_id;
   st.forkCode = st.forkCode || {};
   const code = el("textarea", { id: `fork-code-${step}`, class: "mono", rows: 6, oninput: (e) => { st.forkCode[step] = e.target.value; } },
@@ -617,10 +623,31 @@ function forkBox(attempt, fork) {
     code, go);
 }
 
+// A run the agent scheduled goes on from a step with another profile's model: what the
+// agent saw before the step is kept, its model calls from the step on go to that profile.
+function agentForkBox(attempt, fork) {
+  const st = fork.state, step = attempt.step_id;
+  const pick = el("select", { id: `fork-profile-${step}`, onchange: (e) => { st.forkProfile = e.target.value; } },
+    el("option", { value: "" }, "the run's own model"),
+    ...(st.profiles || []).map((p) => el("option", { value: p.name, selected: st.forkProfile === p.name }, `${p.name} (${p.spec.model})`)));
+  const load = async (open) => {
+    if (!open || st.profiles) return;
+    try { st.profiles = (await api("/v1/profiles", { signal: fork.signal })).profiles; } catch (err) { st.profiles = []; }
+    fork.rerender();
+  };
+  if (st.forkOpen === step && !st.profiles) load(true);
+  const go = el("button", { class: "primary", id: `fork-${step}`, onclick: () => fork.go(step, document.getElementById(`fork-profile-${step}`).value, go) }, "Fork from here");
+  return el("details", { class: "fork-box", open: st.forkOpen === step, ontoggle: (e) => { st.forkOpen = e.target.open ? step : null; load(e.target.open); } },
+    el("summary", {}, "Fork from here: keep what the agent saw before this step, go on with another model"),
+    el("p", { class: "muted" }, "A new run keeps every model answer and step result from before this step and starts from the workspace as it was just before it; its model calls from here on go to the profile you choose."),
+    pick, go);
+}
+
 function replayCard(r) {
   const first = r.first_difference;
   return el("div", { class: "card", id: "replay-report" }, el("h2", {}, "Replay"),
-    el("p", {}, `${r.matches} of ${r.replayed} replayed steps match · ${r.model_calls} model calls made`),
+    el("p", {}, `${r.matches} of ${r.replayed} replayed steps match · ${r.model_calls} model calls made · recorded as run `,
+      el("a", { href: `#/runs/${r.replay_run_id}`, class: "mono", id: "replay-run-link" }, r.replay_run_id)),
     el("div", { class: "kv" }, ...r.steps.flatMap((st) => [el("span", { class: "mono" }, st.step_id),
       el("span", { "data-replay": st.step_id, "data-match": st.replayed ? String(st.match) : "skipped" },
         st.replayed ? (st.match ? "match" : "differs") : st.why)])),

@@ -175,7 +175,8 @@ async def reject(run_id: uuid.UUID, step_id: StepId, state: State, caller: Calle
              "keep what finished before it and go on from it with a change")
 async def fork(run_id: uuid.UUID, body: ForkRun, state: State, caller: Caller) -> dict[str, Any]:
     forked = await forks.fork_run(state.db, state.settings, run_id, caller.tenant_id,
-                                  at=body.at, plan=body.plan, changes=body.set)
+                                  at=body.at, plan=body.plan, changes=body.set,
+                                  profile=body.profile)
     return forks.fork_json(forked)
 
 

@@ -163,6 +163,18 @@ async def start(conn: store.Conn, run: store.Row) -> None:
     _keep(run["id"], replayed)
 
 
+async def take_over(conn: store.Conn, run: store.Row) -> None:
+    """Queue the work of a run whose log was copied from another (a fork): the actions
+    the copy stored and still waits for, then the actions the agent issues from there."""
+    replayed = await replay(conn, run)
+    _agents.pop(run["id"], None)
+    for action in replayed.agent.outstanding():
+        if action.id in replayed.stored:
+            await _notice(conn, run, action, replayed.agent)
+    await record(conn, run, replayed)
+    _keep(run["id"], replayed)
+
+
 async def observe(conn: store.Conn, run: store.Row,
                   execution_id: uuid.UUID | None, observation: Observation) -> str | None:
     """Store one observation and everything the agent does about it (the caller holds the

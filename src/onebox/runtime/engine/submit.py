@@ -14,7 +14,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from onebox.agent.hashing import canonical_hash
-from onebox.agent.plan import Plan, Step
+from onebox.agent.plan import Plan, Step, parse_plan
 from onebox.config import SandboxSettings, Settings
 from onebox.errors import Conflict
 from onebox.runtime.engine.plans import load_plan_index
@@ -245,6 +245,20 @@ async def create_plan_version_once(
     if await store.fetch_one(conn, "plan_version_id", {"run_id": run_id, "version": version}):
         return
     await create_plan_version(conn, run_id, trace_id, plan, version=version, reason=reason)
+
+
+async def copy_plan_versions(conn: store.Conn, from_run: uuid.UUID, to: Submitted,
+                             upto_version: int | None = None) -> dict[uuid.UUID, uuid.UUID]:
+    """The plan versions of ``from_run`` (up to ``upto_version``) as ``to``'s (a fork, a
+    replay); returns each copied plan id -> its copy's."""
+    ids: dict[uuid.UUID, uuid.UUID] = {}
+    for row in await store.fetch_all(conn, "run_plans", {"run_id": from_run}):
+        if upto_version is not None and row["version"] > upto_version:
+            continue
+        ids[row["id"]] = await create_plan_version(
+            conn, to.run_id, to.trace_id, parse_plan(row["spec"]), version=row["version"],
+            reason=row["reason"] or "", spec=(json.dumps(row["spec"]), row["spec_hash"]))
+    return ids
 
 
 async def create_plan_version(

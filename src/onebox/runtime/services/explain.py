@@ -56,7 +56,21 @@ def _plan_decision(event: dict[str, Any]) -> dict[str, Any] | None:
         return row | {"step": p.get("at"), "kind": "fork", "reason": f"forked from run "
                       f"{p.get('from_run_id')} at step {p.get('at')}: kept "
                       f"{', '.join(map(str, kept)) or 'no step'}; the workspace is the one "
-                      f"before {p.get('at')} (snapshot {p.get('from_snapshot')})"}
+                      f"before {p.get('at')} (snapshot {p.get('from_snapshot')})"
+                      + (f"; model calls from {p.get('at')} on go to profile "
+                         f"{p['profile']}" if p.get("profile") else "")}
+    if kind == "run_replay":
+        return row | {"kind": "replay", "reason": f"replay of run {p.get('of_run_id')}: "
+                      f"{p.get('matches')} of {p.get('replayed')} re-executed code steps "
+                      "match" + (f"; the first that differs is {p['first_difference']}"
+                                 if p.get("first_difference") else "")}
+    if kind == "run_replayed":
+        return row | {"kind": "replay", "reason": f"replayed as run {p.get('replay_run_id')}:"
+                      f" {p.get('matches')} of {p.get('replayed')} code steps match"}
+    if kind == "step_replayed":
+        return row | {"kind": "replay", "reason": f"re-executed from the before-step "
+                      f"snapshot of attempt {p.get('from_execution_id')}: "
+                      + ("same output" if p.get("match") else "the output differs")}
     if kind == "step_inherited":
         return row | {"kind": "inherit", "reason": f"result kept from run "
                       f"{p.get('from_run_id')} (attempt {p.get('from_execution_id')}); not "

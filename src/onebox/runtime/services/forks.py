@@ -13,8 +13,9 @@ starts as the parent's was just before ``at`` ran: its session's head is the par
 restores on whatever host runs it. From ``at`` on, steps run as in any run.
 
 The fork's request records its parent (``request.fork``: run id and step), which ``show``
-and ``explain`` print. Runs the agent schedules (a task, goals, conditions, loops) are not
-forked here: their plan is the agent's, rebuilt from its log.
+and ``explain`` print. A run the agent schedules (a task, goals, conditions, loops) is
+forked from its log instead, optionally with another profile whose model calls then start
+at ``at`` (:mod:`onebox.runtime.services.agent_forks`).
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from typing import Any
 from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
+from onebox.runtime.agent import engine as agent_engine
 from onebox.runtime.engine import run_files, submit
 from onebox.runtime.engine.run_files import RunFile
 from onebox.runtime.engine.schedule import StepState
 from onebox.runtime.engine.step_context import check_plan_tools
+from onebox.runtime.services.agent_forks import fork_agent_run
 from onebox.store import runs as store
 from onebox.store import snapshots as snapshot_rows
 from onebox.store.db import Database, Row
@@ -105,6 +108,7 @@ def _inherited(parent: Plan, child: Plan, at: str, attempts: Mapping[str, Row]) 
 async def fork_run(
     db: Database, settings: Settings, run_id: uuid.UUID, tenant_id: str, *, at: str,
     plan: dict[str, Any] | None = None, changes: Mapping[str, Any] | None = None,
+    profile: str | None = None,
 ) -> Forked:
     """A new run of the parent's plan (or ``plan``), with ``changes``, going on from ``at``."""
     async with db.connection() as conn:
@@ -114,9 +118,21 @@ async def fork_run(
     if parent["status"] not in store.TERMINAL_RUN_STATES:
         raise Conflict(f"run {run_id} is {parent['status']}: fork a run once it has ended "
                        "(cancel it first to fork it now)", field="run_id")
-    if parent["source"] != "plan" or parent["current_plan_id"] is None:
-        raise Conflict(f"run {run_id} was planned by the agent (a task): onebox forks runs of "
-                       "a plan given as code steps and approvals", field="run_id")
+    if agent_engine.is_agent_run(parent):
+        if plan is not None or changes:
+            raise ValidationError(f"run {run_id} is scheduled by the agent: fork it with "
+                                  "another profile (its model calls then start at the step); "
+                                  "a changed plan or step is for runs of code steps",
+                                  field="set" if changes else "plan")
+        made, kept, head, _ = await fork_agent_run(db, settings, parent, tenant_id, at=at,
+                                                   profile=profile)
+        return Forked(made.run_id, made.trace_id, tuple(kept), (), head)
+    if profile is not None:
+        raise ValidationError(f"run {run_id} is a plan of code steps, which calls no model: "
+                              "a profile changes nothing (change a step with --set, or the "
+                              "plan with --plan)", field="profile")
+    if parent["current_plan_id"] is None:
+        raise Conflict(f"run {run_id} has no plan to fork", field="run_id")
     async with db.connection() as conn:
         stored = await store.fetch_one(conn, "plan_by_id", {"plan_id": parent["current_plan_id"]})
         cur = await conn.execute(Q["parent_attempts"], {"run_id": run_id})
@@ -180,7 +196,7 @@ async def _store_fork(
             states[step_id] = StepState("SUCCESS", 1, row["output_hash"])
         await conn.execute(Q["set_steps_left"], {
             "run_id": made.run_id, "steps_left": len(child.steps) - len(inherited)})
-        head = None if pre_id is None else await _head_from(conn, session_id, pre_id)
+        head = None if pre_id is None else await snapshot_rows.copy_as_head(conn, session_id, pre_id)
         await store.append_event(conn, made.run_id, "run_forked", {
             "from_run_id": str(parent["id"]), "at": at, "inherited": inherited,
             "workspace_snapshot": head and str(head),
@@ -189,19 +205,6 @@ async def _store_fork(
             conn, settings, made.run_id, made.trace_id, plan_id, prep.index, states)
     rerun = tuple(s.id for s in child.steps if s.id not in inherited)
     return Forked(made.run_id, made.trace_id, tuple(inherited), rerun, head)
-
-
-async def _head_from(conn: Any, session_id: str, pre_id: uuid.UUID) -> uuid.UUID:
-    """The fork session's head: a row naming the same stored objects as ``pre_id``."""
-    base = await snapshot_rows.get(conn, pre_id)
-    head = uuid.uuid4()
-    await snapshot_rows.register(
-        conn, snapshot_id=head, session_id=session_id, execution_id=None, kind="manual",
-        sha256=str(base["sha256"]).strip(), manifest_key=base["manifest_key"],
-        total_bytes=base["bytes"], file_count=base["file_count"],
-        object_keys=await snapshot_rows.object_keys(conn, pre_id))
-    await snapshot_rows.commit(conn, head)
-    return head
 
 
 def fork_json(forked: Forked) -> dict[str, Any]:

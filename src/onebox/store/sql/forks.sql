@@ -40,3 +40,18 @@ UPDATE onebox.runs SET steps_left = %(steps_left)s WHERE id = %(run_id)s;
 SELECT id, status, request -> 'fork' ->> 'at' AS at, created_at FROM onebox.runs
 WHERE tenant_id = %(tenant_id)s AND request -> 'fork' ->> 'run_id' = %(run_id)s
 ORDER BY created_at;
+
+-- name: agent_attempts
+-- Every attempt of an agent run, oldest first, with the agent action it performed.
+SELECT id, step_id, attempt, status, pre_snapshot_id, plan_id, step_number, tool_name,
+       details ->> 'action_id' AS action_id
+FROM onebox.task_execution WHERE run_id = %(run_id)s
+ORDER BY attempt, created_at;
+
+-- name: agent_log_upto
+-- The agent's log up to entry ``upto`` (0: none), with what it said about the intent and
+-- the steps it skipped: what a fork of the run keeps.
+SELECT seq, type, payload FROM onebox.agent_events
+WHERE run_id = %(run_id)s AND seq <= %(upto)s
+  AND type IN ('agent_action', 'agent_observation', 'intent', 'step_skipped')
+ORDER BY seq;

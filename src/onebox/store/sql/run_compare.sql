@@ -2,7 +2,7 @@
 
 -- name: latest_attempts
 -- Every step's newest attempt, in plan order, with its after-step snapshot.
-SELECT DISTINCT ON (t.step_id) t.id, t.step_id, t.step_number, t.attempt, t.status,
+SELECT DISTINCT ON (t.step_id) t.id, t.plan_id, t.step_id, t.step_number, t.attempt, t.status,
        t.tool_name, t.exit_code, t.output_hash, t.stdout, t.stderr, t.details,
        t.snapshot_id, s.sha256, s.status AS snapshot_status
 FROM onebox.task_execution t
@@ -23,3 +23,29 @@ FROM onebox.task_execution t
 LEFT JOIN onebox.snapshots pre ON pre.id = t.pre_snapshot_id AND pre.status = 'READY'
 LEFT JOIN onebox.snapshots post ON post.id = t.snapshot_id AND post.status = 'READY'
 WHERE t.id = %(id)s;
+
+-- name: replay_attempt
+-- A code step re-executed by a replay, recorded in the replay's run: the original's row
+-- with what the replay printed and returned; details.replay_of names the original and
+-- details.match says whether it matched.
+WITH ins AS (
+    INSERT INTO onebox.task_execution
+        (id, run_id, plan_id, session_id, trace_id, step_id, step_number, attempt, tool_name,
+         input_hash, output_hash, status, exit_code, duration_ms, memory_used_mb, stdout,
+         stderr, error, details, max_attempts, available_at, started_at, finished_at)
+    SELECT %(id)s, %(run_id)s, %(plan_id)s, %(session_id)s, %(trace_id)s, p.step_id,
+           p.step_number, 1, p.tool_name, p.input_hash, %(output_hash)s, %(status)s,
+           %(exit_code)s, %(duration_ms)s, %(memory_used_mb)s, %(stdout)s, %(stderr)s,
+           %(error)s,
+           (p.details - 'files_written') || jsonb_build_object(
+               'replay_of', p.id::text, 'replay_of_run', p.run_id::text,
+               'match', %(match)s::boolean),
+           1, now(), now(), now()
+    FROM onebox.task_execution p WHERE p.id = %(original)s
+    RETURNING id, run_id, session_id, trace_id, step_id
+)
+INSERT INTO onebox.agent_events (run_id, session_id, trace_id, execution_id, type, payload)
+SELECT run_id, session_id, trace_id, id, 'step_replayed',
+       jsonb_build_object('step_id', step_id, 'execution_id', id::text,
+                          'from_execution_id', %(original)s::text, 'match', %(match)s::boolean)
+FROM ins;

@@ -409,3 +409,8 @@ ORDER BY id DESC LIMIT 1;
 SELECT id, version FROM onebox.plans
 WHERE run_id = %(run_id)s AND (%(version)s::int IS NULL OR version = %(version)s::int)
 ORDER BY version DESC LIMIT 1;
+
+-- name: run_plans
+-- Every plan version of a run, oldest first (copied into a fork or a replay of it).
+SELECT id, version, spec, spec_hash, reason FROM onebox.plans
+WHERE run_id = %(run_id)s ORDER BY version;
