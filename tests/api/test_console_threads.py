@@ -70,6 +70,19 @@ async def test_a_conversation_in_the_console(agent_api: Api, browser: Any) -> No
 
     await page.click("a[href='#/threads']")
     await page.wait_for_selector(f"tr[data-thread='{thread_id}'] td.num:has-text('2')")
+
+    # fork at turn 2, asked in other words: a new thread with turn 1 kept and turn 2 anew
+    agent_api.model.add(INTENT, READ, {"facts": []}, SUMMARY)
+    await page.click(f"tr[data-thread='{thread_id}']")
+    await page.click("[data-fork-turn='2'] summary")
+    await page.fill("#fork-turn-message-2", "what was the code again?")
+    await page.click("#fork-turn-2")
+    await page.wait_for_selector(f"#thread-forked-from:has-text('{thread_id}')")
+    assert "at turn 2" in await page.inner_text("#thread-forked-from")
+    await page.wait_for_selector("[data-turn='2'] .turn-answer:has-text('the code is 4417')",
+                                 timeout=60_000)
+    assert await page.text_content("[data-turn='2'] .turn-message") == "what was the code again?"
+    assert await page.text_content("[data-turn='1'] .turn-message") == MESSAGE
     assert page.errors == [], page.errors
 
 

@@ -3,6 +3,7 @@ worker; scripted model)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from api_helpers import Api, read_sse
@@ -45,6 +46,8 @@ async def test_another_tenant_gets_404_for_every_thread_route(api_no_worker: Api
         r = await g.post(f"/v1/threads/{tid}/messages", json={"message": "hi"})
         assert r.status_code == 404 and r.json()["code"] == "not_found"
         assert (await g.delete(f"/v1/threads/{tid}")).status_code == 404
+        r = await g.post(f"/v1/threads/{tid}/fork", json={"turn": 1})
+        assert r.status_code == 404 and r.json()["code"] == "not_found"
         assert (await a.get(f"/v1/threads/{tid}")).status_code == 200
         assert (await a.delete(f"/v1/threads/{tid}")).status_code == 204
         assert (await a.get(f"/v1/threads/{tid}")).status_code == 404
@@ -62,3 +65,30 @@ async def test_bad_input_is_a_clear_4xx(api_no_worker: Api) -> None:
         assert r.status_code == 422 and "message" in r.text
         r = await a.post(f"/v1/threads/{uuid.uuid4()}/messages", json={"message": "hi"})
         assert r.status_code == 404
+
+
+async def test_a_thread_forked_at_turn_1_over_http_asks_turn_1_again_in_a_new_thread(
+        agent_api: Api) -> None:
+    agent_api.model.add(INTENT, SAVE, {"facts": []}, {"summary": "A code is in notes.txt."})
+    async with agent_api.client("acme") as a:
+        thread = (await a.post("/v1/threads", json={"title": "notes"})).json()
+        posted = (await a.post(f"/v1/threads/{thread['id']}/messages",
+                               json={"message": "keep 4417 in a file"})).json()
+        for _ in range(600):
+            shown = (await a.get(f"/v1/threads/{thread['id']}")).json()
+            if shown["turns"][0]["status"] == "SUCCEEDED":
+                break
+            await asyncio.sleep(0.05)
+        agent_api.model.add(INTENT, SAVE, {"facts": []}, {"summary": "Again."})
+        r = await a.post(f"/v1/threads/{thread['id']}/fork", json={"turn": 1})
+        assert r.status_code == 201, r.text
+        forked = r.json()
+        assert forked["copied_turns"] == 0 and forked["turn"] == 1
+        assert forked["run_id"] != posted["run_id"]
+        assert forked["thread"]["forked_from"] == {"thread_id": thread["id"], "turn": 1}
+        shown = (await a.get(f"/v1/threads/{forked['thread']['id']}")).json()
+        assert shown["turns"][0]["message"] == "keep 4417 in a file"
+        r = await a.post(f"/v1/threads/{thread['id']}/fork", json={"turn": 5})
+        assert r.status_code == 422 and "has no turn 5" in r.json()["message"]
+        r = await a.post(f"/v1/threads/{thread['id']}/fork", json={"turn": 0})
+        assert r.status_code == 422 and "turn" in r.text

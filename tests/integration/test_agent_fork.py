@@ -7,6 +7,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from run_helpers import serve_until_ended
+from test_profiles import with_model
 
 from onebox.config import Settings
 from onebox.errors import ValidationError
@@ -19,8 +21,6 @@ from onebox.runtime.services.forks import fork_run
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 from onebox.testing import ScriptedModel
-from run_helpers import serve_until_ended
-from test_profiles import with_model
 
 INTENT = {"goal": "double the number", "entities": [], "capabilities": ["python"],
           "formats": [], "risks": [], "fallbacks": []}

@@ -333,13 +333,14 @@ FIELD_OF: dict[str, str | None] = {
     "environment": "environment", "templateID": "environment", "idempotency_key": "idempotency",
     "to": "step", "from": "step", "at": "step",  # steps of the path's run: it is checked first
     "set": None,  # a fork's changes: fields of the plan's steps
+    "turn": None,  # a turn number of the path's thread, which is checked first
     "collection": NAMESPACED, "collections": NAMESPACED, "scope": NAMESPACED,
     "user_id": NAMESPACED, "name": NAMESPACED, "path": NAMESPACED, "file": None,
     **dict.fromkeys((
         "after", "allow_domains", "before", "by", "code", "comment", "content", "envVars",
         "format", "happened_at", "include_superseded", "k", "kind", "language", "limit",
         "max_access", "max_cost", "memory_mb", "message", "metadata", "older_than_days",
-        "packages", "plan", "q", "query", "question", "since", "source", "state", "stateless",
+        "packages", "plan", "post", "q", "query", "question", "since", "source", "state", "stateless",
         "status", "stdin", "task", "text", "timeout", "timeout_s", "title", "until", "wait",
         "zip")),
 }

@@ -1,4 +1,4 @@
-"""`onebox thread list|show|rm`: the tenant's conversations and their turns."""
+"""`onebox thread list|show|rm|fork`: the tenant's conversations and their turns."""
 
 from __future__ import annotations
 
@@ -55,6 +55,9 @@ def show_cmd(thread_id: str, as_json: bool) -> None:
     common.out.print(f"thread [bold cyan]{t['id']}[/] {t['title']}  profile "
                      f"{t['profile'] or '-'}  session {t['session_id']}  summary "
                      f"v{t['summary_version']}")
+    if t.get("forked_from"):
+        origin = t["forked_from"]
+        common.out.print(f"forked from thread {origin['thread_id']} at turn {origin['turn']}")
     if t["summary"]:
         common.out.print(f"summary: {t['summary']}", markup=False, soft_wrap=True)
     for turn in shown["turns"]:
@@ -99,3 +102,57 @@ def rm_cmd(thread_id: str, as_json: bool) -> None:
         common.print_json({"thread_id": tid, "removed": True, "memories_forgotten": forgotten})
     else:
         common.out.print(f"thread {tid} removed ({forgotten} memories forgotten)")
+
+
+@thread_group.command("fork")
+@click.argument("thread_id")
+@click.option("--turn", type=click.IntRange(1), required=True,
+              help="the turn to go on from: the turns before it are kept as they were")
+@click.option("--message", help="what to say at that turn (default: what was said)")
+@click.option("--profile", help="the stored profile the fork's turns use (default: the "
+              "thread's)")
+@click.option("--detach", is_flag=True, help="post the turn and print the new thread's id; "
+              "a running `onebox up` answers it")
+@click.option("--no-post", "no_post", is_flag=True, help="only make the fork; post later "
+              "with `onebox chat --thread ID`")
+@common.json_option
+def fork_cmd(thread_id: str, turn: int, message: str | None, profile: str | None,
+             detach: bool, no_post: bool, as_json: bool) -> None:
+    """Fork a thread at TURN: a new thread holding the conversation before that turn (its
+    turns, memory, summary and workspace), with TURN asked again in it."""
+    from onebox.cli.runs import _finish
+    from onebox.knowledge.service import Knowledge
+    from onebox.llm.embedding import embedding_model_from_settings
+    from onebox.runtime.services.service import Runtime
+    from onebox.runtime.threads.forking import fork_thread
+
+    settings = common.settings()
+    tid = common.run_sync(lambda: threads.parse_thread_id(thread_id))
+
+    async def go() -> str:
+        async with await Runtime.open(settings) as rt:
+            model = embedding_model_from_settings(settings)
+            try:
+                forked = await fork_thread(rt.db, settings, Knowledge.build(rt.db, model,
+                                                                            settings),
+                                           TENANT, tid, turn=turn, message=message,
+                                           profile=profile, post=not no_post)
+            finally:
+                await model.close()
+            posted = forked.posted
+            if as_json and (detach or posted is None):
+                common.print_json({"thread": forked.thread.to_dict(),
+                                   "copied_turns": forked.copied_turns,
+                                   "memories": forked.memories,
+                                   "run_id": posted and str(posted.run_id)})
+            elif not as_json:
+                common.out.print(
+                    f"thread [bold cyan]{forked.thread.id}[/] forked from {tid} at turn "
+                    f"{turn}: kept {forked.copied_turns} turn(s) and {forked.memories} "
+                    "memories" + (f"; turn {turn} is run {posted.run_id}" if posted else ""))
+            if posted is None or detach:
+                return "SUCCEEDED"
+            return await _finish(rt, posted.run_id, as_json)
+
+    status = common.run(go())
+    raise click.exceptions.Exit(0 if status == "SUCCEEDED" else 1)

@@ -38,7 +38,7 @@ function threadRow(t) {
 // ---------------------------------------------------------------- one thread
 
 function threadPage(threadId, signal) {
-  const state = { thread: null, turns: [], runs: new Map(), memories: new Map(), live: "", liveOut: new Map(), sending: false, openContexts: new Set() };
+  const state = { thread: null, turns: [], runs: new Map(), memories: new Map(), live: "", liveOut: new Map(), sending: false, openContexts: new Set(), threadId, signal };
   view.replaceChildren(el("p", { class: "muted" }, "loading thread…"));
 
   async function load() {
@@ -113,6 +113,8 @@ function threadPage(threadId, signal) {
         el("span", { class: "muted" }, "thread id"), el("span", { class: "mono", id: "thread-id" }, t.id),
         el("span", { class: "muted" }, "profile"), el("span", {}, t.profile || "default"),
         el("span", { class: "muted" }, "created"), el("span", {}, fmtTime(t.created_at)),
+        t.forked_from ? [el("span", { class: "muted" }, "forked from"), el("span", { id: "thread-forked-from" },
+          el("a", { href: `#/threads/${t.forked_from.thread_id}`, class: "mono" }, t.forked_from.thread_id), ` at turn ${t.forked_from.turn}`)] : null,
         t.summary ? [el("span", { class: "muted" }, `summary v${t.summary_version ?? "?"}`), el("span", { id: "thread-summary" }, t.summary)] : null),
       el("div", { id: "turns" }, ...state.turns.map((turn) => turnView(turn, state))),
       form);
@@ -234,7 +236,26 @@ function turnView(turn, state) {
       el("span", { class: "turn-answer" }, typeof answer === "string" ? answer : JSON.stringify(answer, null, 2))) : null,
     run ? turnSteps(run, state.liveOut) : null,
     run && run.files.length ? turnFiles(turn.run_id, run.files) : null,
-    turn.context ? contextView(turn.context, state.memories, turn.turn, state.openContexts) : null);
+    turn.context ? contextView(turn.context, state.memories, turn.turn, state.openContexts) : null,
+    status && TERMINAL.includes(status) ? forkTurnBox(turn, state) : null);
+}
+
+// Fork the thread at this turn: a new thread with the conversation before it (turns,
+// memory, summary, workspace), where this turn is asked again (as written, or edited).
+function forkTurnBox(turn, state) {
+  const text = el("textarea", { id: `fork-turn-message-${turn.turn}`, rows: 2 }, turn.message || "");
+  const out = el("div", {});
+  const go = el("button", { class: "primary", id: `fork-turn-${turn.turn}`, onclick: async () => {
+    go.disabled = true;
+    try {
+      const made = await api(`/v1/threads/${state.threadId}/fork`, { method: "POST", signal: state.signal,
+        body: { turn: turn.turn, message: text.value.trim() || null } });
+      location.hash = `#/threads/${made.thread.id}`;
+    } catch (err) { if (err.name !== "AbortError") { out.replaceChildren(errorBox(err)); go.disabled = false; } }
+  } }, "Fork from this turn");
+  return el("details", { class: "fork-box", "data-fork-turn": turn.turn },
+    el("summary", {}, "Fork from this turn: a new thread with what came before, this turn asked again"),
+    text, go, out);
 }
 
 function turnSteps(run, liveOut) {

@@ -7,11 +7,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import StreamingResponse
+from pydantic import Field
 
 from onebox.api.auth import Caller, State
 from onebox.api.events import run_event_stream
 from onebox.api.routes.runs import _sse, key_recheck
 from onebox.api.schemas import Body, Name, text
+from onebox.runtime.threads import forking
 from onebox.runtime.threads import service as threads
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"])
@@ -24,6 +26,16 @@ class CreateThread(Body):
 
 class PostMessage(Body):
     message: text(threads.MAX_MESSAGE_CHARS, 1)  # type: ignore[valid-type]
+
+
+class ForkThread(Body):
+    """Fork at ``turn``: the turns before it are kept; ``message`` (default: what was said
+    at that turn) is posted as that turn in the fork, under ``profile`` if given."""
+
+    turn: int = Field(ge=1)
+    message: text(threads.MAX_MESSAGE_CHARS, 1) | None = None  # type: ignore[valid-type]
+    profile: Name | None = None  # type: ignore[valid-type]
+    post: bool = True
 
 
 @router.post("", status_code=201, summary="Start a thread (optionally with an agent profile)")
@@ -50,6 +62,20 @@ async def get_thread(thread_id: uuid.UUID, state: State, caller: Caller) -> dict
 async def delete_thread(thread_id: uuid.UUID, state: State, caller: Caller) -> Response:
     await threads.remove_thread(state.db, await state.knowledge(), caller.tenant_id, thread_id)
     return Response(status_code=204)
+
+
+@router.post("/{thread_id}/fork", status_code=201, summary="Fork a thread at a turn: a new "
+             "thread with the conversation before it (turns, memory, summary, workspace), "
+             "that turn posted again in it")
+async def fork_thread(thread_id: uuid.UUID, body: ForkThread, state: State,
+                      caller: Caller) -> dict[str, Any]:
+    forked = await forking.fork_thread(
+        state.db, state.settings, await state.knowledge(), caller.tenant_id, thread_id,
+        turn=body.turn, message=body.message, profile=body.profile, post=body.post)
+    posted = forked.posted
+    return {"thread": forked.thread.to_dict(), "copied_turns": forked.copied_turns,
+            "memories": forked.memories, "turn": posted and posted.turn,
+            "run_id": posted and posted.run_id}
 
 
 @router.post("/{thread_id}/messages", status_code=201, response_model=None,

@@ -69,10 +69,11 @@ class Thread:
     turns: int
     created_at: datetime
     updated_at: datetime
+    forked_from: dict[str, Any] | None = None  # {"thread_id", "turn"} of a fork
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> Thread:
-        return cls(**{k: row[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: row[k] for k in cls.__dataclass_fields__ if k in row})
 
     @property
     def memory_scope(self) -> str:

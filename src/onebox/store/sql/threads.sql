@@ -45,7 +45,8 @@ WHERE t.thread_id = %(thread_id)s ORDER BY t.turn DESC LIMIT %(limit)s;
 
 -- name: turn_of_run
 SELECT t.*, th.tenant_id FROM onebox.thread_turns t
-JOIN onebox.threads th ON th.id = t.thread_id WHERE t.run_id = %(run_id)s;
+JOIN onebox.threads th ON th.id = t.thread_id
+WHERE t.run_id = %(run_id)s AND t.copied_from IS NULL;
 
 -- name: set_turn_facts
 -- The memories a turn's facts step remembered (written when that step is archived).
@@ -105,3 +106,54 @@ SELECT id, content, valid_from, metadata FROM onebox.memories
 WHERE scope = %(scope)s AND metadata @> '{"episode": true}'::jsonb
   AND (metadata->>'turn')::int = ANY(%(turns)s::int[])
   AND superseded_by IS NULL AND invalid_at IS NULL;
+
+-- name: fork_turns
+-- A fork's turns before the fork point: the parent's rows (their runs, messages, contexts).
+INSERT INTO onebox.thread_turns (thread_id, turn, run_id, message, context, facts,
+                                 upkept_at, created_at, copied_from)
+SELECT %(to)s, turn, run_id, message, context, facts, upkept_at, created_at, thread_id
+FROM onebox.thread_turns WHERE thread_id = %(from)s AND turn < %(turn)s;
+
+-- name: set_fork_state
+-- The fork's summary as it was after its last copied turn, its turn count and its origin.
+UPDATE onebox.threads SET summary = %(summary)s, summary_version = %(summary_version)s,
+       summarized_turns = %(summarized_turns)s, turns = %(turns)s, forked_from = %(origin)s
+WHERE id = %(id)s RETURNING *;
+
+-- name: summary_after
+-- The summary a turn's upkeep wrote (its newest successful summary step), for turns up to
+-- ``turn``, newest first.
+SELECT t.turn, e.details ->> 'summary' AS summary FROM onebox.thread_turns t
+JOIN onebox.task_execution e ON e.run_id = t.run_id AND e.step_id = 'upkeep:summary'
+     AND e.status = 'SUCCESS'
+WHERE t.thread_id = %(thread_id)s AND t.turn <= %(turn)s AND e.details ? 'summary'
+ORDER BY t.turn DESC, e.attempt DESC LIMIT 1;
+
+-- name: copy_memories
+-- The thread's memories from before turn ``turn`` (a fact or episode of an earlier turn, or
+-- a memory without a turn stored before ``before``) into the fork's scope, under new ids.
+-- A memory superseded by one that is not copied (a later turn's) is current again.
+WITH src AS (
+    SELECT * FROM onebox.memories m WHERE m.scope = %(from_scope)s
+      AND CASE WHEN jsonb_typeof(m.metadata -> 'turn') = 'number'
+               THEN (m.metadata ->> 'turn')::numeric < %(turn)s
+               ELSE m.created_at < %(before)s END
+), ids AS (SELECT id, gen_random_uuid() AS new_id FROM src)
+INSERT INTO onebox.memories (id, scope, user_id, kind, content, content_hash, summary,
+        entities, metadata, embedding, tsv, fts_len, execution_id, valid_from, invalid_at,
+        superseded_by, access_count, created_at, happened_at, happened_precision,
+        happened_text)
+SELECT i.new_id, %(to_scope)s, s.user_id, s.kind, s.content, s.content_hash, s.summary,
+       s.entities, s.metadata, s.embedding, s.tsv, s.fts_len, s.execution_id, s.valid_from,
+       CASE WHEN s.superseded_by IS NOT NULL AND sup.new_id IS NULL THEN NULL
+            ELSE s.invalid_at END,
+       sup.new_id, 0, s.created_at, s.happened_at, s.happened_precision, s.happened_text
+FROM src s JOIN ids i ON i.id = s.id LEFT JOIN ids sup ON sup.id = s.superseded_by
+RETURNING id;
+
+-- name: head_before
+-- The thread session's head as it was at ``before`` (what the turns before it committed).
+SELECT id FROM onebox.snapshots
+WHERE session_id = %(session_id)s AND committed_at IS NOT NULL AND committed_at <= %(before)s
+  AND status = 'READY'
+ORDER BY committed_at DESC LIMIT 1;
