@@ -126,6 +126,7 @@ def test_fork_the_quickstart_at_its_report(home: Path) -> None:
     shown = json.loads(onebox(home, "runs", "--json").stdout)["runs"][0]
     explained = onebox(home, "explain", shown["id"])
     assert f"forked from run {parent}" in explained.stdout
+    assert f"forked from run {parent} at step" in onebox(home, "show", shown["id"]).stdout
     assert explained.stdout.count("not run again") == 3
     missing = onebox(home, "fork", parent, "--at", "nope")
     assert missing.returncode != 0 and "not in the fork's plan" in missing.stderr
@@ -139,6 +140,12 @@ def test_replay_a_whole_run_and_diff_it_with_its_fork(home: Path, tmp_path: Path
     replayed = onebox(home, "replay", parent)
     assert replayed.returncode == 0, replayed.stderr + replayed.stdout
     assert "2 of 2 replayed steps match; 0 model calls made" in replayed.stdout
+    assert "match   one" in replayed.stdout and "recorded as run" in replayed.stdout
+    again = json.loads(onebox(home, "runs", "--json").stdout)["runs"][0]
+    assert again["name"].startswith("replay of") and again["status"] == "SUCCEEDED"
+    missing = onebox(home, "thread", "fork", "00000000-0000-0000-0000-000000000000",
+                     "--turn", "1")
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
     forked = onebox(home, "fork", parent, "--at", "one", "--set", "one.code=echo 2 > n.txt",
                     "--json")
     assert forked.returncode == 0, forked.stderr

@@ -83,9 +83,23 @@ def run_header(run: dict[str, Any]) -> Text:
         ("run ", "bold"), (str(run["id"]), "bold cyan"), "  ", status_text(run["status"]),
         f"  {safe_text(run['name'] or '')}  trace {run['trace_id']}",
     )
+    lineage = _lineage(run.get("request") or {})
+    if lineage:
+        text.append(f"\n{lineage}", style="dim")
     if run.get("error"):
         text.append(f"\n{safe_text(run['error'])}", style="red")
     return text
+
+
+def _lineage(request: dict[str, Any]) -> str | None:
+    """Where a fork or a replay came from."""
+    fork, replay = request.get("fork"), request.get("replay")
+    if isinstance(fork, dict):
+        profile = f" with profile {fork['profile']}" if fork.get("profile") else ""
+        return f"forked from run {fork.get('run_id')} at step {fork.get('at')}{profile}"
+    if isinstance(replay, dict):
+        return f"replay of run {replay.get('run_id')}"
+    return None
 
 
 def summary_text(summary: dict[str, Any]) -> Text:
