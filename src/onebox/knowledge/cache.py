@@ -17,13 +17,17 @@ they were answered from changes or is removed (``source_doc_ids``).
 
 from __future__ import annotations
 
+import asyncio
+import math
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from onebox.errors import ValidationError
 from onebox.knowledge.cache_verify import CacheVerifier
 from onebox.knowledge.embedder import CachedEmbedder, content_hash, vector_literal
+from onebox.knowledge.equivalence import Judge, zh_words_to_judge
 from onebox.knowledge.guard import different_question
 from onebox.knowledge.queries import sql
 from onebox.store.db import Database
@@ -47,6 +51,12 @@ class CacheMiss:
     refused_by_guard: str | None
 
 
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
 def normalise_question(question: str) -> str:
     return " ".join(question.split())
 
@@ -55,7 +65,7 @@ class AnswerCache:
     def __init__(
         self, db: Database, embedder: CachedEmbedder, min_similarity: float = 0.92,
         ttl_s: float = 7 * 24 * 3600.0, candidates: int = 5,
-        verifier: CacheVerifier | None = None,
+        verifier: CacheVerifier | None = None, word_similarity: float = 0.93,
     ) -> None:
         self.db = db
         self.embedder = embedder
@@ -63,6 +73,7 @@ class AnswerCache:
         self.ttl_s = ttl_s
         self.candidates = candidates
         self.verifier = verifier
+        self.word_similarity = word_similarity
 
     async def put(
         self, question: str, answer: str, scope: str = "default",
@@ -104,12 +115,29 @@ class AnswerCache:
         return CacheMiss(best, refused)
 
     async def _refusal(self, text: str, row: dict[str, Any]) -> str | None:
-        reason = different_question(row["question"], text)
+        judge = await self.word_judge(row["question"], text)
+        # WordNet and jieba load on first use (seconds): never on the event loop
+        reason = await asyncio.to_thread(different_question, row["question"], text, judge)
         if reason is None and self.verifier is not None:
             similarity = float(row["similarity"])
             if not await self.verifier.confirm(row["question"], text, similarity):
                 return "the verification model did not confirm the same question"
         return reason
+
+    async def word_judge(self, a: str, b: str) -> Judge:
+        """Whether two differing Chinese words of ``a`` and ``b`` read as one: the cosine of
+        their embeddings (query mode, through the embedding cache) at ``word_similarity``."""
+        wanted = await asyncio.to_thread(zh_words_to_judge, a, b)
+        if not wanted:
+            return lambda x, y: False
+        vectors = dict(zip(wanted, await self.embedder.queries(wanted), strict=True))
+        limit = self.word_similarity
+
+        def judge(x: str, y: str) -> bool:
+            if x not in vectors or y not in vectors:
+                return False
+            return cosine(vectors[x], vectors[y]) >= limit
+        return judge
 
     async def _hit(self, row: dict[str, Any]) -> CacheHit:
         updated = await self.db.fetchone(sql("cache.hit"), {"id": row["id"]})

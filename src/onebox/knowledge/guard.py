@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import re
 
+from onebox.knowledge.equivalence import Judge, canonical, reconcile, strict_difference
 from onebox.knowledge.question import normalise, parse_question, possessors_differ, roles_differ
 from onebox.knowledge.text import numbers_in
 
@@ -158,14 +159,40 @@ def small_edit(a: str, b: str, max_words: int = 4) -> bool:
     return 0 < len(diff) <= max_words
 
 
-def different_question(a: str, b: str) -> str | None:
+def different_question(a: str, b: str, judge: Judge | None = None) -> str | None:
     """Why ``a`` and ``b`` are not the same question, or None when they are.
 
-    The answer cache's rule: the same numbers (normalised), the same count of
-    negation words, the same content terms (up to the synonym list), and the same
-    order of those terms once free words (time, place) are set aside, so the roles
-    (who did what to whom) agree. See :mod:`onebox.knowledge.question`.
+    The answer cache's rule (:mod:`onebox.knowledge.equivalence`): tense and modals agree;
+    each question in one form per shape (a question word as the slot it asks for, an
+    A-not-A question as a yes/no one); the same numbers (normalised), negations (an antonym
+    counts as one), and roles (who did what to whom), with the words that differ paired
+    up as meaning the same (WordNet for English; ``judge``, the embedding model, for
+    Chinese words). Without a judge, differing Chinese words pair only as listed.
     """
+    strict = strict_difference(a, b)
+    if strict is not None:
+        return strict
+    ca, cb = canonical(a), canonical(b)
+    reason = strict_reason(ca, cb)
+    if reason is None or not reason.startswith(("terms differ", "roles differ",
+                                                "negation differs")):
+        return reason
+    found = reconcile(a, b, judge)
+    if isinstance(found, str):
+        return reason if reason.startswith("negation") else found
+    again = strict_reason(found.a, found.b)
+    if (again is not None and again.startswith("roles differ")
+            and found.a.replace("的", "") == found.b.replace("的", "")):
+        return None  # 苹果公司的总部 / 苹果公司总部: the same words, one 的 apart
+    if again is not None and found.pairs:
+        said = "; ".join(f"{x!r} ~ {y!r} ({how})" for x, y, how in found.pairs[:3])
+        return f"{again} (after reading {said})"
+    return again
+
+
+def strict_reason(a: str, b: str) -> str | None:
+    """The strict reading: the same numbers, negations, content terms (up to the synonym
+    list) and roles. See :mod:`onebox.knowledge.question`."""
     if normalise(a).split() == normalise(b).split():
         return None
     fa, fb = parse_question(a), parse_question(b)

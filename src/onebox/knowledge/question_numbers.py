@@ -20,8 +20,10 @@ _JOIN = "(?:" + "".join(f"(?<={s})\\s+and\\s+|" for s in lex.EN_SCALES) + r"[\s-
 _EN_NUMBER = re.compile(
     rf"\b(?:an?\s+(?=(?:{_SCALE})\b))?(?:{_EN_WORD})(?:{_JOIN}(?:{_EN_WORD}))*\b")
 _ZH_NUMERAL = "".join([*lex.ZH_DIGITS, *lex.ZH_SMALL_UNITS, *lex.ZH_BIG_UNITS])
+# a sign is part of a number written after a space, a bracket or the start (-5 °C, 零下5度)
 _NUMBER = re.compile(
-    rf"(\d+(?:[.,]\d+)*|[{_ZH_NUMERAL}]+)(%?)\s*([{lex.ZH_DATE_UNITS}]?)([{lex.ZH_COUNTERS}]?)")
+    rf"((?:(?<![A-Za-z0-9_.])[-\u2212])?\d+(?:[.,]\d+)*|[{_ZH_NUMERAL}]+)(%?)\s*"
+    rf"([{lex.ZH_DATE_UNITS}]?)([{lex.ZH_COUNTERS}]?)")
 _PROTECT = "\ue000"
 # Inside Chinese text a number leaves a mark, so the run stays whole (张三的老师).
 NUMBER_MARK = "\ue001"
@@ -68,6 +70,8 @@ def chinese_number(numeral: str) -> int:
 
 
 def _value(token: str) -> str:
+    if token[0] in "-\u2212":
+        return "-" + _value(token[1:])
     if token[0].isdigit():
         return token.replace(",", "")
     return str(chinese_number(token))
@@ -105,5 +109,5 @@ def extract_numbers(text: str) -> tuple[str, list[str]]:
             return " "
         return (DATE_MARK if date_unit else NUMBER_MARK) + encode_mark(found[-1])
 
-    text = _EN_NUMBER.sub(english, _protect(text))
+    text = _EN_NUMBER.sub(english, _protect(text.replace("零下", " -")))
     return _restore(_NUMBER.sub(other, text)), found

@@ -1,0 +1,359 @@
+"""The same question in other words: which differing words may differ, and which never.
+
+The strict reading (:mod:`onebox.knowledge.question`) wants the same content terms on both
+sides. This module lets the words that differ differ when they mean the same thing, and
+then hands both questions, rewritten with one side's words, back to the strict reading,
+which still compares numbers, negations and roles:
+
+1. **One form per question shape.** A question word is read as the slot it asks for
+   (``how often`` = ``how many times``; 什么地方 = 何处 = 哪里; 什么 = 哪个 = 何); an A-not-A
+   question is a yes/no question (有没有 X = 有 X 吗, 是否 X = X 吗); ``has X got`` = ``does X
+   have``; 的 between two words may go (苹果公司的总部 = 苹果公司总部); 千克 is a unit, not
+   a thousand; 零下5度 is -5; "一条" before 什么 is an article, not a number.
+2. **Never relaxed:** tense (``does``/``did``, ``is``/``was``, ``will``; 过, 会, 曾), modals
+   (``can``/``must``; 可以/必须), quantifiers (``everyone``/``anyone``; 所有/有), names
+   (capitalised words; Chinese names, places, organisations and time words by their part
+   of speech), kinship words (爸爸/妈妈), and words opposed in meaning.
+3. **Words that differ must pair up:** English by WordNet (a shared sense, or a verb and
+   the verb it is a way of: :mod:`onebox.knowledge.word_sense`), multi-word verbs joined
+   (``pick up``, ``get to know``); Chinese by the embedding model's similarity of the two
+   words (a threshold chosen on the development pairs), after jieba cut them. An antonym
+   pair (``like``/``dislike``) becomes a negation, so "does not like" and "dislikes" agree
+   and "likes" and "dislikes" do not.
+
+:func:`reconcile` returns the two questions rewritten (and the pairs it used), or why not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from onebox.knowledge import word_sense
+from onebox.knowledge.question import stem
+
+Judge = Callable[[str, str], bool]  # are these two Chinese words the same here?
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+def _set(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff]")
+_EN_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
+
+# 1. one form per question shape (applied in order; a longer form first)
+_ZH_FORMS: tuple[tuple[str, str], ...] = (
+    (r"为什么", "\ue100"), (r"什么地方|何处|何地|哪儿|哪里", "\ue101"),
+    (r"什么时候|何时", "\ue102"), (r"什么样|怎么样|怎样|如何|怎么", "\ue103"),
+    (r"[为是]多少", "是\ue105"), (r"多少|几", "\ue104"), (r"哪位", "谁"),
+    (r"哪[门个位种家件只本座部首条张所项类名]", "\ue105"),
+    (r"哪一个|哪一|哪个|哪些|哪|什么|何|啥", "\ue105"),
+    (r"有没有", "有"), (r"是不是", "是"), (r"会不会", "会"), (r"能不能", "能"),
+    (r"可不可以", "可以"), (r"要不要", "要"), (r"是否", ""), (r"千克", "公斤"),
+    (r"零下\s*(\d)", r"-\1"),
+    (r"一[条个位种家件只本座部首](?=\ue105|\ue103)", ""),
+    (r"的一[条个位种家件只本座部首]", "的"),
+)
+_ZH_SLOTS = {"\ue100": "为什么", "\ue101": "哪里", "\ue102": "何时", "\ue103": "怎么",
+             "\ue104": "多少", "\ue105": "什么"}
+_EN_FORMS: tuple[tuple[str, str], ...] = (
+    (r"\bhow often\b", "how many times"), (r"\bwhat time\b", "when"),
+    (r"\bwhich\b", "what"), (r"\bhas (\w+) got\b", r"does \1 have"), (r"\bwhom\b", "who"),
+    (r"\b(how|where|what|when|why) (can|could) (i|we|you)\b", r"\1 do \3"),
+    (r"\bhave (\w+) got\b", r"do \1 have"), (r"\bhow much time\b", "how long"),
+)
+
+# 2. never relaxed
+EN_TENSE = {"do": "present", "does": "present", "is": "present", "are": "present",
+            "am": "present", "has": "present", "have": "present", "did": "past",
+            "was": "past", "were": "past", "had": "past", "will": "future",
+            "shall": "future", "won't": "future"}
+EN_MODALS = frozenset({"can", "could", "must", "should", "may", "might", "would", "ought"})
+EN_QUANTIFIERS = _set(
+    "all every everyone everybody everything any anyone anybody anything some someone "
+    "somebody something none nobody nothing each most few many several both either "
+    "neither only")
+ZH_ASPECT = {"过": "experienced", "曾": "past", "曾经": "past", "会": "future",
+             "将": "future", "将要": "future", "即将": "future", "正在": "ongoing"}
+ZH_MODAL_CLASSES = (_set("可以 能 能够 可"), _set("必须 必 须 得"),
+                    _set("应该 应当 该"), _set("需要 要"))
+ZH_MODALS = frozenset().union(*ZH_MODAL_CLASSES)
+ZH_QUANTIFIERS = _set("所有 全部 都 每 每个 有些 一些 任何 部分 大多数 少数 唯一")
+ZH_KIN = _set(
+    "爸爸 父亲 爸 妈妈 母亲 妈 儿子 女儿 哥哥 弟弟 姐姐 妹妹 丈夫 妻子 老婆 老公 爷爷 奶奶 "
+    "外公 外婆 叔叔 阿姨 舅舅 师父 师傅 徒弟 老师 学生 女儿 孙子 孙女")
+ZH_SAME_KIN = (frozenset({"爸爸", "父亲", "爸"}), frozenset({"妈妈", "母亲", "妈"}),
+               frozenset({"妻子", "老婆"}), frozenset({"丈夫", "老公"}),
+               frozenset({"师父", "师傅"}))
+# characters that mean opposite things: a pair of words holding them is an antonym pair
+_ZH_OPPOSITE = [tuple(p) for p in _words(
+    "大小 多少 高低 长短 宽窄 深浅 上下 涨跌 升降 增减 开关 买卖 借还 来去 进出 早晚 快慢 "
+    "新旧 好坏 冷热 贵贱 胜负 赢输 前后 左右 内外 男女 老少 难易 轻重 厚薄 远近 强弱 生死 "
+    "真假 正反 东西 南北 免收 爱恨 喜厌 加减 存取 入出 昨明 去明 今明")]
+_ZH_OPPOSITE_WORDS = [frozenset(p.split("/")) for p in _words(
+    "喜欢/讨厌 便宜/贵 免费/收费 开启/关闭 打开/关闭 成功/失败 胜利/失败 同意/反对 "
+    "支持/反对 允许/禁止 接受/拒绝 出生/去世 辞职/升职 开始/结束 上涨/下跌 增加/减少 "
+    "提高/降低 作用/副作用 预约/取消 买/退 结婚/离婚")]
+EN_NEGATIONS = _set("not no never none nobody nothing neither nor without cannot")
+ZH_NEGATIONS = _set("不 没 没有 未 无 非 别 勿 否")
+ZH_LIGHT = _set("的 了 吗 呢 吧 啊 呀 一下 请问 请 是 在 有 到 于 给 着 地 得 之 所 "
+                     "主要 具体 一般 通常")
+EN_LIGHT = _set("a an the is are was were be been being am do does did done of in on "
+                     "at to for with by about as it its this that there please just really "
+                     "actually exactly ever have has had get got")
+
+
+@dataclass(frozen=True)
+class Word:
+    text: str
+    key: str  # what two words are compared by (an English stem, a Chinese word)
+    lang: str  # "en" or "zh"
+    protected: str | None  # why it may not be replaced by another word
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    a: str
+    b: str
+    pairs: tuple[tuple[str, str, str], ...]  # (a's words, b's words, how they agree)
+
+
+def canonical(text: str) -> str:
+    """The question in one form per shape (see the module, 1)."""
+    out = text
+    if _CJK.search(out):
+        for pattern, repl in _ZH_FORMS:
+            out = re.sub(pattern, repl, out)
+        for mark, slot in _ZH_SLOTS.items():
+            out = out.replace(mark, slot)
+    lowered = out
+    for pattern, repl in _EN_FORMS:
+        lowered = re.sub(pattern, repl, lowered, flags=re.IGNORECASE)
+    return lowered
+
+
+def en_tense(text: str) -> str | None:
+    """The tense of the first auxiliary (``does``, ``did``, ``will``...), if any."""
+    for word in _EN_WORD.findall(text.lower()):
+        if word in EN_TENSE:
+            return EN_TENSE[word]
+        if word.endswith("n't") and word[:-3] in EN_TENSE:
+            return EN_TENSE[word[:-3]]
+    return None
+
+
+def zh_aspects(text: str) -> tuple[str, ...]:
+    """The Chinese tense and aspect words (过, 会, 曾经...), as a sorted tuple."""
+    if not _CJK.search(text):
+        return ()
+    found = []
+    for word, _ in word_sense.zh_words(text):
+        bare = word[1:] if word[:1] in ZH_NEGATIONS and word[1:] in ZH_ASPECT else word
+        if bare in ZH_ASPECT:
+            found.append(ZH_ASPECT[bare])  # 不会 is 会 negated: the negation is counted apart
+    return tuple(sorted(found))
+
+
+def strict_difference(a: str, b: str) -> str | None:
+    """What the rewriting may never change: tense, and the modals of each side."""
+    ta, tb = en_tense(a), en_tense(b)
+    if ta and tb and ta != tb:
+        return f"tense differs: {ta} vs {tb}"
+    if zh_aspects(a) != zh_aspects(b):
+        return f"tense differs: {list(zh_aspects(a)) or 'none'} vs {list(zh_aspects(b)) or 'none'}"
+    ma = {w for w in _EN_WORD.findall(a.lower()) if w in EN_MODALS}
+    mb = {w for w in _EN_WORD.findall(b.lower()) if w in EN_MODALS}
+    if ma and mb and ma != mb:
+        return f"modal differs: {sorted(ma)} vs {sorted(mb)}"
+    return None
+
+
+def words(text: str) -> list[Word]:
+    """The question's words, English and Chinese, each with what protects it."""
+    out: list[Word] = []
+    for match in re.finditer(r"[\u3400-\u4dbf\u4e00-\u9fff]+|[A-Za-z]+(?:'[A-Za-z]+)?", text):
+        chunk = match.group(0)
+        if _CJK.match(chunk):
+            at = match.start()
+            for word, pos in word_sense.zh_words(chunk):
+                found = text.find(word, at)
+                at = found + len(word) if found >= 0 else at
+                out.append(Word(word, word, "zh", _zh_protected(word, pos), found,
+                                found + len(word)))
+        else:
+            first = not text[: match.start()].strip(" ¿¡\"'(")
+            key = stem(re.sub(r"'s$", "", chunk.lower()))  # Anna's: Anna, owning something
+            out.append(Word(chunk, key, "en", _en_protected(chunk, first), match.start(),
+                            match.end()))
+    return out
+
+
+def _en_protected(word: str, first: bool) -> str | None:
+    low = word.lower()
+    if word[:1].isupper() and not first and low not in ("i",):
+        return "a name"
+    if low in EN_MODALS or low in EN_TENSE:
+        return "a modal or tense"
+    if low in EN_QUANTIFIERS:
+        return "a quantifier"
+    return None
+
+
+def _zh_protected(word: str, pos: str) -> str | None:
+    if word in _ZH_SLOTS.values() or word in ZH_MODALS:
+        return None  # a question word is its slot; a modal pairs only with its own class
+    if pos in word_sense.PROTECTED_POS:
+        return "a name or a time"
+    if word in ZH_ASPECT:
+        return "a tense"
+    if word in ZH_QUANTIFIERS:
+        return "a quantifier"
+    return None
+
+
+def _light(word: Word) -> bool:
+    """Words left out of the pairing: particles and auxiliaries, and negations (the strict
+    reading counts those, an antonym pair included)."""
+    if word.lang == "zh":
+        return word.key in ZH_LIGHT or word.key in ZH_NEGATIONS
+    low = word.text.lower()
+    return low in EN_LIGHT or low in EN_NEGATIONS or low.endswith("n't")
+
+
+def differing(a: str, b: str) -> tuple[list[Word], list[Word]]:
+    """The words of ``a`` and of ``b`` the other lacks (light words aside)."""
+    wa, wb = words(a), words(b)
+    ca = Counter(w.key for w in wa if not _light(w))
+    cb = Counter(w.key for w in wb if not _light(w))
+    only_a, only_b = ca - cb, cb - ca
+    return _pick(wa, only_a), _pick(wb, only_b)
+
+
+def _pick(ws: list[Word], wanted: Counter[str]) -> list[Word]:
+    left = Counter(wanted)
+    out = []
+    for w in ws:
+        if not _light(w) and left[w.key] > 0:
+            out.append(w)
+            left[w.key] -= 1
+    return out
+
+
+def zh_words_to_judge(a: str, b: str) -> list[str]:
+    """The Chinese words a judge would be asked about (to embed them first)."""
+    da, db = differing(canonical(a), canonical(b))
+    return sorted({w.text for w in da + db if w.lang == "zh" and w.protected is None})
+
+
+def zh_opposed(x: str, y: str) -> bool:
+    if any({x, y} <= pair for pair in _ZH_OPPOSITE_WORDS):
+        return True
+    for p, q in _ZH_OPPOSITE:
+        if (p in x and q in y and q not in x and p not in y) or \
+                (q in x and p in y and p not in x and q not in y):
+            return True
+    return False
+
+
+def _zh_pair(x: Word, y: Word, judge: Judge | None) -> str | None:
+    """How two Chinese words agree ("antonym" when they oppose), or None."""
+    if zh_opposed(x.text, y.text):
+        return "antonym"
+    if x.text in ZH_MODALS or y.text in ZH_MODALS:
+        same = any(x.text in g and y.text in g for g in ZH_MODAL_CLASSES)
+        return "modal" if same else None
+    if x.text in _ZH_SLOTS.values() or y.text in _ZH_SLOTS.values():
+        return None  # a question word asks for its own slot
+    if x.text in y.text or y.text in x.text:
+        return None  # 总裁 / 副总裁, 作用 / 副作用: a kind of it, not it
+    if x.text in ZH_KIN or y.text in ZH_KIN:
+        same = any(x.text in g and y.text in g for g in ZH_SAME_KIN)
+        return "kin" if same else None
+    if judge is not None and judge(x.text, y.text):
+        return "similar"
+    return None
+
+
+Unit = tuple[str, list[Word], int, int]  # joined words, the differing ones, span
+
+
+def _en_units(ws: list[Word], text: str) -> list[Unit]:
+    """Runs of three or two words (with light words between, as in "get to know") joined
+    for WordNet, longest first, then each differing word alone."""
+    units: list[Unit] = []
+    tokens = [w for w in words(text) if w.lang == "en"]
+    for n in (3, 2):
+        for i in range(len(tokens) - n + 1):
+            run = tokens[i : i + n]
+            inside = [w for w in run if w in ws]
+            if inside and all(w in ws or _light(w) for w in run):
+                units.append(("_".join(w.text.lower() for w in run), inside, run[0].start,
+                              run[-1].end))
+    units += [(w.text.lower(), [w], w.start, w.end) for w in ws]
+    return units
+
+
+def reconcile(a: str, b: str, judge: Judge | None = None) -> Reconciled | str:
+    """``a`` and ``b`` rewritten so that their differing words agree, or why they cannot."""
+    ca, cb = canonical(a), canonical(b)
+    da, db = differing(ca, cb)
+    pairs: list[tuple[str, str, str]] = []
+    edits: list[tuple[int, int, str]] = []  # spans of b and what replaces them
+    used_a: set[int] = set()
+    used_b: set[int] = set()
+    for unit_b, wb, b0, b1 in _en_units([w for w in db if w.lang == "en"], cb):
+        if any(id(w) in used_b for w in wb) or any(w.protected for w in wb):
+            continue
+        for unit_a, wa, a0, a1 in _en_units([w for w in da if w.lang == "en"], ca):
+            if any(id(w) in used_a for w in wa) or any(w.protected for w in wa):
+                continue
+            how = ("antonym" if word_sense.antonyms(unit_a, unit_b)
+                   else "synonym" if word_sense.synonyms(unit_a, unit_b) else None)
+            if how is None:
+                continue
+            pairs.append((unit_a.replace("_", " "), unit_b.replace("_", " "), how))
+            used_a.update(id(w) for w in wa)
+            used_b.update(id(w) for w in wb)
+            edits.append((b0, b1, ("not " if how == "antonym" else "") + ca[a0:a1]))
+            break
+    for y in (w for w in db if w.lang == "zh" and w.protected is None):
+        for x in (w for w in da if w.lang == "zh" and w.protected is None):
+            if id(x) in used_a:
+                continue
+            how = _zh_pair(x, y, judge)
+            if how is None:
+                continue
+            pairs.append((x.text, y.text, how))
+            used_a.add(id(x))
+            used_b.add(id(y))
+            edits.append((y.start, y.end, ("不" if how == "antonym" else "") + x.text))
+            break
+    left_a = [w.text for w in da if id(w) not in used_a]
+    left_b = [w.text for w in db if id(w) not in used_b]
+    if left_a or left_b:
+        return (f"terms differ: {' '.join(left_a) or '-'!r} vs {' '.join(left_b) or '-'!r}"
+                + _protection(da + db))
+    return Reconciled(ca, _rewrite(cb, edits), tuple(pairs))
+
+
+def _protection(ws: list[Word]) -> str:
+    said = [f"{w.text!r} is {w.protected}" for w in ws if w.protected]
+    return f" ({'; '.join(said[:3])})" if said else ""
+
+
+def _rewrite(text: str, edits: list[tuple[int, int, str]]) -> str:
+    """``text`` with each paired span replaced by the other side's words (an antonym by
+    their negation: 不 X, not X)."""
+    out = text
+    for start, end, repl in sorted(edits, key=lambda e: -e[0]):
+        out = out[:start] + repl + out[end:]
+    return out
