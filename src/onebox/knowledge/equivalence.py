@@ -51,9 +51,14 @@ _EN_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 # 1. one form per question shape (applied in order; a longer form first)
 _ZH_FORMS: tuple[tuple[str, str], ...] = (
     (r"为什么", "\ue100"), (r"什么地方|何处|何地|哪儿|哪里", "\ue101"),
-    (r"什么时候|何时", "\ue102"), (r"什么样|怎么样|怎样|如何|怎么", "\ue103"),
+    (r"什么时候|何时|哪一?天|几月几[号日]", "\ue102"), (r"(.+?)的原因是什么", "\ue100\\1"), (r"什么样|怎么样|怎样|如何|怎么", "\ue103"),
+    (r"([\u4e00-\u9fff]+?)的([\u4e00-\u9fff]{1,4}?)有多少", r"\1有多少\2"),
+    # a measure asked as "its length is how much" is "how long is it" (多长, 多高, 多远...)
+    (r"的?(长|高|宽|深|重|厚)度(?:是|为|有)?多少", r"有多\1"), (r"的?重量(?:是|为|有)?多少", "有多重"),
+    (r"的?距离(?:是|为|有)?多少", "有多远"), (r"的?(?:价格|价钱)(?:是|为)?多少", "多少钱"),
+    (r"的([\u4e00-\u9fff])法是什么", r"怎么\1"),
     (r"[为是]多少", "是\ue105"), (r"多少|几", "\ue104"), (r"哪位", "谁"),
-    (r"哪[门个位种家件只本座部首条张所项类名]", "\ue105"),
+    (r"哪一?[门个位种家件只本座部首条张所项类名]", "\ue105"),
     (r"哪一个|哪一|哪个|哪些|哪|什么|何|啥", "\ue105"),
     (r"有没有", "有"), (r"是不是", "是"), (r"会不会", "会"), (r"能不能", "能"),
     (r"可不可以", "可以"), (r"要不要", "要"), (r"是否", ""), (r"千克", "公斤"),
@@ -67,6 +72,12 @@ _EN_FORMS: tuple[tuple[str, str], ...] = (
     (r"\bhow often\b", "how many times"), (r"\bwhat time\b", "when"),
     (r"\bwhich\b", "what"), (r"\bhas (\w+) got\b", r"does \1 have"), (r"\bwhom\b", "who"),
     (r"\b(how|where|what|when|why) (can|could) (i|we|you)\b", r"\1 do \3"),
+    (r"^(?:please )?(?:explain|describe|tell me) (how|what|why|where|when|who)\b", r"\1"),
+    (r"\b(am|is|are) (i|we|you|he|she|they|it) (?:allowed|permitted) to\b", r"can \2"),
+    (r"^by who (was|were) (.+?) (\w+ed)\b", r"who \3 \2"),
+    (r"\b(has|have|had) (\w+) (ever )?been to\b", r"\1 \2 \3visited"),
+    (r"\bhow much (?:does|do|did) (.+?) cost\b", r"what is the price of \1"),
+    (r"\bwhat is the way to\b", "how to"),
     (r"\bhave (\w+) got\b", r"do \1 have"), (r"\bhow much time\b", "how long"),
 )
 
@@ -101,13 +112,15 @@ _ZH_OPPOSITE_WORDS = [frozenset(p.split("/")) for p in _words(
     "喜欢/讨厌 便宜/贵 免费/收费 开启/关闭 打开/关闭 成功/失败 胜利/失败 同意/反对 "
     "支持/反对 允许/禁止 接受/拒绝 出生/去世 辞职/升职 开始/结束 上涨/下跌 增加/减少 "
     "提高/降低 作用/副作用 预约/取消 买/退 结婚/离婚")]
+EN_FILLER_WORDS = _set("ever just really actually exactly please")
 EN_NEGATIONS = _set("not no never none nobody nothing neither nor without cannot")
+ZH_NEGATION_CHARS = "不没未别勿"
 ZH_NEGATIONS = _set("不 没 没有 未 无 非 别 勿 否")
-ZH_LIGHT = _set("的 了 吗 呢 吧 啊 呀 一下 请问 请 是 在 有 到 于 给 着 地 得 之 所 "
+ZH_LIGHT = _set("的 了 吗 呢 吧 啊 呀 一下 请问 请 是 在 有 到 于 由 给 着 地 得 之 所 "
                      "主要 具体 一般 通常")
 EN_LIGHT = _set("a an the is are was were be been being am do does did done of in on "
                      "at to for with by about as it its this that there please just really "
-                     "actually exactly ever have has had get got")
+                     "actually exactly ever have has had get got per")
 
 
 @dataclass(frozen=True)
@@ -164,12 +177,15 @@ def zh_aspects(text: str) -> tuple[str, ...]:
 
 
 def strict_difference(a: str, b: str) -> str | None:
-    """What the rewriting may never change: tense, and the modals of each side."""
+    """What the rewriting may never change: tense, and the modals of each side (read on
+    the one form of each question: 会不会 is 会)."""
+    a, b = canonical(a), canonical(b)
     ta, tb = en_tense(a), en_tense(b)
     if ta and tb and ta != tb:
         return f"tense differs: {ta} vs {tb}"
-    if zh_aspects(a) != zh_aspects(b):
-        return f"tense differs: {list(zh_aspects(a)) or 'none'} vs {list(zh_aspects(b)) or 'none'}"
+    if set(zh_aspects(a)) != set(zh_aspects(b)):
+        return (f"tense differs: {sorted(set(zh_aspects(a))) or 'none'} vs "
+                f"{sorted(set(zh_aspects(b))) or 'none'}")
     ma = {w for w in _EN_WORD.findall(a.lower()) if w in EN_MODALS}
     mb = {w for w in _EN_WORD.findall(b.lower()) if w in EN_MODALS}
     if ma and mb and ma != mb:
@@ -209,6 +225,8 @@ def _en_protected(word: str, first: bool) -> str | None:
 
 
 def _zh_protected(word: str, pos: str) -> str | None:
+    if any(ch in word for ch in ZH_NEGATION_CHARS):
+        return "a word holding a negation"  # 时别 (jieba): the 别 must stay where it is
     if word in _ZH_SLOTS.values() or word in ZH_MODALS:
         return None  # a question word is its slot; a modal pairs only with its own class
     if pos in word_sense.PROTECTED_POS:
@@ -273,11 +291,16 @@ def _zh_pair(x: Word, y: Word, judge: Judge | None) -> str | None:
         return "modal" if same else None
     if x.text in _ZH_SLOTS.values() or y.text in _ZH_SLOTS.values():
         return None  # a question word asks for its own slot
-    if x.text in y.text or y.text in x.text:
-        return None  # 总裁 / 副总裁, 作用 / 副作用: a kind of it, not it
+    if x.text.endswith(y.text) or y.text.endswith(x.text):
+        return None  # 总裁 / 副总裁, 作用 / 副作用: a kind of it, not it (电话 / 电话号码 may be)
     if x.text in ZH_KIN or y.text in ZH_KIN:
         same = any(x.text in g and y.text in g for g in ZH_SAME_KIN)
         return "kin" if same else None
+    sense = word_sense.zh_sense(x.text, y.text)
+    if sense == "same":
+        return "synonym"
+    if sense == "related":
+        return None  # 沸点 / 熔点: two kinds of one thing
     if judge is not None and judge(x.text, y.text):
         return "similar"
     return None
@@ -294,8 +317,9 @@ def _en_units(ws: list[Word], text: str) -> list[Unit]:
     for n in (3, 2):
         for i in range(len(tokens) - n + 1):
             run = tokens[i : i + n]
-            inside = [w for w in run if w in ws]
-            if inside and all(w in ws or _light(w) for w in run):
+            starts = {w.start for w in run}
+            inside = [w for w in ws if w.start in starts]  # the differing words themselves
+            if inside and all(w.start in {x.start for x in inside} or _light(w) for w in run):
                 units.append(("_".join(w.text.lower() for w in run), inside, run[0].start,
                               run[-1].end))
     units += [(w.text.lower(), [w], w.start, w.end) for w in ws]
@@ -337,12 +361,61 @@ def reconcile(a: str, b: str, judge: Judge | None = None) -> Reconciled | str:
             used_b.add(id(y))
             edits.append((y.start, y.end, ("不" if how == "antonym" else "") + x.text))
             break
+    edits_a: list[tuple[int, int, str]] = []
+    for side, other, used, out in ((db, ca, used_b, edits), (da, cb, used_a, edits_a)):
+        for word in (w for w in side if w.lang == "zh" and id(w) not in used and not w.protected):
+            light = _light_synonym(word, other)
+            if light is not None:  # 位于 / 在: a word the other side says with a light one
+                pairs.append((light, word.text, "synonym"))
+                used.add(id(word))
+                out.append((word.start, word.end, light))
     left_a = [w.text for w in da if id(w) not in used_a]
     left_b = [w.text for w in db if id(w) not in used_b]
     if left_a or left_b:
         return (f"terms differ: {' '.join(left_a) or '-'!r} vs {' '.join(left_b) or '-'!r}"
                 + _protection(da + db))
-    return Reconciled(ca, _rewrite(cb, edits), tuple(pairs))
+    ra, rb = _rewrite(ca, edits_a), _rewrite(cb, edits)
+    extra_a, extra_b = _extra_light(ra, rb)
+    return Reconciled(_rewrite(ra, extra_a), _rewrite(rb, extra_b), tuple(pairs))
+
+
+def _extra_light(a: str, b: str) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]:
+    """The light words one side has more of than the other (有, 于, 由, ever), cut out of
+    that side: they were left out of the pairing, so the strict reading leaves them too."""
+    wa, wb = [w for w in words(a) if _cuttable(w)], [w for w in words(b) if _cuttable(w)]
+    ca, cb = Counter(w.key for w in wa), Counter(w.key for w in wb)
+    more_a, more_b = ca - cb, cb - ca
+    return _cut(wa, more_a), _cut(wb, more_b)
+
+
+def _cuttable(word: Word) -> bool:
+    """A light word that carries no structure: Chinese particles and light verbs, English
+    fillers (never an auxiliary: "who did Maria hire" asks for the object)."""
+    if word.lang == "en":
+        return word.text.lower() in EN_FILLER_WORDS
+    return _light(word) and not _negation(word)
+
+
+def _negation(word: Word) -> bool:
+    low = word.text.lower()
+    return word.key in ZH_NEGATIONS or low in EN_NEGATIONS or low.endswith("n't")
+
+
+def _cut(ws: list[Word], extra: Counter[str]) -> list[tuple[int, int, str]]:
+    out = []
+    for w in reversed(ws):  # the last ones: a question's own 有 or 是 comes first
+        if extra[w.key] > 0:
+            out.append((w.start, w.end, ""))
+            extra[w.key] -= 1
+    return out
+
+
+def _light_synonym(word: Word, other: str) -> str | None:
+    """A light word of ``other`` (在, 是...) that Cilin puts in ``word``'s synonym group."""
+    for text, _ in word_sense.zh_words(other):
+        if text in ZH_LIGHT and word_sense.zh_sense(word.text, text) == "same":
+            return text
+    return None
 
 
 def _protection(ws: list[Word]) -> str:

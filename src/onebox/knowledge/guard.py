@@ -180,6 +180,10 @@ def different_question(a: str, b: str, judge: Judge | None = None) -> str | None
     found = reconcile(a, b, judge)
     if isinstance(found, str):
         return reason if reason.startswith("negation") else found
+    flips = sum(1 for *_, how in found.pairs if how == "antonym")
+    if (parse_question(found.a).negations != parse_question(ca).negations
+            or parse_question(found.b).negations != parse_question(cb).negations + flips):
+        return reason  # a rewriting never adds or drops a negation (but for an antonym)
     again = strict_reason(found.a, found.b)
     if (again is not None and again.startswith("roles differ")
             and found.a.replace("的", "") == found.b.replace("的", "")):

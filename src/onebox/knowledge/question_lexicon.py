@@ -103,7 +103,9 @@ ZH_SMALL_UNITS = {"十": 10, "百": 100, "千": 1000}
 ZH_BIG_UNITS = {"万": 10**4, "亿": 10**8}
 ZH_COUNTERS = "个位名只件条本张次颗"  # "3个" is "three"
 ZH_DATE_UNITS = "年月日号"  # "2019年" travels with its number
-ZH_FREE = ("现在", "今天", "昨天", "明天", "今年", "去年", "明年")
+# ...and the question words for why and when, which move freely in a Chinese question
+# (为什么天空是蓝色的 = 天空为什么是蓝色的)
+ZH_FREE = ("现在", "今天", "昨天", "明天", "今年", "去年", "明年", "为什么", "何时")
 ZH_COPULA = "是"
 ZH_PASSIVE = "被"
 ZH_PREPOSITION = "在"
