@@ -224,7 +224,7 @@ class KnowledgeSettings(BaseModel):
     dedup_similarity: float = Field(0.97, gt=0, le=1, description="raw cosine for a duplicate memory")
     cache_similarity: float = Field(0.92, gt=0, le=1, description="raw cosine for a cache hit")
     cache_word_similarity: float = Field(
-        0.93, gt=0, le=1.0001, description="cosine at which two differing Chinese words of "
+        0.92, gt=0, le=1.0001, description="cosine at which two differing Chinese words of "
         "two cached questions read as the same word (chosen on the development pairs)")
     cache_ttl_s: float = Field(7 * 24 * 3600.0, gt=0)
     cache_verify: bool = Field(False, description="confirm a borderline cache hit with one "

@@ -65,7 +65,7 @@ class AnswerCache:
     def __init__(
         self, db: Database, embedder: CachedEmbedder, min_similarity: float = 0.92,
         ttl_s: float = 7 * 24 * 3600.0, candidates: int = 5,
-        verifier: CacheVerifier | None = None, word_similarity: float = 0.93,
+        verifier: CacheVerifier | None = None, word_similarity: float = 0.92,
     ) -> None:
         self.db = db
         self.embedder = embedder

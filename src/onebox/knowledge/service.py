@@ -48,7 +48,7 @@ class Knowledge:
             memory=MemoryStore(db, embedder, dedup_similarity=ks.dedup_similarity if ks else 0.97),
             cache=AnswerCache(db, embedder, min_similarity=ks.cache_similarity if ks else 0.92,
                               ttl_s=ks.cache_ttl_s if ks else 7 * 24 * 3600.0,
-                              word_similarity=ks.cache_word_similarity if ks else 0.93,
+                              word_similarity=ks.cache_word_similarity if ks else 0.92,
                               verifier=cache_verifier(db, settings)),
         )
 
