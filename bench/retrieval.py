@@ -31,6 +31,7 @@ import retrieval_data as data  # noqa: E402
 import retrieval_quality as quality  # noqa: E402
 import retrieval_speed as speed  # noqa: E402
 from onebox.config import load_settings  # noqa: E402
+from onebox.knowledge.search import SearchOptions  # noqa: E402
 from onebox.knowledge.service import Knowledge  # noqa: E402
 from onebox.llm.embedding import embedding_model_from_settings  # noqa: E402
 from onebox.store.db import Database  # noqa: E402
@@ -169,6 +170,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             results["machine"] = {"cpus": _cpus(), "python": platform.python_version(),
                                   "embedding_model": model.name}
             args.out.parent.mkdir(parents=True, exist_ok=True)
+            if all("grid" in results.get(s, {}) for s in ("scifact", "cmrc")):
+                shipped = SearchOptions()
+                results["fusion_choice"] = quality.choose_fusion(
+                    {s: results[s]["grid"] for s in ("scifact", "cmrc")},
+                    {"weights": dict(shipped.weights), "method": shipped.method})
             args.out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
             print(json.dumps({section: out}, indent=2, ensure_ascii=False), flush=True)
     finally:

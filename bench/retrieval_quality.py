@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from typing import Any
@@ -25,6 +26,41 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "score_30_70": {"weights": {"fulltext": 0.3, "vector": 0.7}, "method": "score"},
     "score_50_50": {"weights": {"fulltext": 0.5, "vector": 0.5}, "method": "score"},
 }
+
+
+# The fusion settings a default is chosen among: each method, full-text weight 0.0 to 1.0.
+GRID: dict[str, dict[str, Any]] = {
+    f"{method}_{round(w * 100):02d}_{round((1 - w) * 100):02d}": {
+        "weights": {"fulltext": round(w, 2), "vector": round(1 - w, 2)}, "method": method}
+    for method in ("score", "rrf") for w in [i / 10 for i in range(11)]}
+
+
+def split_of(query_id: str) -> str:
+    """A query's half, fixed by its id: "dev" (defaults are chosen on it) or "heldout"."""
+    return "dev" if int(hashlib.sha1(query_id.encode()).hexdigest(), 16) % 2 == 0 else "heldout"
+
+
+def choose_fusion(grids: dict[str, dict[str, Any]], shipped: dict[str, Any]) -> dict[str, Any]:
+    """The grid setting with the best mean dev nDCG@10 over the sets, and every set's
+    held-out nDCG@10 for it and for the shipped setting (never used to choose)."""
+    def dev_mean(name: str) -> float:
+        return sum(g[name]["dev"] for g in grids.values()) / len(grids)
+
+    best = max(GRID, key=dev_mean)
+    shipped_name = next((n for n, spec in GRID.items() if spec == shipped), None)
+    return {
+        "chosen_on": "mean dev nDCG@10 over " + ", ".join(sorted(grids)),
+        "chosen": {"name": best, **GRID[best], "dev_mean": round(dev_mean(best), 4)},
+        "shipped": {"name": shipped_name, **shipped,
+                    "dev_mean": round(dev_mean(shipped_name), 4) if shipped_name else None},
+        "heldout_ndcg@10": {
+            s: {"chosen": g[best]["heldout"],
+                "shipped": g[shipped_name]["heldout"] if shipped_name else None,
+                "queries": g[best]["heldout_queries"]} for s, g in grids.items()},
+        "dev_ndcg@10": {s: {"chosen": g[best]["dev"],
+                            "shipped": g[shipped_name]["dev"] if shipped_name else None,
+                            "queries": g[best]["dev_queries"]} for s, g in grids.items()},
+    }
 
 
 async def ingest(knowledge: Knowledge, docs: list[DocumentInput]) -> dict[str, Any]:
@@ -62,6 +98,7 @@ async def evaluate(
     modes = {**MODES, "hybrid": {"weights": default.weights, "method": default.method},
              **{f"variant_{k}": v for k, v in VARIANTS.items()}}
     scores: dict[str, dict[str, list[float]]] = {m: {c: [] for c in cutoffs} for m in modes}
+    grid: dict[str, dict[str, list[float]]] = {g: {"dev": [], "heldout": []} for g in GRID}
     ids = [q for q in qrels if q in queries]
     for n, qid in enumerate(ids):
         lists = {
@@ -76,11 +113,18 @@ async def evaluate(
             for name, (metric, k) in cutoffs.items():
                 fn = ndcg_at if metric == "ndcg" else recall_at
                 scores[mode][name].append(fn(ranked, relevant, k))
+        for name, spec in GRID.items():
+            fused = fuse(lists, spec["weights"], spec["method"])
+            ranked = dedupe([source[f.id] for f in fused if f.id in source])
+            grid[name][split_of(qid)].append(ndcg_at(ranked, relevant, 10))
         if n % 200 == 199:
             print(f"  evaluated {n + 1}/{len(ids)} queries", flush=True)
     out: dict[str, Any] = {m: {c: mean(v) for c, v in s.items()} for m, s in scores.items()}
     out["queries"] = len(ids)
     out["hybrid_config"] = modes["hybrid"]
+    out["grid"] = {name: {"dev": mean(v["dev"]), "heldout": mean(v["heldout"]),
+                          "dev_queries": len(v["dev"]), "heldout_queries": len(v["heldout"])}
+                   for name, v in grid.items()}
     return out
 
 

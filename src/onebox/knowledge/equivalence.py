@@ -14,12 +14,14 @@ which still compares numbers, negations and roles:
    (``can``/``must``; 可以/必须), quantifiers (``everyone``/``anyone``; 所有/有), names
    (capitalised words; Chinese names, places, organisations and time words by their part
    of speech), kinship words (爸爸/妈妈), and words opposed in meaning.
-3. **Words that differ must pair up:** English by WordNet (a shared sense, or a verb and
-   the verb it is a way of: :mod:`onebox.knowledge.word_sense`), multi-word verbs joined
-   (``pick up``, ``get to know``); Chinese by the embedding model's similarity of the two
-   words (a threshold chosen on the development pairs), after jieba cut them. An antonym
-   pair (``like``/``dislike``) becomes a negation, so "does not like" and "dislikes" agree
-   and "likes" and "dislikes" do not.
+3. **Words that differ must pair up:** English by WordNet (a shared sense, never two
+   measures or units: :mod:`onebox.knowledge.word_sense`), multi-word verbs joined
+   (``get rid of``, ``take in``); Chinese, cut by jieba, by the Tongyici Cilin (a synonym
+   group pairs, a group of related words never does), else by the embedding model's
+   similarity of the two words (``judge``; a threshold chosen on the development pairs).
+   An antonym pair (``like``/``dislike``) becomes a negation, so "does not like" and
+   "dislikes" agree and "likes" and "dislikes" do not. Light words (particles, 是, 有,
+   ``ever``) stay out of the pairing and are cut where one side has more of them.
 
 :func:`reconcile` returns the two questions rewritten (and the pairs it used), or why not.
 """
@@ -51,7 +53,8 @@ _EN_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 # 1. one form per question shape (applied in order; a longer form first)
 _ZH_FORMS: tuple[tuple[str, str], ...] = (
     (r"为什么", "\ue100"), (r"什么地方|何处|何地|哪儿|哪里", "\ue101"),
-    (r"什么时候|何时|哪一?天|几月几[号日]", "\ue102"), (r"(.+?)的原因是什么", "\ue100\\1"), (r"什么样|怎么样|怎样|如何|怎么", "\ue103"),
+    (r"什么时候|何时|哪一?天|几月几[号日]", "\ue102"), (r"(.+?)的原因是什么", "\ue100\\1"),
+    (r"什么样|怎么样|怎样|如何|怎么", "\ue103"),
     (r"([\u4e00-\u9fff]+?)的([\u4e00-\u9fff]{1,4}?)有多少", r"\1有多少\2"),
     # a measure asked as "its length is how much" is "how long is it" (多长, 多高, 多远...)
     (r"的?(长|高|宽|深|重|厚)度(?:是|为|有)?多少", r"有多\1"), (r"的?重量(?:是|为|有)?多少", "有多重"),
@@ -117,10 +120,10 @@ EN_NEGATIONS = _set("not no never none nobody nothing neither nor without cannot
 ZH_NEGATION_CHARS = "不没未别勿"
 ZH_NEGATIONS = _set("不 没 没有 未 无 非 别 勿 否")
 ZH_LIGHT = _set("的 了 吗 呢 吧 啊 呀 一下 请问 请 是 在 有 到 于 由 给 着 地 得 之 所 "
-                     "主要 具体 一般 通常")
+                "主要 具体 一般 通常")
 EN_LIGHT = _set("a an the is are was were be been being am do does did done of in on "
-                     "at to for with by about as it its this that there please just really "
-                     "actually exactly ever have has had get got per")
+                "at to for with by about as it its this that there please just really "
+                "actually exactly ever have has had get got per")
 
 
 @dataclass(frozen=True)
