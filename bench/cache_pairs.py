@@ -111,7 +111,7 @@ def breakdown(rows: list[Pair], hit_of: dict[int, bool]) -> dict[str, Any]:
                for kind, label in sorted({(r["kind"], r["label"]) for r in rows})}
     by_split = {f"{split} {lang}": tally([r for r in rows if (r.get("split"), r["lang"])
                                           == (split, lang)], hit_of)
-                for split in ("heldout2", "heldout", "dev") for lang in sorted({r["lang"] for r in rows})}
+                for split in ("heldout3", "heldout2", "heldout", "dev") for lang in sorted({r["lang"] for r in rows})}
     by_source = {source: tally([r for r in rows if r.get("source") == source], hit_of)
                  for source in sorted({str(r.get("source")) for r in rows})}
     return {**tally(rows, hit_of), "by_split": by_split, "by_source": by_source,
@@ -124,7 +124,7 @@ def one_scope_figures(rows: list[Pair], outcome: dict[int, bool | None]) -> dict
     wrong = [r for r in rows if outcome[r["id"]] is False]
     true_hits = sum(outcome[r["id"]] is True for r in must_hit)
     by_split = {}
-    for split in ("heldout2", "heldout", "dev"):
+    for split in ("heldout3", "heldout2", "heldout", "dev"):
         for lang in sorted({r["lang"] for r in rows}):
             part = [r for r in rows if (r.get("split"), r["lang"]) == (split, lang)]
             hits = [r for r in part if r["label"] == "hit"]

@@ -60,12 +60,12 @@ _ZH_FORMS: tuple[tuple[str, str], ...] = (
     (r"的?(长|高|宽|深|重|厚)度(?:是|为|有)?多少", r"有多\1"), (r"的?重量(?:是|为|有)?多少", "有多重"),
     (r"的?距离(?:是|为|有)?多少", "有多远"), (r"的?(?:价格|价钱)(?:是|为)?多少", "多少钱"),
     (r"的([\u4e00-\u9fff])法是什么", r"怎么\1"),
-    (r"[为是]多少", "是\ue105"), (r"多少|几", "\ue104"), (r"哪位", "谁"),
+    (r"[为是]多少", "是\ue105"), (r"几点钟?", "\ue102"), (r"多少|几", "\ue104"), (r"哪位", "谁"),
     (r"哪一?[门个位种家件只本座部首条张所项类名]", "\ue105"),
     (r"哪一个|哪一|哪个|哪些|哪|什么|何|啥", "\ue105"),
     (r"有没有", "有"), (r"是不是", "是"), (r"会不会", "会"), (r"能不能", "能"),
     (r"可不可以", "可以"), (r"要不要", "要"), (r"是否", ""), (r"千克", "公斤"),
-    (r"零下\s*(\d)", r"-\1"),
+    (r"零下\s*", "-"),
     (r"一[条个位种家件只本座部首](?=\ue105|\ue103)", ""),
     (r"的一[条个位种家件只本座部首]", "的"),
 )
@@ -75,6 +75,7 @@ _EN_FORMS: tuple[tuple[str, str], ...] = (
     (r"\bhow often\b", "how many times"), (r"\bwhat time\b", "when"),
     (r"\bwhich\b", "what"), (r"\bhas (\w+) got\b", r"does \1 have"), (r"\bwhom\b", "who"),
     (r"\b(how|where|what|when|why) (can|could) (i|we|you)\b", r"\1 do \3"),
+    (r"^could (you|i|we)\b", r"can \1"), (r"^might (i|we)\b", r"may \1"),
     (r"^(?:please )?(?:explain|describe|tell me) (how|what|why|where|when|who)\b", r"\1"),
     (r"\b(am|is|are) (i|we|you|he|she|they|it) (?:allowed|permitted) to\b", r"can \2"),
     (r"^by who (was|were) (.+?) (\w+ed)\b", r"who \3 \2"),
@@ -82,14 +83,24 @@ _EN_FORMS: tuple[tuple[str, str], ...] = (
     (r"\bhow much (?:does|do|did) (.+?) cost\b", r"what is the price of \1"),
     (r"\bwhat is the way to\b", "how to"),
     (r"\bhave (\w+) got\b", r"do \1 have"), (r"\bhow much time\b", "how long"),
+    # a measure asked as a noun is its adjective: the height of X = how tall X is
+    (r"\bwhat(?:'s| is| was) the (height|age|depth|length|weight|width|size) of (.+?)\?",
+     lambda m: f"how {EN_MEASURES[m.group(1)]} is {m.group(2)}?"),
+    (r"\bwhat(?:'s| is| was) (.+?)'s (height|age|depth|length|weight|width|size)\?",
+     lambda m: f"how {EN_MEASURES[m.group(2)]} is {m.group(1)}?"),
+    (r"\bwhat does (.+?) weigh\b", r"how heavy is \1"),
+    (r"^is there (an? |any )?(.+?) (?:at|in) (the )?(.+?)\?$", r"does \3\4 have \1\2?"),
 )
+EN_MEASURES = {"height": "tall", "age": "old", "depth": "deep", "length": "long",
+               "weight": "heavy", "width": "wide", "size": "big"}
 
 # 2. never relaxed
 EN_TENSE = {"do": "present", "does": "present", "is": "present", "are": "present",
-            "am": "present", "has": "present", "have": "present", "did": "past",
+            "am": "present", "has": "perfect", "have": "perfect", "did": "past",
             "was": "past", "were": "past", "had": "past", "will": "future",
             "shall": "future", "won't": "future"}
 EN_MODALS = frozenset({"can", "could", "must", "should", "may", "might", "would", "ought"})
+EN_MODAL_CLASS = {"could": "can", "might": "may"}  # "could you suggest" asks "can you"
 EN_QUANTIFIERS = _set(
     "all every everyone everybody everything any anyone anybody anything some someone "
     "somebody something none nobody nothing each most few many several both either "
@@ -154,7 +165,22 @@ def canonical(text: str) -> str:
     lowered = out
     for pattern, repl in _EN_FORMS:
         lowered = re.sub(pattern, repl, lowered, flags=re.IGNORECASE)
-    return lowered
+    return _agent_nouns(lowered)
+
+
+def _agent_nouns(text: str) -> str:
+    """"who was the painter of X" = "who painted X": an agent noun (-er, -or) of a verb
+    WordNet knows, after "who is/was the", reads as that verb."""
+    def verb(match: re.Match[str]) -> str:
+        noun = match.group(2).lower()
+        stem_ = noun[:-2]
+        for base in (stem_, stem_ + "e", stem_[:-1] if len(stem_) > 2 and stem_[-1] == stem_[-2]
+                     else stem_):
+            if any(s[0] == "v" for s in word_sense.senses(base)):
+                return f"{match.group(1)} {base}"
+        return match.group(0)
+    return re.sub(r"\b(who) (?:is|was|were|are) the (\w+(?:er|or)) of\b", verb, text,
+                  flags=re.IGNORECASE)
 
 
 def en_tense(text: str) -> str | None:
@@ -194,16 +220,16 @@ def strict_difference(a: str, b: str) -> str | None:
     the one form of each question: 会不会 is 会)."""
     a, b = canonical(a), canonical(b)
     ta, tb = en_tense(a), en_tense(b)
-    if ta and tb and ta != tb:
-        return f"tense differs: {ta} vs {tb}"
+    if ta and tb and ta != tb and {ta, tb} != {"past", "perfect"}:
+        return f"tense differs: {ta} vs {tb}"  # "did you ever" asks what "have you ever" does
     if set(zh_aspects(a)) != set(zh_aspects(b)):
         return (f"tense differs: {sorted(set(zh_aspects(a))) or 'none'} vs "
                 f"{sorted(set(zh_aspects(b))) or 'none'}")
     qa, qb = zh_question_words(a), zh_question_words(b)
     if qa != qb:
         return f"question words differ: {sorted(qa) or 'yes/no'} vs {sorted(qb) or 'yes/no'}"
-    ma = {w for w in _EN_WORD.findall(a.lower()) if w in EN_MODALS}
-    mb = {w for w in _EN_WORD.findall(b.lower()) if w in EN_MODALS}
+    ma = {EN_MODAL_CLASS.get(w, w) for w in _EN_WORD.findall(a.lower()) if w in EN_MODALS}
+    mb = {EN_MODAL_CLASS.get(w, w) for w in _EN_WORD.findall(b.lower()) if w in EN_MODALS}
     if ma and mb and ma != mb:
         return f"modal differs: {sorted(ma)} vs {sorted(mb)}"
     return None

@@ -22,7 +22,7 @@ _EN_NUMBER = re.compile(
 _ZH_NUMERAL = "".join([*lex.ZH_DIGITS, *lex.ZH_SMALL_UNITS, *lex.ZH_BIG_UNITS])
 # a sign is part of a number written after a space, a bracket or the start (-5 °C, 零下5度)
 _NUMBER = re.compile(
-    rf"((?:(?<![A-Za-z0-9_.])[-\u2212])?\d+(?:[.,]\d+)*|[{_ZH_NUMERAL}]+)(%?)\s*"
+    rf"((?:(?<![A-Za-z0-9_.])[-\u2212])?(?:\d+(?:[.,]\d+)*|[{_ZH_NUMERAL}]+))(%?)\s*"
     rf"([{lex.ZH_DATE_UNITS}]?)([{lex.ZH_COUNTERS}]?)")
 _PROTECT = "\ue000"
 # Inside Chinese text a number leaves a mark, so the run stays whole (张三的老师).

@@ -64,20 +64,25 @@ class _WordNet:
                 form, *bases = line.split()
                 self.exceptions.setdefault(form, []).extend((pos, b) for b in bases)
 
-    def bases(self, word: str) -> set[str]:
-        """The lemma forms of ``word`` WordNet knows (itself, exceptions, detached suffixes)."""
-        found = {word} if word in self.index else set()
-        found.update(base for _, base in self.exceptions.get(word, ()) if base in self.index)
-        for rules in _SUFFIXES.values():
+    def bases(self, word: str) -> set[tuple[str, str | None]]:
+        """The lemma forms of ``word`` WordNet knows, each with the part of speech it is a
+        form of (None: the word itself, any part of speech): exceptions, then suffixes
+        detached by the rules of that part of speech ("painter" is not "paint" + "er": the
+        adjective rule needs an adjective)."""
+        found: set[tuple[str, str | None]] = {(word, None)} if word in self.index else set()
+        found.update((base, pos) for pos, base in self.exceptions.get(word, ())
+                     if base in self.index)
+        for pos, rules in _SUFFIXES.items():
             for old, new in rules:
-                if word.endswith(old) and (base := word[: len(word) - len(old)] + new) in self.index:
-                    found.add(base)
+                base = word[: len(word) - len(old)] + new
+                if word.endswith(old) and base in self.index:
+                    found.add((base, pos))
         return found
 
     def synsets(self, word: str) -> frozenset[str]:
         out: set[str] = set()
-        for base in self.bases(word):
-            out.update(self.index[base].split())
+        for base, pos in self.bases(word):
+            out.update(s for s in self.index[base].split() if pos is None or s[0] == pos)
         return frozenset(out)
 
     def pointers(self, synset: str, symbol: str) -> frozenset[str]:
