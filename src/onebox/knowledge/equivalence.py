@@ -71,7 +71,9 @@ _ZH_FORMS: tuple[tuple[str, str], ...] = (
 )
 _ZH_SLOTS = {"\ue100": "为什么", "\ue101": "哪里", "\ue102": "何时", "\ue103": "怎么",
              "\ue104": "多少", "\ue105": "什么"}
-_EN_FORMS: tuple[tuple[str, str], ...] = (
+EN_MEASURES = {"height": "tall", "age": "old", "depth": "deep", "length": "long",
+               "weight": "heavy", "width": "wide", "size": "big"}
+_EN_FORMS: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
     (r"\bhow often\b", "how many times"), (r"\bwhat time\b", "when"),
     (r"\bwhich\b", "what"), (r"\bhas (\w+) got\b", r"does \1 have"), (r"\bwhom\b", "who"),
     (r"\b(how|where|what|when|why) (can|could) (i|we|you)\b", r"\1 do \3"),
@@ -91,8 +93,6 @@ _EN_FORMS: tuple[tuple[str, str], ...] = (
     (r"\bwhat does (.+?) weigh\b", r"how heavy is \1"),
     (r"^is there (an? |any )?(.+?) (?:at|in) (the )?(.+?)\?$", r"does \3\4 have \1\2?"),
 )
-EN_MEASURES = {"height": "tall", "age": "old", "depth": "deep", "length": "long",
-               "weight": "heavy", "width": "wide", "size": "big"}
 
 # 2. never relaxed
 EN_TENSE = {"do": "present", "does": "present", "is": "present", "are": "present",
@@ -163,8 +163,8 @@ def canonical(text: str) -> str:
         for mark, slot in _ZH_SLOTS.items():
             out = out.replace(mark, slot)
     lowered = out
-    for pattern, repl in _EN_FORMS:
-        lowered = re.sub(pattern, repl, lowered, flags=re.IGNORECASE)
+    for en_pattern, en_repl in _EN_FORMS:
+        lowered = re.sub(en_pattern, en_repl, lowered, flags=re.IGNORECASE)
     return _agent_nouns(lowered)
 
 
