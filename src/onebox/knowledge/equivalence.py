@@ -28,6 +28,7 @@ which still compares numbers, negations and roles:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -154,6 +155,7 @@ class Reconciled:
     pairs: tuple[tuple[str, str, str], ...]  # (a's words, b's words, how they agree)
 
 
+@functools.lru_cache(maxsize=4096)  # a lookup reads each candidate's question twice
 def canonical(text: str) -> str:
     """The question in one form per shape (see the module, 1)."""
     out = text

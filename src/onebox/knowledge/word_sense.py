@@ -50,6 +50,7 @@ class _WordNet:
         self.index: dict[str, str] = {}
         self.exceptions: dict[str, list[tuple[str, str]]] = {}
         self._pointers: dict[str, frozenset[str]] | None = None
+        self._measures: frozenset[str] = frozenset()
         for pos, name in (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv")):
             for line in (root / f"index.{name}").read_text("utf-8").splitlines():
                 if not line or line[0] == " ":
@@ -87,23 +88,33 @@ class _WordNet:
 
     def pointers(self, synset: str, symbol: str) -> frozenset[str]:
         """The synsets ``synset`` points to with ``symbol`` ("!" antonym, "&" similar)."""
+        return self._read().get(symbol + synset, frozenset())
+
+    def measures(self) -> frozenset[str]:
+        """The noun synsets of measures, units and times (``MEASURE_FILES``)."""
+        self._read()
+        return self._measures
+
+    def _read(self) -> dict[str, frozenset[str]]:
         if self._pointers is None:
             with _lock:
                 if self._pointers is None:
                     self._pointers = self._read_pointers()
-        return self._pointers.get(symbol + synset, frozenset())  # ("", "measure"): all units
+        return self._pointers
 
     def _read_pointers(self) -> dict[str, frozenset[str]]:
-        """Every antonym and similar-to pointer of the data files, read once (the files'
-        line ends were rewritten, so their byte offsets cannot be used to seek)."""
+        """Every antonym and similar-to pointer of the data files, and the measure synsets,
+        read once (the files' line ends were rewritten, so their byte offsets cannot be used
+        to seek)."""
         out: dict[str, set[str]] = {}
+        measures: set[str] = set()
         for pos, name in (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv")):
             with open(self.root / f"data.{name}", encoding="utf-8") as f:
                 for line in f:
                     if line[0] == " ":
                         continue
                     if pos == "n" and line[9:11] in MEASURE_FILES:
-                        out.setdefault("measure", set()).add("n" + line[:8])
+                        measures.add("n" + line[:8])
                     if " ! " not in line and " & " not in line:
                         continue
                     fields = line.split()
@@ -113,6 +124,7 @@ class _WordNet:
                         if sym in ("!", "&"):
                             key = sym + pos + fields[0]
                             out.setdefault(key, set()).add(("a" if tpos == "s" else tpos) + target)
+        self._measures = frozenset(measures)
         return {k: frozenset(v) for k, v in out.items()}
 
 
@@ -147,7 +159,7 @@ def synonyms(a: str, b: str) -> bool:
     if not shared:
         return False
     # a measure, unit or span of time is never another (second / minute share "a moment")
-    return not shared <= _net().pointers("", "measure")
+    return not shared <= _net().measures()
 
 
 @functools.lru_cache(maxsize=65536)
