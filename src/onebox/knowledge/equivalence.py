@@ -53,6 +53,14 @@ _EN_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 
 # 1. one form per question shape (applied in order; a longer form first)
 _ZH_FORMS: tuple[tuple[str, str], ...] = (
+    # days of the week, one name each (星期天 = 礼拜日 = 周日); 一共 / 总共 (in all) add nothing
+    (r"(?:星期|礼拜)([一二三四五六日])", r"周\1"), (r"(?:星期|礼拜|周)天", "周日"), (r"一共|总共", ""),
+    # a shape per question: who wrote it, what it means, what one is called, one's job, the
+    # way to a place, how long a time takes
+    (r"([\u4e00-\u9fff《》“”]+?)的作者是(?:谁|哪位)", r"谁写了\1"), (r"是什么意思", "的意思是什么"),
+    (r"叫什么名字", "叫什么"), (r"(?:是)?做什么工作的?", "的职业是什么"),
+    (r"去([\u4e00-\u9fff]+?)怎么走", r"怎么去\1"), (r"^([\u4e00-\u9fff]+?)怎么走", r"怎么去\1"),
+    (r"多长时间|多少时间", "多久"),
     (r"为什么", "\ue100"), (r"什么地方|何处|何地|哪儿|哪里", "\ue101"),
     (r"什么时候|何时|哪一?天|几月几[号日]", "\ue102"), (r"(.+?)的原因是什么", "\ue100\\1"),
     (r"什么样|怎么样|怎样|如何|怎么", "\ue103"),
@@ -61,12 +69,18 @@ _ZH_FORMS: tuple[tuple[str, str], ...] = (
     (r"的?(长|高|宽|深|重|厚)度(?:是|为|有)?多少", r"有多\1"), (r"的?重量(?:是|为|有)?多少", "有多重"),
     (r"的?距离(?:是|为|有)?多少", "有多远"), (r"的?(?:价格|价钱)(?:是|为)?多少", "多少钱"),
     (r"的([\u4e00-\u9fff])法是什么", r"怎么\1"),
+    # "X 有多少 Y" (Y no counted thing: 人口, 钱) asks what "X 的 Y 是多少" does
+    (r"有多少(?![个位条只张本座部首家件名所项类种岁次年天])([\u4e00-\u9fff]{1,4})(?=[？?]|$)",
+     r"的\1是多少"),
     (r"[为是]多少", "是\ue105"), (r"几点钟?", "\ue102"), (r"多少|几", "\ue104"), (r"哪位", "谁"),
     (r"哪一?[门个位种家件只本座部首条张所项类名]", "\ue105"),
     (r"哪一个|哪一|哪个|哪些|哪|什么|何|啥", "\ue105"),
     (r"有没有", "有"), (r"是不是", "是"), (r"会不会", "会"), (r"能不能", "能"),
     (r"可不可以", "可以"), (r"要不要", "要"), (r"是否", ""), (r"千克", "公斤"),
     (r"零下\s*", "-"),
+    (r"\ue103才能", "\ue103"), (r"[该要]\ue103办", "\ue103办"),
+    (r"离([\u4e00-\u9fff]+?)有?多远", r"到\1有多远"),
+    (r"和([\u4e00-\u9fff]+?)之间有多远", r"到\1有多远"),
     (r"一[条个位种家件只本座部首](?=\ue105|\ue103)", ""),
     (r"的一[条个位种家件只本座部首]", "的"),
 )
@@ -108,7 +122,11 @@ _EN_FORMS: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
     (r"\bwhat(?:'s| is) (.+?)'s (?:occupation|profession)\b", r"what is \1's job"),
     (r"\bwho (is|was) the (?:author|writer) of\b", r"who wrote"),
     # "how do I X" = "how to X" = "what is the (best) way to X" ("how did I" keeps its tense)
+    (r"\bwhat(?:'s| is) the (?:best )?way to (the|a|an)\b", r"how do i get to \1"),
     (r"\bwhat(?:'s| is| are) the (?:best )?(?:way|steps) to\b", "how do i"),
+    (r"\b(?:in |on )?what (?:year|date)\b", "when"),
+    (r"\bwhat(?:'s| is| was) (.+?)'s (?:birthplace|place of birth)\?", r"where was \1 born?"),
+    (r"\bwhat(?:'s| is| was) the (?:birthplace|place of birth) of (.+?)\?", r"where was \1 born?"),
     (r"^how (?:(?:do|can|should) (?:i|you|we|one)|to) ", "how do i "),
 )
 
