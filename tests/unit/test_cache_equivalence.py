@@ -133,6 +133,7 @@ def test_the_rewordings_still_refused_name_the_words_that_differ(a: str, b: str)
     ("博物馆星期天开门吗？", "博物馆星期一开门吗？", ""),
     ("小王是做什么工作的？", "小李的职业是什么？", ""),
     ("北京离上海有多远？", "北京离天津有多远？", ""),
+    ("下一班火车几点出发？", "下一班火车几点到达？", ""),  # a false hit of the fifth held-out set
 ])
 def test_what_must_never_change_is_refused(a: str, b: str, why: str) -> None:
     reason = different_question(a, b, lambda x, y: True)  # even a judge that says yes to all

@@ -161,7 +161,10 @@ _ZH_OPPOSITE = [tuple(p) for p in _words(
 _ZH_OPPOSITE_WORDS = [frozenset(p.split("/")) for p in _words(
     "喜欢/讨厌 便宜/贵 免费/收费 开启/关闭 打开/关闭 成功/失败 胜利/失败 同意/反对 "
     "支持/反对 允许/禁止 接受/拒绝 出生/去世 辞职/升职 开始/结束 上涨/下跌 增加/减少 "
-    "提高/降低 作用/副作用 预约/取消 买/退 结婚/离婚")]
+    "提高/降低 作用/副作用 预约/取消 买/退 结婚/离婚 "
+    # two ends of one trip or act: the embedding model scores them alike (出发/到达 0.93)
+    "出发/到达 出发/抵达 起飞/降落 上车/下车 入住/退房 登录/退出 加入/退出 上班/下班 "
+    "上学/放学 开门/关门 开业/倒闭 进口/出口 存款/取款 发送/接收 上传/下载 买入/卖出")]
 EN_FILLER_WORDS = _set("ever just really actually exactly please")
 EN_NEGATIONS = _set("not no never none nobody nothing neither nor without cannot")
 ZH_NEGATION_CHARS = "不没未别勿"
