@@ -3,10 +3,11 @@
     .venv/bin/python bench/cache_pairs.py [--pairs bench/data/cache_pairs_v3.jsonl] [--out ...]
 
 bench/data/cache_pairs_v3.jsonl holds English and Chinese pairs ({"id", "a", "b", "lang",
-"label": "hit"|"miss", "kind", "source", "split"}) from three sources: ``v2`` (the 395
+"label": "hit"|"miss", "kind", "source", "split"}) from several sources: ``v2`` (the 395
 pairs written with the previous rules), ``issue`` (the rewordings an outside test refused
-and the wrong answers it got, issue 27) and ``new`` (200 pairs written before the v3 rules,
-half of them held out: ``split`` "heldout", never looked at one by one while tuning).
+and the wrong answers it got, issue 27), ``new`` to ``new5`` (pairs written before each
+round of rules and held out until it was measured: splits "heldout" to "heldout5"; the
+newest was never tuned on) and ``probe`` (must-miss pairs of rare WordNet senses).
 Each pair is run through the real cache (ONEBOX_HOME's database, the configured embedding
 model):
 - one scope per pair: put ``a``, look up ``b``;
@@ -40,6 +41,7 @@ from onebox.store.db import Database
 
 HERE = Path(__file__).resolve().parent
 SWEEP = (0.80, 0.85, 0.88, 0.90, 0.92, 0.95)
+SPLITS = ("heldout5", "heldout4", "heldout3", "heldout2", "heldout", "dev")  # newest first
 Pair = dict[str, Any]
 
 
@@ -111,7 +113,7 @@ def breakdown(rows: list[Pair], hit_of: dict[int, bool]) -> dict[str, Any]:
                for kind, label in sorted({(r["kind"], r["label"]) for r in rows})}
     by_split = {f"{split} {lang}": tally([r for r in rows if (r.get("split"), r["lang"])
                                           == (split, lang)], hit_of)
-                for split in ("heldout3", "heldout2", "heldout", "dev") for lang in sorted({r["lang"] for r in rows})}
+                for split in SPLITS for lang in sorted({r["lang"] for r in rows})}
     by_source = {source: tally([r for r in rows if r.get("source") == source], hit_of)
                  for source in sorted({str(r.get("source")) for r in rows})}
     return {**tally(rows, hit_of), "by_split": by_split, "by_source": by_source,
@@ -124,7 +126,7 @@ def one_scope_figures(rows: list[Pair], outcome: dict[int, bool | None]) -> dict
     wrong = [r for r in rows if outcome[r["id"]] is False]
     true_hits = sum(outcome[r["id"]] is True for r in must_hit)
     by_split = {}
-    for split in ("heldout3", "heldout2", "heldout", "dev"):
+    for split in SPLITS:
         for lang in sorted({r["lang"] for r in rows}):
             part = [r for r in rows if (r.get("split"), r["lang"]) == (split, lang)]
             hits = [r for r in part if r["label"] == "hit"]
