@@ -33,7 +33,7 @@ from onebox.agent.actions import (
 )
 from onebox.agent.hashing import canonical_hash
 from onebox.agent.plan import Step, document_file
-from onebox.bounds import MAX_READ_BYTES
+from onebox.bounds import MAX_DOCUMENTS_BYTES, MAX_READ_BYTES
 from onebox.errors import ConfigError, OneboxError, ProviderError
 from onebox.knowledge.collections import list_collections, tenant_name, tenant_visible
 from onebox.knowledge.documents import read_document
@@ -59,6 +59,9 @@ from onebox.store import runs as store
 from onebox.store.db import Database
 
 IO_DIR = ".onebox"
+DOCUMENTS_FIX = (f"a step's documents hold at most {MAX_READ_BYTES} bytes each and "
+                 f"{MAX_DOCUMENTS_BYTES} together; give a larger file to the run instead "
+                 "(`onebox run ... --file FILE`, or `files` of POST /v1/runs)")
 MAX_RESULT_BYTES = 8 << 20  # a $ONEBOX_RESULT file larger than this is ignored
 log = logging.getLogger(__name__)
 
@@ -187,10 +190,12 @@ class AgentWork:
         if not step.documents:
             return {}
         names = await self._collections(tenant)
-        files = {}
+        files, left = {}, MAX_DOCUMENTS_BYTES
         for name in step.documents:
-            doc = await read_document(self.db, name, names, MAX_READ_BYTES)
-            files[document_file(name)] = doc.text.encode()
+            doc = await read_document(self.db, name, names, max(1, min(MAX_READ_BYTES, left)),
+                                      oversize_fix=DOCUMENTS_FIX)
+            files[document_file(name)] = data = doc.text.encode()
+            left -= len(data)
         return files
 
     async def _runnable(self, step: Step) -> Step:
