@@ -35,6 +35,7 @@ MAX_YAML_NODES = 200_000
 MAX_JSON_DEPTH = 64
 MAX_READ_BYTES = 4 << 20  # the most one knowledge_read returns (4 MiB)
 DEFAULT_READ_BYTES = 1 << 20  # what it returns when the step gives no max_bytes
+MAX_DOCUMENTS_BYTES = 16 << 20  # the most a code step's ``documents`` write, all together
 
 #: (request limit, SandboxSettings cap) pairs
 LIMIT_CAPS: tuple[tuple[str, str], ...] = (

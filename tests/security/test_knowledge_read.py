@@ -92,3 +92,28 @@ async def test_the_default_tenant_does_not_see_a_named_tenants_documents(
     assert step["status"] == "FAILED" and "not_found" in (step["error"] or "")
     events = json.dumps(await runs_api.run_events(db, run_id), default=str)
     assert SECRET not in events
+
+
+def cat(step_id: str, document: str) -> dict[str, object]:
+    """A code step reading a document whole through ``documents`` and printing it."""
+    return {"id": step_id, "tool": "python", "documents": [document], "max_attempts": 1,
+            "code": "import glob\nfor p in glob.glob('.onebox/documents/*'):\n"
+                    "    print(open(p).read())\n"}
+
+
+async def test_a_code_steps_documents_are_tenant_isolated_too(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    kb = Knowledge.build(db, FlatEmbeddingModel(), settings).kb
+    theirs = await kb.add_text("/data/payroll.csv", f"name,pay\nana,{SECRET}\n",
+                               collection="acme/hr")
+    await kb.add_text("/data/ledger.csv", f"item,cost\nink,{OWN}\n", collection="globex/hr")
+    own = await run_plan(db, backend, settings, [cat("own", "ledger.csv")], "globex")
+    step = (await runs_api.run_steps(db, own))[0]
+    assert step["status"] == "SUCCESS" and OWN in step["stdout"]  # the probe reaches the store
+    for attack in (cat("by_id", theirs.document_id), cat("by_suffix", "payroll.csv")):
+        run_id = await run_plan(db, backend, settings, [attack], "globex")
+        step = next(s for s in await runs_api.run_steps(db, run_id)
+                    if s["step_id"] == attack["id"])
+        assert step["status"] == "FAILED" and "not_found" in (step["error"] or ""), step
+        everything = json.dumps([await runs_api.run_events(db, run_id), step], default=str)
+        assert SECRET not in everything

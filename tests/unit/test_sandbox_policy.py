@@ -87,6 +87,16 @@ def test_host_wide_proc_entries_are_read_only_and_internals_masked() -> None:
     assert args.index("--proc") < args.index("/proc/sys")  # after the sandbox's own /proc
 
 
+def test_the_hosts_python_packages_are_hidden_except_for_the_environment_build() -> None:
+    hidden = "/usr/lib/python3/dist-packages"
+    layout = policy.HostLayout(("/usr",), package_dirs=(hidden,))
+    args = policy.compile_bwrap(_spec(layout=layout))
+    i = args.index(hidden)
+    assert args[i - 3:i + 2] == ["--perms", "0555", "--tmpfs", hidden, "--remount-ro"]
+    assert args.index("/usr") < i  # over the read-only /usr bind, not under it
+    assert hidden not in policy.compile_bwrap(_spec(layout=layout, host_packages=True))
+
+
 def test_command_for_languages_and_argv() -> None:
     argv, entry = policy.command_for(ExecRequest(session_id="s", code="print(1)"))
     assert argv == ["/usr/bin/python3", "/run/onebox/entry.py"] and entry == "entry.py"

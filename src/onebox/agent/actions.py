@@ -228,6 +228,8 @@ class Finish(Action):
     answer: str | None = None
     outputs: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
+    # documents the answer saw only through search hits (onebox.agent.sources.excerpts)
+    excerpts: tuple[Mapping[str, Any], ...] = ()
     type: ClassVar[str] = "finish"
     expects_observation: ClassVar[bool] = False
 

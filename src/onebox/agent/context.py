@@ -105,11 +105,14 @@ def dependency_text(deps: Mapping[str, Mapping[str, Any] | None], budget_bytes: 
 
 
 def inputs_shape(deps: Mapping[str, Mapping[str, Any] | None],
-                 loop: Mapping[str, Any]) -> str:
+                 loop: Mapping[str, Any], documents: Mapping[str, str] | None = None) -> str:
     """One line per input the code reads from $ONEBOX_INPUTS."""
     lines = [f'- deps["{d}"]["result"]: {shape((o or {}).get("result"))}'
              for d, o in deps.items()]
     lines += [f'- "{k}": {shape(v)}' for k, v in loop.items()]
+    lines += [f'- documents["{name}"]: "{path}", the path of the knowledge document '
+              "whole (its original text, every row), to open and read"
+              for name, path in (documents or {}).items()]
     return "\n".join(lines) or "(no inputs)"
 
 

@@ -35,6 +35,7 @@ from onebox.agent.context import failure_text, workspace_files
 from onebox.agent.expressions import ExpressionError, as_list, evaluate
 from onebox.agent.plan import Plan, Step, check_tools, parse_plan, topological_order
 from onebox.agent.replanner import merge_replan
+from onebox.agent.sources import excerpt_note, excerpts
 from onebox.agent.state import FINISHED, Instance, StepState, aggregate, instances_for
 from onebox.agent.steps import render_input, step_action
 from onebox.errors import AgentError, PlanError
@@ -341,10 +342,14 @@ class Agent(CodeSteps):
             answer = str((outputs[finals[-1]] or {}).get("result"))
         elif last:
             answer = str((outputs[last[-1]] or {}).get("stdout") or "").strip() or None
+        found = excerpts(self.plan, outputs)
+        if found and answer is not None:
+            answer = f"{answer}\n\n{excerpt_note(found)}"
         skipped = sum(1 for s in self.steps.values() if s.status == "skipped")
         why = Decision("finish", f"all {len(self.steps)} steps of plan v{self.version} finished "
                        f"({skipped} skipped)")
-        self.result = self._issue(Finish, why, ok=True, answer=answer, outputs=outputs)
+        self.result = self._issue(Finish, why, ok=True, answer=answer, outputs=outputs,
+                                  excerpts=tuple(found))
 
     def _fail(self, reason: str) -> None:
         self.result = self._issue(Finish, Decision("fail", reason), ok=False, error=reason)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 from collections.abc import Collection, Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
@@ -61,6 +62,9 @@ REQUIRED_INPUT: dict[str, tuple[str, ...]] = {
 LOOP_NAMES = frozenset({"item", "index", "iteration"})
 MAX_TOP_K = 50  # hits a knowledge_search or memory_recall step may ask for
 MAX_OUTPUTS = 100  # paths or globs a plan may declare as its deliverables
+MAX_DOCUMENTS = 20  # knowledge documents a code step may read whole
+DOCUMENTS_DIR = ".onebox/documents"  # in the workspace, beside the step's inputs
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class StepLimits(BaseModel):
@@ -97,6 +101,9 @@ class Step(BaseModel):
     max_iterations: int | None = Field(None, ge=1, le=1000)
     outputs: tuple[str, ...] = ()
     knowledge: tuple[str, ...] = ()
+    # Knowledge documents (an id or source path, as knowledge_read takes) the step's code
+    # reads whole: each is written to the workspace first, at ``document_file(name)``.
+    documents: tuple[str, ...] = Field((), max_length=MAX_DOCUMENTS)
     # A built environment (`onebox env build NAME`) whose packages the step imports.
     environment: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -283,6 +290,7 @@ def _check_graph(plan: Plan) -> None:
 def _check_step(s: Step) -> None:
     """Kind-specific rules and expressions; PlanError naming the step and field."""
     _check_knowledge_paths(s)
+    _check_documents(s)
     _check_required(s)
     if s.kind == "http":
         _check_http(s)
@@ -292,6 +300,30 @@ def _check_step(s: Step) -> None:
         read_bytes(s.input["max_bytes"], s.id)
     _check_loop(s)
     _check_expressions(s)
+
+
+def document_file(name: str) -> str:
+    """Where a code step finds the knowledge document ``name`` whole: its last path
+    component (unsafe characters as ``_``) in ``.onebox/documents/`` of the workspace."""
+    base = _UNSAFE_NAME.sub("_", name.strip().rstrip("/").rsplit("/", 1)[-1])
+    return f"{DOCUMENTS_DIR}/{base if base.strip('.') else 'document'}"
+
+
+def _check_documents(s: Step) -> None:
+    if s.documents and s.kind not in ("code", "tool"):
+        raise PlanError("only code and tool steps read documents into their workspace; a "
+                        f"{s.kind} step cannot (use a knowledge_read step for the text)",
+                        step=s.id, field="documents")
+    files: dict[str, str] = {}
+    for name in s.documents:
+        if not name.strip() or len(name) > 4096 or "\x00" in name:
+            raise PlanError("each entry names a knowledge document: its id or source path "
+                            "(as `onebox kb list` shows it)", step=s.id, field="documents")
+        other = files.setdefault(document_file(name), name)
+        if other != name:
+            raise PlanError(f"{other!r} and {name!r} would both be {document_file(name)}; "
+                            "name one of them by its document id", step=s.id,
+                            field="documents")
 
 
 def _check_knowledge_paths(s: Step) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from onebox.agent.actions import Intent, ToolHint
 from onebox.agent.context import dependency_text, inputs_shape
 from onebox.agent.plan import Plan, Step
+from onebox.agent.steps import document_paths
 from onebox.llm.base import ChatRequest, ChatResponse, Message
 
 FENCE = re.compile(r"```[A-Za-z0-9_+-]*\s*\n(.*?)```", re.DOTALL)
@@ -70,7 +71,7 @@ def code_request(step: Step, request: str, deps: Mapping[str, Any], loop: Mappin
     text = prompt("write_code").substitute(
         language=step.tool, step_id=step.id, goal=step.goal or step.description or "",
         request=request or "(a plan file)", deps=dependency_text(deps, limit),
-        inputs=inputs_shape(deps, loop), environment=environment or "(not measured)",
+        inputs=inputs_shape(deps, loop, document_paths(step)), environment=environment or "(not measured)",
         loop=("\nLoop values (the code reads them from the same file, keys \"item\", "
               "\"index\", \"iteration\"):" + loop_text + "\n") if loop else "",
     )

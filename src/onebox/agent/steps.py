@@ -15,7 +15,7 @@ from onebox.agent.actions import (
     SearchKnowledge,
 )
 from onebox.agent.expressions import render
-from onebox.agent.plan import Step, read_bytes, top_k
+from onebox.agent.plan import Step, document_file, read_bytes, top_k
 from onebox.agent.state import Instance
 from onebox.bounds import DEFAULT_READ_BYTES
 
@@ -31,6 +31,11 @@ def render_input(step: Step, names: Mapping[str, Any]) -> dict[str, Any]:
     return {k: render(v, names) if isinstance(v, str) else v for k, v in step.input.items()}
 
 
+def document_paths(step: Step) -> dict[str, str]:
+    """Each document the step names -> the absolute path of its whole text in the sandbox."""
+    return {name: f"/workspace/{document_file(name)}" for name in step.documents}
+
+
 def step_action(step: Step, inst: Instance, names: Mapping[str, Any], attempt: int,
                 version: int) -> tuple[type[Action], dict[str, Any]]:
     """The action class and its fields for this attempt; ExpressionError if a template fails,
@@ -43,6 +48,8 @@ def step_action(step: Step, inst: Instance, names: Mapping[str, Any], attempt: i
         if step.kind == "code":
             update["code"] = inst.code
         inputs = {"deps": {d: names.get(d) for d in step.depends_on}, **inst.loop_names()}
+        if step.documents:
+            inputs["documents"] = document_paths(step)
         fields.update(step=step.model_copy(update=update), inputs=inputs)
     elif step.kind in ("knowledge_search", "memory_recall"):
         fields.update(query=data["query"], top_k=top_k(data.get("top_k", 5), step.id))

@@ -49,8 +49,13 @@ class StoredDocument:
                 "bytes": len(self.text.encode()), "text": self.text}
 
 
+OVERSIZE_FIX = (f"raise input.max_bytes (at most {MAX_READ_BYTES}) or use knowledge_search "
+                "for parts of it")
+
+
 async def read_document(db: Database, document: str, collections: Sequence[str],
-                        max_bytes: int = DEFAULT_READ_BYTES) -> StoredDocument:
+                        max_bytes: int = DEFAULT_READ_BYTES,
+                        oversize_fix: str = OVERSIZE_FIX) -> StoredDocument:
     """The document named ``document`` in one of ``collections``, with its whole text.
 
     NotFound when no visible document matches; ValidationError when the name matches
@@ -70,8 +75,7 @@ async def read_document(db: Database, document: str, collections: Sequence[str],
                        field="document")
     if size > max_bytes:
         raise ValidationError(f"document {row['source']!r} ({row['id']}) is {size} bytes, "
-                              f"over max_bytes={max_bytes}. Fix: raise input.max_bytes (at "
-                              f"most {MAX_READ_BYTES}) or use knowledge_search for parts of it",
+                              f"over max_bytes={max_bytes}. Fix: {oversize_fix}",
                               field="max_bytes")
     text = await db.fetchone(sql("kb.document_text"), {"id": row["id"]})
     return StoredDocument(

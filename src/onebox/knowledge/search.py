@@ -63,7 +63,7 @@ class SearchHit:
     content: str
     heading: str | None
     ordinal: int
-    document: dict[str, Any]  # id, collection, source, source_type, title, metadata
+    document: dict[str, Any]  # id, collection, source, source_type, title, n_chunks, metadata
     scores: dict[str, float]  # fused, fulltext (bm25), vector (cosine); absent when not found
     provenance: dict[str, Any]  # execution_id, snapshot_id, created_at
 
@@ -241,7 +241,8 @@ async def _load_hits(db: Database, fused: list[Any]) -> list[SearchHit]:
             ordinal=row["ordinal"], scores=scores,
             document={"id": str(row["document_id"]), "collection": row["collection"],
                       "source": row["source"], "source_type": row["source_type"],
-                      "title": row["title"], "metadata": row["document_metadata"]},
+                      "title": row["title"], "n_chunks": row["n_chunks"],
+                      "metadata": row["document_metadata"]},
             provenance={"execution_id": _str(row["execution_id"]),
                         "snapshot_id": row["snapshot_id"],
                         "created_at": row["created_at"].isoformat()},

@@ -82,6 +82,9 @@ class ExecRequest:
     trace_id: str | None = None
     on_output: OutputSink | None = field(default=None, compare=False, repr=False)
     environment: EnvironmentLayer | None = None
+    # The host python's third-party packages visible (policy.HOST_PACKAGE_DIRS): only for
+    # onebox's own environment build, which runs the host's pip; never set from a request
+    host_python_packages: bool = False
 
 
 @dataclass(frozen=True)

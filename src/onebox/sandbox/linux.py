@@ -350,7 +350,10 @@ class BwrapSandbox(SandboxBackend):
     @staticmethod
     def _with_environment(spec: policy.BwrapSpec, request: ExecRequest | None,
                           opened: list[int]) -> policy.BwrapSpec:
-        """The request's environment layer (if any) opened for a read-only bind."""
+        """The request's environment layer (if any) opened for a read-only bind, and the
+        host's python packages left visible if the request is the environment build's."""
+        if request is not None and request.host_python_packages:
+            spec = dataclasses.replace(spec, host_packages=True)
         layer = request.environment if request is not None else None
         if layer is None:
             return spec

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
 import subprocess
@@ -45,7 +46,15 @@ def host_layout() -> policy.HostLayout:
         proc_read_only=_existing(policy.PROC_READ_ONLY, dirs=None),
         proc_masked_files=_existing(policy.PROC_MASKED_FILES, dirs=False),
         proc_masked_dirs=_existing(policy.PROC_MASKED_DIRS, dirs=True),
+        package_dirs=package_dirs(policy.HOST_PACKAGE_DIRS),
     )  # fmt: skip
+
+
+def package_dirs(patterns: Sequence[str]) -> tuple[str, ...]:
+    """The host's third-party python package directories (real directories, no symlink)."""
+    found = {p for pattern in patterns for p in glob.glob(pattern)
+             if os.path.isdir(p) and not os.path.islink(p)}
+    return tuple(sorted(found))
 
 
 def _existing(names: Sequence[str], dirs: bool | None) -> tuple[str, ...]:

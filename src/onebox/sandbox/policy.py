@@ -50,6 +50,17 @@ SYSTEM_RO_PATHS: tuple[str, ...] = (
     "/etc/python3.11",
 )
 
+# The host python's third-party packages (Debian's python3-yaml, -apt, -dbus, pip...):
+# hidden under an empty read-only tmpfs, so the sandbox's python has its standard library
+# and what an environment layer adds, nothing else. Globs, resolved on the host.
+HOST_PACKAGE_DIRS: tuple[str, ...] = (
+    "/usr/lib/python3/dist-packages",
+    "/usr/lib/python3*/dist-packages",
+    "/usr/lib/python3*/site-packages",
+    "/usr/local/lib/python3*/dist-packages",
+    "/usr/local/lib/python3*/site-packages",
+)
+
 # Files generated once per (memory, cpus) shape and bound over their usual place inside.
 GENERATED_FILES: Mapping[str, str] = {
     "meminfo": "/proc/meminfo",
@@ -99,6 +110,7 @@ class HostLayout:
     proc_read_only: tuple[str, ...] = ()
     proc_masked_files: tuple[str, ...] = ()
     proc_masked_dirs: tuple[str, ...] = ()
+    package_dirs: tuple[str, ...] = ()  # the HOST_PACKAGE_DIRS that exist here
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,7 @@ class BwrapSpec:
     block_fd: int
     info_fd: int
     environment_fd: int | None = None  # the request's EnvironmentLayer directory (O_PATH)
+    host_packages: bool = False  # leave the host's package dirs visible (the env build's pip)
 
 
 def resolve_limits(defaults: SandboxSettings, limits: Limits) -> ResolvedLimits:
@@ -242,6 +255,9 @@ def _mount_args(spec: BwrapSpec) -> list[str]:
         args += ["--ro-bind", path, path]
     for link, target in spec.layout.symlinks.items():
         args += ["--symlink", target, link]
+    if not spec.host_packages:
+        for path in spec.layout.package_dirs:
+            args += ["--perms", "0555", "--tmpfs", path, "--remount-ro", path]
     args += ["--proc", "/proc", *_proc_hardening(spec.layout), "--dev", "/dev"]
     args += _tmpfs("/tmp", spec.limits.disk_mb) + _tmpfs("/dev/shm", spec.limits.memory_mb)
     args += ["--bind-fd", str(spec.workspace_fd), WORKSPACE]

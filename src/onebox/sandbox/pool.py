@@ -108,7 +108,7 @@ class WarmPool:
 
     def _eligible(self, request: ExecRequest, limits: policy.ResolvedLimits) -> bool:
         if (request.network.enabled or request.environment is not None
-                or limits != self.limits or not self._entries):
+                or request.host_python_packages or limits != self.limits or not self._entries):
             return False
         sessions = self.backend.sessions
         if request.session_id in sessions.ids() or sessions.was_removed(request.session_id):

@@ -62,7 +62,7 @@ class SessionSuccessors:
         """The session's waiting sandbox, if it fits this request and the workspace is intact."""
         task = self._pending.get(session.session_id)
         if (task is None or request.network.enabled or request.environment is not None
-                or limits != self.limits):
+                or request.host_python_packages or limits != self.limits):
             return None
         self._forget(session.session_id)
         try:

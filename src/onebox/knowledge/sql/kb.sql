@@ -100,7 +100,7 @@ FROM unnest(%(ids)s::bigint[], %(embeddings)s::text[]) AS u(id, e) WHERE c.id = 
 -- name: hits
 SELECT c.id AS chunk_id, c.ordinal, c.content, c.heading, c.metadata AS chunk_metadata,
        c.created_at, d.id AS document_id, d.collection, d.source, d.source_type, d.title,
-       d.metadata AS document_metadata, d.execution_id, d.snapshot_id,
+       d.n_chunks, d.metadata AS document_metadata, d.execution_id, d.snapshot_id,
        d.updated_at AS document_updated_at
 FROM onebox.kb_chunks c JOIN onebox.kb_documents d ON d.id = c.document_id
 WHERE c.id = ANY(%(ids)s)

@@ -246,7 +246,8 @@ async def _finish(conn: store.Conn, run: store.Row, action: Finish, agent: Agent
 async def _finished_event(conn: store.Conn, run: store.Row, action: Finish) -> None:
     await store.append_event(conn, run["id"], "agent_finished", {
         "ok": action.ok, "answer": action.answer, "error": action.error,
-        "outputs": {str(k): v for k, v in dict(action.outputs or {}).items()}},
+        "outputs": {str(k): v for k, v in dict(action.outputs or {}).items()},
+        "excerpts": [dict(e) for e in action.excerpts]},
         trace_id=run["trace_id"])
 
 

@@ -32,7 +32,8 @@ from onebox.agent.actions import (
     StepResult,
 )
 from onebox.agent.hashing import canonical_hash
-from onebox.agent.plan import Step
+from onebox.agent.plan import Step, document_file
+from onebox.bounds import MAX_DOCUMENTS_BYTES, MAX_READ_BYTES
 from onebox.errors import ConfigError, OneboxError, ProviderError
 from onebox.knowledge.collections import list_collections, tenant_name, tenant_visible
 from onebox.knowledge.documents import read_document
@@ -58,6 +59,9 @@ from onebox.store import runs as store
 from onebox.store.db import Database
 
 IO_DIR = ".onebox"
+DOCUMENTS_FIX = (f"a step's documents hold at most {MAX_READ_BYTES} bytes each and "
+                 f"{MAX_DOCUMENTS_BYTES} together; give a larger file to the run instead "
+                 "(`onebox run ... --file FILE`, or `files` of POST /v1/runs)")
 MAX_RESULT_BYTES = 8 << 20  # a $ONEBOX_RESULT file larger than this is ignored
 log = logging.getLogger(__name__)
 
@@ -120,7 +124,7 @@ class AgentWork:
                     conn, action)), run["profile"])
             return Performed(found, _json_outcome({"tools": [t.name for t in found.tools]}))
         if isinstance(action, ExecuteStep):
-            result, outcome = await self._execute(action, row, run["profile"])
+            result, outcome = await self._execute(action, row, run)
         elif isinstance(action, StepAction):
             result, outcome = await self._knowledge_step(run, action)
         else:
@@ -154,14 +158,16 @@ class AgentWork:
                                  output_hash=canonical_hash({"ok": result.ok, "text": text})))
 
     async def _execute(self, action: ExecuteStep, row: store.Row,
-                       profile: Mapping[str, Any] | None) -> tuple[StepResult, Outcome]:
+                       run: store.Row) -> tuple[StepResult, Outcome]:
         """The step through the one step pipeline, its inputs in ``$ONEBOX_INPUTS`` and the
         JSON result it declares read back from ``$ONEBOX_RESULT``."""
-        step = with_profile_defaults(await self._runnable(action.step), profile)
+        step = with_profile_defaults(await self._runnable(action.step), run["profile"])
         key = action.instance.replace("/", "_")
         inputs_path, result_path = f"{IO_DIR}/{key}.inputs.json", f"{IO_DIR}/{key}.result.json"
+        files = {inputs_path: json.dumps(action.inputs, default=str).encode(),
+                 **await self._documents(run["tenant_id"], step)}
         ran = await self.runner.run(
-            step, row, files={inputs_path: json.dumps(action.inputs, default=str).encode()},
+            step, row, files=files,
             env={"ONEBOX_INPUTS": f"/workspace/{inputs_path}",
                  "ONEBOX_RESULT": f"/workspace/{result_path}"})
         outcome, result = ran.outcome, ran.result
@@ -177,6 +183,20 @@ class AgentWork:
             error=None if outcome.status == "SUCCESS" else outcome.error,
             timed_out=result.timed_out, duration_ms=result.duration_ms,
             file_bytes=tuple(f.size for f in written)), outcome
+
+    async def _documents(self, tenant: str, step: Step) -> dict[str, bytes]:
+        """The knowledge documents the step names, whole, by their workspace path: read
+        fresh for every attempt, only among the collections the run's tenant may read."""
+        if not step.documents:
+            return {}
+        names = await self._collections(tenant)
+        files, left = {}, MAX_DOCUMENTS_BYTES
+        for name in step.documents:
+            doc = await read_document(self.db, name, names, max(1, min(MAX_READ_BYTES, left)),
+                                      oversize_fix=DOCUMENTS_FIX)
+            files[document_file(name)] = data = doc.text.encode()
+            left -= len(data)
+        return files
 
     async def _runnable(self, step: Step) -> Step:
         """The code step the sandbox runs for a code, tool or http step."""

@@ -230,11 +230,11 @@ def on_plan_index(plan: Plan) -> bool:
     """Whether the run's steps can be scheduled from the plan's graph alone: code steps
     with their code, and approvals, with no condition or loop. Every other plan (a goal
     for the model to write code for, a tool, http, knowledge or final step, ``when``,
-    ``foreach``, ``until``) is scheduled by the agent on the same queue
+    ``foreach``, ``until``, knowledge ``documents``) is scheduled by the agent on the same queue
     (:mod:`onebox.runtime.agent.engine`). Both validate the same plan language."""
     return all(
         (s.kind == "approval" or (s.kind == "code" and s.code is not None))
-        and s.when is None and s.foreach is None and s.until is None
+        and s.when is None and s.foreach is None and s.until is None and not s.documents
         for s in plan.steps)
 
 

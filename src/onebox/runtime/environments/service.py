@@ -157,7 +157,7 @@ def _pip_request(session_id: str, settings: Settings, row: Row, log: LogSink) ->
         limits=Limits(timeout_s=cfg.build_timeout_s, memory_mb=cfg.build_memory_mb,
                       disk_mb=cfg.build_disk_mb, max_output_bytes=4 << 20),
         network=NetworkPolicy(allow_domains=tuple(cfg.allow_domains)),
-        on_output=_line_sink(log))
+        on_output=_line_sink(log), host_python_packages=True)  # pip is the host's
 
 
 def _line_sink(log: LogSink) -> Callable[[str, bytes], None]:
