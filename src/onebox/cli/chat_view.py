@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 
 from onebox.cli.foreground import Progress
-from onebox.cli.render import answer_panel, safe_text
+from onebox.cli.render import answer_panel, safe_text, step_ended_line, step_started_line
 from onebox.runtime.engine import live_logs
 from onebox.runtime.services import runs as runs_api
 from onebox.runtime.threads.steps import is_upkeep_row
@@ -85,15 +85,12 @@ class TurnView:
         status, shown = str(step["status"]), self.statuses.get(step["id"])
         if shown is None and status in SHOWN_STATUSES:
             self.statuses[step["id"]] = shown = "RUNNING"
-            self._line(f"step {step['step_id']} (try {step['attempt']}, "
-                       f"{step['tool_name']}): running")
+            self._line(step_started_line(step))
         if texts:
             self._text("".join(texts))
         if status in ENDED_STATUSES and shown != status:
             self.statuses[step["id"]] = status
-            error = f" ({step['error']})" if step.get("error") else ""
-            self._line(f"step {step['step_id']} (try {step['attempt']}): {status.lower()}"
-                       + error)
+            self._line(step_ended_line(step))
 
     def _text(self, text: str) -> None:
         self.console.print(safe_text(text), end="" if text.endswith("\n") else "\n", markup=False,
