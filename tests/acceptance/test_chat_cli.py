@@ -227,3 +227,18 @@ def test_ctrl_c_after_the_answer_leaves_the_upkeep_and_the_next_chat_finishes_it
     assert out.index("finishing it here first") < out.index("noted, second")
     turns = shown(env, thread_id)["turns"]
     assert [t["status"] for t in turns] == ["SUCCEEDED", "SUCCEEDED"], turns
+
+
+def test_a_thread_with_a_profile_continues_without_a_machine_model(
+        home: Path, server: ScriptedOpenAIServer) -> None:
+    env = env_for(home, server)
+    created = onebox(env, "profile", "create", "own-model", "--model", "scripted-1")
+    assert created.returncode == 0, created.stderr
+    env.pop("ONEBOX_LLM__MODEL")  # only the stored profile names a model
+    server.add(intent("one"), plan("echo first", "first answer"), *upkeep("One.", "One."))
+    first = onebox(env, "chat", "--profile", "own-model", stdin="first\n")
+    assert first.returncode == 0, first.stderr[-3000:]
+    server.add(intent("two"), plan("echo second", "second answer"), *upkeep("Two.", "Two."))
+    again = onebox(env, "chat", "--thread", thread_of(first.stdout), stdin="second\n")
+    assert again.returncode == 0, again.stderr[-3000:]  # main: exit 2, "set ONEBOX_LLM__MODEL"
+    assert "second answer" in again.stdout
