@@ -229,6 +229,19 @@ def test_ctrl_c_after_the_answer_leaves_the_upkeep_and_the_next_chat_finishes_it
     assert [t["status"] for t in turns] == ["SUCCEEDED", "SUCCEEDED"], turns
 
 
+def test_a_malformed_facts_reply_is_a_short_note_not_a_logger_warning(
+        home: Path, server: ScriptedOpenAIServer) -> None:
+    env = env_for(home, server)
+    server.add(intent("greet"), plan("echo hi", "hello there"),
+               ServerReply.json({"fact": "not a list"}), ServerReply.json({"summary": "Hi."}))
+    chat = onebox(env, "chat", stdin="hello\n")
+    assert chat.returncode == 0, chat.stderr[-3000:]
+    assert "hello there" in chat.stdout
+    for terminal in (chat.stdout, chat.stderr):
+        assert "has no list" not in terminal and "WARNING" not in terminal, terminal
+    assert "the facts of this turn were not saved" in chat.stdout, chat.stdout
+
+
 def test_a_thread_with_a_profile_continues_without_a_machine_model(
         home: Path, server: ScriptedOpenAIServer) -> None:
     env = env_for(home, server)

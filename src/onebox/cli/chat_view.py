@@ -38,6 +38,7 @@ class TurnView:
         self.after_seq = 0
         self.answered = False
         self.reason: str | None = None
+        self.noted: set[uuid.UUID] = set()
 
     def __enter__(self) -> TurnView:
         self.progress.__enter__()
@@ -57,7 +58,17 @@ class TurnView:
             await self._plain(steps)
         if not self.answered:
             await self._answer_before_upkeep(steps)
+        self._notes(steps)
         await self._waiting()
+
+    def _notes(self, steps: list[dict[str, Any]]) -> None:
+        """What the turn's upkeep could not keep (the model's reply had no facts), once."""
+        for step in steps:
+            note = (step.get("details") or {}).get("note") if is_upkeep_row(step) else None
+            if note and step["status"] == "SUCCESS" and step["id"] not in self.noted:
+                self.noted.add(step["id"])
+                self.console.print(f"note: {note}", style="yellow", markup=False,
+                                   highlight=False, soft_wrap=True)
 
     async def _answer_before_upkeep(self, steps: list[dict[str, Any]]) -> None:
         """The agent's answer, printed once the turn's upkeep steps exist (the agent is done)."""
