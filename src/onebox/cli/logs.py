@@ -5,8 +5,9 @@ stderr to stderr. Without ``-f`` the output is grouped by attempt, attempts in s
 (in time order within a step), each under a ``==> step b, attempt 2 <==`` line (a single
 step's only attempt needs none). ``-f`` prints as the steps print, a ``==> step <==`` line
 where the step changes (all steps): it follows the run while it is running, through the
-same gap-free event stream as SSE, and returns when it ends. Live logs are capped per step (``runtime.live_log_max_bytes``); the
-complete output of a finished step is in `onebox show`.
+same gap-free event stream as SSE, and returns when it ends. Live logs are capped per step
+(``runtime.live_log_max_bytes``); the complete output of a finished step is in
+`onebox show`.
 """
 
 from __future__ import annotations
