@@ -229,28 +229,21 @@ def test_ctrl_c_after_the_answer_leaves_the_upkeep_and_the_next_chat_finishes_it
     assert [t["status"] for t in turns] == ["SUCCEEDED", "SUCCEEDED"], turns
 
 
-def test_a_malformed_facts_reply_is_a_short_note_not_a_logger_warning(
-        home: Path, server: ScriptedOpenAIServer) -> None:
-    env = env_for(home, server)
-    server.add(intent("greet"), plan("echo hi", "hello there"),
-               ServerReply.json({"fact": "not a list"}), ServerReply.json({"summary": "Hi."}))
-    chat = onebox(env, "chat", stdin="hello\n")
-    assert chat.returncode == 0, chat.stderr[-3000:]
-    assert "hello there" in chat.stdout
-    for terminal in (chat.stdout, chat.stderr):
-        assert "has no list" not in terminal and "WARNING" not in terminal, terminal
-    assert "the facts of this turn were not saved" in chat.stdout, chat.stdout
-
 
 def test_a_thread_with_a_profile_continues_without_a_machine_model(
         home: Path, server: ScriptedOpenAIServer) -> None:
+    """Also: a facts reply with no list of facts is a one-line note, not a logger warning."""
     env = env_for(home, server)
     created = onebox(env, "profile", "create", "own-model", "--model", "scripted-1")
     assert created.returncode == 0, created.stderr
     env.pop("ONEBOX_LLM__MODEL")  # only the stored profile names a model
-    server.add(intent("one"), plan("echo first", "first answer"), *upkeep("One.", "One."))
+    server.add(intent("one"), plan("echo first", "first answer"),
+               ServerReply.json({"fact": "not a list"}), ServerReply.json({"summary": "One."}))
     first = onebox(env, "chat", "--profile", "own-model", stdin="first\n")
     assert first.returncode == 0, first.stderr[-3000:]
+    for terminal in (first.stdout, first.stderr):  # main: a WARNING line on stderr
+        assert "has no list" not in terminal and "WARNING" not in terminal, terminal
+    assert "note: the facts of this turn were not saved" in first.stdout, first.stdout
     server.add(intent("two"), plan("echo second", "second answer"), *upkeep("Two.", "Two."))
     again = onebox(env, "chat", "--thread", thread_of(first.stdout), stdin="second\n")
     assert again.returncode == 0, again.stderr[-3000:]  # main: exit 2, "set ONEBOX_LLM__MODEL"
