@@ -244,6 +244,8 @@ def test_a_thread_with_a_profile_continues_without_a_machine_model(
     for terminal in (first.stdout, first.stderr):  # main: a WARNING line on stderr
         assert "has no list" not in terminal and "WARNING" not in terminal, terminal
     assert "note: the facts of this turn were not saved" in first.stdout, first.stdout
+    assert "step model:" not in first.stdout and "lookup#" not in first.stdout  # internals
+    assert "upkeep:facts" not in first.stdout and "step work (try 1): success" in first.stdout
     server.add(intent("two"), plan("echo second", "second answer"), *upkeep("Two.", "Two."))
     again = onebox(env, "chat", "--thread", thread_of(first.stdout), stdin="second\n")
     assert again.returncode == 0, again.stderr[-3000:]  # main: exit 2, "set ONEBOX_LLM__MODEL"

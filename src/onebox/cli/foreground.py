@@ -106,7 +106,7 @@ def running_text(running: list[dict[str, Any]]) -> str:
     names = [s["step_id"] for s in running if not is_agent_work(s)]
     if names:
         return "running: " + ", ".join(names)
-    return "the agent is working (`--verbose` shows its model calls)..."
+    return "the agent is working..."
 
 
 class StepLines:
