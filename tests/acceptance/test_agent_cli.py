@@ -73,3 +73,76 @@ def test_task_runs_through_an_openai_compatible_endpoint(home: Path) -> None:
     assert explained.returncode == 0, explained.stderr
     kinds = [d["kind"] for d in json.loads(explained.stdout)["decisions"]]
     assert "intent" in kinds and "plan" in kinds and "run" in kinds and "finish" in kinds
+
+
+SUM_INTENT = {**INTENT, "goal": "sum", "capabilities": ["python"]}
+SUM_PLAN = {"steps": [
+    {"id": "make", "tool": "python", "code": "print('making numbers')\n"
+                                             "open('n.txt', 'w').write('1 2 3')"},
+    {"id": "add", "tool": "python", "depends_on": ["make"],
+     "code": "print(sum(map(int, open('n.txt').read().split())))"},
+    {"id": "done", "kind": "final", "depends_on": ["add"],
+     "input": {"answer": "the sum is {{ add.stdout }}"}},
+]}
+BAD_CODE = {"code": "import sys\nraise ValueError('no numbers here')"}
+FAILING_PLAN = {"steps": [
+    {"id": "make", "tool": "python", "goal": "make some numbers"},
+    {"id": "done", "kind": "final", "depends_on": ["make"], "input": {"answer": "{{ make.stdout }}"}},
+]}
+
+
+def run_task(home: Path, script: list[ServerReply], *args: str) -> subprocess.CompletedProcess[str]:
+    with ScriptedOpenAIServer(script) as server:
+        env = env_for(home, OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test",
+                      ONEBOX_LLM__MODEL="scripted-1")
+        return subprocess.run([ONEBOX, "run", "sum some numbers", *args], env=env,
+                              capture_output=True, text=True, timeout=180)
+
+
+def run_id_of(stdout: str) -> str:
+    return stdout.split()[1]  # "run <id> started: ..."
+
+
+def test_a_task_prints_its_steps_and_the_answer_not_the_model_replies(home: Path) -> None:
+    done = run_task(home, [ServerReply.json(SUM_INTENT), ServerReply.json(SUM_PLAN)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "the sum is 6" in out
+    for step in ("make", "add"):
+        assert f"step {step} (try 1, python): running" in out, out
+        assert f"step {step} (try 1): success" in out, out
+    assert out.index("step add (try 1): success") < out.index("the sum is 6")
+    for internal in ('"goal"', '"steps"', "model:intent", "model:plan", "lookup", '"tools"'):
+        assert internal not in out, out  # the model's raw replies are behind --verbose
+    assert len(out.splitlines()) <= 15, out  # main printed 36 lines for this task
+
+
+def test_verbose_shows_the_model_replies_and_the_sql(home: Path) -> None:
+    done = run_task(home, [ServerReply.json(SUM_INTENT), ServerReply.json(SUM_PLAN)],
+                    "--verbose")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert '"goal": "sum"' in done.stdout and "model:plan" in done.stdout
+    assert "The same rows in SQL" in done.stdout and "the sum is 6" in done.stdout
+
+
+def test_a_failed_task_prints_its_traceback_once_and_the_timeline_is_in_time_order(
+        home: Path) -> None:
+    script = [ServerReply.json(SUM_INTENT), ServerReply.json(FAILING_PLAN),
+              *[ServerReply.json(BAD_CODE)] * 4, *[ServerReply.text("no plan")] * 9]
+    done = run_task(home, script)
+    assert done.returncode == 1, done.stderr[-3000:]
+    out = done.stdout
+    assert out.count("ValueError: no numbers here") == 1, out  # three tries, one traceback
+    assert "step make (try 3): failed" in out and "FAILED" in out
+    assert '"code"' not in out and "fix_code" not in out, out
+    run_id = run_id_of(out)
+    env = env_for(home)
+    shown = subprocess.run([ONEBOX, "show", run_id], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert shown.stdout.count("ValueError: no numbers here") == 1, shown.stdout
+    assert "(x3)" in shown.stdout, shown.stdout  # the identical tracebacks, collapsed
+    rows = json.loads(subprocess.run([ONEBOX, "show", run_id, "--json"], env=env,
+                                     capture_output=True, text=True, timeout=60).stdout)["steps"]
+    make = [r["step_id"].split("#")[0] for r in rows if r["step_number"] == 1]
+    assert make == ["model:write_code:make", "make", "model:fix_code:make", "make",
+                    "model:fix_code:make", "make"], make

@@ -227,3 +227,26 @@ def test_ctrl_c_after_the_answer_leaves_the_upkeep_and_the_next_chat_finishes_it
     assert out.index("finishing it here first") < out.index("noted, second")
     turns = shown(env, thread_id)["turns"]
     assert [t["status"] for t in turns] == ["SUCCEEDED", "SUCCEEDED"], turns
+
+
+
+def test_a_thread_with_a_profile_continues_without_a_machine_model(
+        home: Path, server: ScriptedOpenAIServer) -> None:
+    """Also: a facts reply with no list of facts is a one-line note, not a logger warning."""
+    env = env_for(home, server)
+    created = onebox(env, "profile", "create", "own-model", "--model", "scripted-1")
+    assert created.returncode == 0, created.stderr
+    env.pop("ONEBOX_LLM__MODEL")  # only the stored profile names a model
+    server.add(intent("one"), plan("echo first", "first answer"),
+               ServerReply.json({"fact": "not a list"}), ServerReply.json({"summary": "One."}))
+    first = onebox(env, "chat", "--profile", "own-model", stdin="first\n")
+    assert first.returncode == 0, first.stderr[-3000:]
+    for terminal in (first.stdout, first.stderr):  # main: a WARNING line on stderr
+        assert "has no list" not in terminal and "WARNING" not in terminal, terminal
+    assert "note: the facts of this turn were not saved" in first.stdout, first.stdout
+    assert "step model:" not in first.stdout and "lookup#" not in first.stdout  # internals
+    assert "upkeep:facts" not in first.stdout and "step work (try 1): success" in first.stdout
+    server.add(intent("two"), plan("echo second", "second answer"), *upkeep("Two.", "Two."))
+    again = onebox(env, "chat", "--thread", thread_of(first.stdout), stdin="second\n")
+    assert again.returncode == 0, again.stderr[-3000:]  # main: exit 2, "set ONEBOX_LLM__MODEL"
+    assert "second answer" in again.stdout

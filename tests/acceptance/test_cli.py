@@ -154,3 +154,35 @@ def test_replay_a_whole_run_and_diff_it_with_its_fork(home: Path, tmp_path: Path
     assert compared.returncode == 1, compared.stderr
     assert "differs one" in compared.stdout and "file n.txt" in compared.stdout
     assert "-1\n+2" in compared.stdout and "the first is one" in compared.stdout
+
+
+PARALLEL_LOGS = """\
+name: parallel logs
+steps:
+  - id: a
+    tool: bash
+    code: for i in 1 2 3 4; do echo "a line $i"; sleep 0.2; done
+  - id: b
+    tool: bash
+    max_attempts: 2
+    code: |
+      for i in 1 2 3 4; do echo "b line $i"; sleep 0.2; done
+      if [ ! -e tried ]; then touch tried; echo "b gives up" >&2; exit 1; fi
+"""
+
+
+def test_logs_groups_parallel_steps_by_attempt(home: Path, tmp_path: Path) -> None:
+    plan = tmp_path / "parallel.yaml"
+    plan.write_text(PARALLEL_LOGS)
+    run = onebox(home, "run", str(plan), "--json")
+    assert run.returncode == 0, run.stderr[-3000:]
+    run_id = json.loads(run.stdout)["run"]["id"]
+    logs = onebox(home, "logs", run_id)
+    assert logs.returncode == 0, logs.stderr
+    a = "".join(f"a line {i}\n" for i in range(1, 5))
+    b = "".join(f"b line {i}\n" for i in range(1, 5))
+    assert logs.stdout == (f"==> step a, attempt 1 <==\n{a}==> step b, attempt 1 <==\n{b}"
+                           f"==> step b, attempt 2 <==\n{b}"), logs.stdout
+    assert logs.stderr == "b gives up\n"
+    one = onebox(home, "logs", run_id, "b")  # one step: its attempts still labelled
+    assert one.stdout == f"==> step b, attempt 1 <==\n{b}==> step b, attempt 2 <==\n{b}"

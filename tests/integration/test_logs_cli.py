@@ -50,7 +50,7 @@ async def test_logs_prints_each_step_per_stream_and_one_step_alone(
     await asyncio.wait_for(serving, 60)
     code, out, err = await onebox(settings, "logs", str(run_id))
     assert code == 0, err
-    assert out == f"==> first <==\n{FIRST_OUT}==> second <==\ntwo\n"
+    assert out == f"==> step first, attempt 1 <==\n{FIRST_OUT}==> step second, attempt 1 <==\ntwo\n"
     assert err == "oops 1\noops 2\noops 3\n"
     code, out, err = await onebox(settings, "logs", str(run_id)[:8], "second")
     assert (code, out, err) == (0, "two\n", "")

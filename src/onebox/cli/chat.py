@@ -53,7 +53,7 @@ def chat_cmd(thread_id: str | None, profile: str | None, title: str) -> None:
         common.fail("--profile gives a NEW thread its profile; a thread continued with "
                     "--thread keeps its own: leave out one of them", code=2)
     settings = common.settings()
-    if profile is None:
+    if profile is None and thread_id is None:
         common.run_sync(lambda: chat_model_from_settings(settings.llm))  # says what to set
     tid = common.run_sync(lambda: _thread_id(thread_id)) if thread_id else None
     code = common.run(_chat(settings, tid, profile, title))
@@ -87,7 +87,10 @@ async def _open_thread(rt: Runtime, settings: Settings, thread_id: uuid.UUID | N
     flag = "--thread" if thread_id else "--profile"
     try:
         if thread_id is not None:
-            return await threads.get_thread(rt.db, TENANT, thread_id)
+            thread = await threads.get_thread(rt.db, TENANT, thread_id)
+            if thread.profile is None:  # its turns use this machine's model: say what to set
+                chat_model_from_settings(settings.llm)
+            return thread
         return await threads.create_thread(rt.db, settings, TENANT, title=title,
                                            profile=profile)
     except NotFound as exc:

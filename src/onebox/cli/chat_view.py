@@ -1,8 +1,10 @@
 """What `onebox chat` shows while a turn runs.
 
-On a terminal: the foreground view of `onebox run` (the steps table redrawn in place with
-the running steps' last lines). Anywhere else (stdin and stdout piped, a script, a test):
-plain lines, one per step as it starts and ends, and the steps' output as it is printed.
+On a terminal: the foreground view of `onebox run "<task>"` (a line as each step starts
+and ends, what runs now and its last lines redrawn in place). Anywhere else (stdin and
+stdout piped, a script, a test): plain lines, one per step as it starts and ends, and the
+steps' output as it is printed. The agent's own work (its model calls, code checks, the
+turn's upkeep calls) is left out of both: `onebox show RUN` has it.
 In both, the answer is shown as soon as the agent has it (when the turn's upkeep steps are
 queued), before the upkeep runs; a turn whose run WAITS after its agent finished (its
 upkeep is waiting for the model provider) says the reason it waits.
@@ -17,7 +19,13 @@ from typing import Any
 from rich.console import Console
 
 from onebox.cli.foreground import Progress
-from onebox.cli.render import answer_panel, safe_text
+from onebox.cli.render import (
+    answer_panel,
+    is_agent_work,
+    safe_text,
+    step_ended_line,
+    step_started_line,
+)
 from onebox.runtime.engine import live_logs
 from onebox.runtime.services import runs as runs_api
 from onebox.runtime.threads.steps import is_upkeep_row
@@ -33,11 +41,12 @@ class TurnView:
     def __init__(self, db: Database, run_id: uuid.UUID, console: Console) -> None:
         self.db, self.run_id, self.console = db, run_id, console
         self.plain = not console.is_terminal
-        self.progress = Progress(db, run_id, console, live=not self.plain)
+        self.progress = Progress(db, run_id, console, live=not self.plain, lines=not self.plain)
         self.statuses: dict[uuid.UUID, str] = {}
         self.after_seq = 0
         self.answered = False
         self.reason: str | None = None
+        self.noted: set[uuid.UUID] = set()
 
     def __enter__(self) -> TurnView:
         self.progress.__enter__()
@@ -57,7 +66,17 @@ class TurnView:
             await self._plain(steps)
         if not self.answered:
             await self._answer_before_upkeep(steps)
+        self._notes(steps)
         await self._waiting()
+
+    def _notes(self, steps: list[dict[str, Any]]) -> None:
+        """What the turn's upkeep could not keep (the model's reply had no facts), once."""
+        for step in steps:
+            note = (step.get("details") or {}).get("note") if is_upkeep_row(step) else None
+            if note and step["status"] == "SUCCESS" and step["id"] not in self.noted:
+                self.noted.add(step["id"])
+                self.console.print(f"note: {note}", style="yellow", markup=False,
+                                   highlight=False, soft_wrap=True)
 
     async def _answer_before_upkeep(self, steps: list[dict[str, Any]]) -> None:
         """The agent's answer, printed once the turn's upkeep steps exist (the agent is done)."""
@@ -77,7 +96,9 @@ class TurnView:
                 output.setdefault(row["payload"]["execution_id"], []).append(
                     str(row["payload"]["text"]))
         for step in steps:
-            self._step(step, output.pop(str(step["id"]), []))
+            texts = output.pop(str(step["id"]), [])
+            if not is_agent_work(step):  # the agent's model calls and checks: `onebox show`
+                self._step(step, texts)
         for texts in output.values():  # a step not listed yet: its output all the same
             self._text("".join(texts))
 
@@ -85,15 +106,12 @@ class TurnView:
         status, shown = str(step["status"]), self.statuses.get(step["id"])
         if shown is None and status in SHOWN_STATUSES:
             self.statuses[step["id"]] = shown = "RUNNING"
-            self._line(f"step {step['step_id']} (try {step['attempt']}, "
-                       f"{step['tool_name']}): running")
+            self._line(step_started_line(step))
         if texts:
             self._text("".join(texts))
         if status in ENDED_STATUSES and shown != status:
             self.statuses[step["id"]] = status
-            error = f" ({step['error']})" if step.get("error") else ""
-            self._line(f"step {step['step_id']} (try {step['attempt']}): {status.lower()}"
-                       + error)
+            self._line(step_ended_line(step))
 
     def _text(self, text: str) -> None:
         self.console.print(safe_text(text), end="" if text.endswith("\n") else "\n", markup=False,

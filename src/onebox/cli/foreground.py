@@ -32,7 +32,15 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from onebox.cli.render import approval_hint, steps_table, waiting_approvals
+from onebox.cli.render import (
+    ENDED_STEP_STATUSES,
+    approval_hint,
+    is_agent_work,
+    step_ended_line,
+    step_started_line,
+    steps_table,
+    waiting_approvals,
+)
 from onebox.errors import Conflict, OneboxError
 from onebox.runtime.engine import live_logs
 from onebox.runtime.services import runs as runs_api
@@ -44,12 +52,18 @@ TAIL_LINES = 5  # the running steps' last lines of output shown under the table
 
 class Progress:
     """The steps table, redrawn in place (``live``) with the running steps' last lines
-    (live logs), and a line for each new approval wait."""
+    (live logs), and a line for each new approval wait.
 
-    def __init__(self, db: Database, run_id: uuid.UUID, console: Console, *, live: bool) -> None:
+    With ``lines`` (a task's default view), the user's steps are a line each as they start
+    and as they end instead, the agent's own work (model calls, checks) is left out, and
+    the live part is only what is running and its last lines."""
+
+    def __init__(self, db: Database, run_id: uuid.UUID, console: Console, *, live: bool,
+                 lines: bool = False) -> None:
         self.db, self.run_id, self.console = db, run_id, console
         self.live = Live(console=console, refresh_per_second=8, transient=True) if live else None
         self.announced: set[uuid.UUID] = set()
+        self.lines = StepLines(console) if lines else None
 
     def __enter__(self) -> Progress:
         if self.live is not None:
@@ -74,13 +88,49 @@ class Progress:
                 self.announced.add(step["id"])
                 self.console.print(approval_hint(run_id, step["step_id"]), style="cyan",
                                    markup=False, soft_wrap=True)
+        if self.lines is not None:
+            self.lines.update(steps)
         if self.live is not None:
             title = "waiting for approval" if waiting else "running..."
-            running = [step["id"] for step in steps if step["status"] == "RUNNING"]
-            lines = await live_logs.last_lines(self.db, run_id, running, TAIL_LINES)
-            table = steps_table(steps, title=title)
+            running = [step for step in steps if step["status"] == "RUNNING"]
+            lines = await live_logs.last_lines(self.db, run_id, [s["id"] for s in running],
+                                               TAIL_LINES)
+            head = steps_table(steps, title=title) if self.lines is None else \
+                Text(running_text(running) if not waiting else title, style="dim")
             tail = Text("\n".join(lines), style="dim", no_wrap=True, overflow="ellipsis")
-            self.live.update(Group(table, tail) if lines else table)
+            self.live.update(Group(head, tail) if lines else head)
+
+
+def running_text(running: list[dict[str, Any]]) -> str:
+    """What runs now, in a few words: the user's steps, or the agent at work."""
+    names = [s["step_id"] for s in running if not is_agent_work(s)]
+    if names:
+        return "running: " + ", ".join(names)
+    return "the agent is working..."
+
+
+class StepLines:
+    """A line as each of the user's step attempts starts and as it ends (its status, its
+    error); the agent's own work is left out."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.shown: dict[uuid.UUID, str] = {}
+
+    def update(self, steps: list[dict[str, Any]]) -> None:
+        for step in steps:
+            if is_agent_work(step):
+                continue
+            status, shown = str(step["status"]), self.shown.get(step["id"])
+            if shown is None and (status == "RUNNING" or status in ENDED_STEP_STATUSES):
+                self.shown[step["id"]] = shown = "RUNNING"
+                self._line(step_started_line(step))
+            if status in ENDED_STEP_STATUSES and shown != status:
+                self.shown[step["id"]] = status
+                self._line(step_ended_line(step))
+
+    def _line(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 class CtrlC:

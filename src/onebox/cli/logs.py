@@ -1,10 +1,13 @@
 """`onebox logs RUN [STEP] [-f]`: what a run's steps printed, live.
 
 Prints the ``step_output`` events of the run (of STEP only when given): stdout to stdout,
-stderr to stderr, a ``==> step <==`` line where the step changes (all steps). ``-f``
-follows the run while it is running, through the same gap-free event stream as SSE, and
-returns when it ends. Live logs are capped per step (``runtime.live_log_max_bytes``); the
-complete output of a finished step is in `onebox show`.
+stderr to stderr. Without ``-f`` the output is grouped by attempt, attempts in step order
+(in time order within a step), each under a ``==> step b, attempt 2 <==`` line (a single
+step's only attempt needs none). ``-f`` prints as the steps print, a ``==> step <==`` line
+where the step changes (all steps): it follows the run while it is running, through the
+same gap-free event stream as SSE, and returns when it ends. Live logs are capped per step
+(``runtime.live_log_max_bytes``); the complete output of a finished step is in
+`onebox show`.
 """
 
 from __future__ import annotations
@@ -49,11 +52,13 @@ def logs_cmd(run_id: str, step: str | None, follow: bool, raw: bool) -> None:
         await runs_api.get_run(db, rid)  # NotFound for an unknown run
         if step is not None:
             await _check_step(db, rid, step)
+        if not follow:
+            await _print_by_attempt(db, rid, step, raw=raw)
+            return
         printer = Printer(show_steps=step is None, raw=raw)
         last = await _print_stored(db, rid, step, printer, after=0)
-        if follow:
-            last = await _follow(db, rid, step, printer, last)
-            await _print_stored(db, rid, step, printer, after=last)
+        last = await _follow(db, rid, step, printer, last)
+        await _print_stored(db, rid, step, printer, after=last)
 
     common.with_db(settings, work)
 
@@ -78,6 +83,27 @@ class Printer:
         else:
             text = payload["text"] if self.raw else safe_text(payload["text"])
             click.echo(text, nl=False, err=payload["stream"] == "stderr")
+
+
+async def _print_by_attempt(db: Database, run_id: uuid.UUID, step: str | None, *,
+                            raw: bool) -> None:
+    """The stored output, attempt after attempt, each under a header naming the step and the
+    attempt (a single step's only attempt needs none)."""
+    printer = Printer(show_steps=False, raw=raw)
+    labelled = step is None or await _attempts(db, run_id, step) > 1
+    shown = None
+    async with contextlib.aclosing(live_logs.log_events_by_attempt(db, run_id,
+                                                                   step_id=step)) as rows:
+        async for row in rows:
+            if labelled and row["execution_id"] != shown:
+                shown = row["execution_id"]
+                click.echo(f"==> step {safe_text(str(row['step_id']))}, "
+                           f"attempt {row['attempt']} <==")
+            printer.write(row)
+
+
+async def _attempts(db: Database, run_id: uuid.UUID, step: str) -> int:
+    return sum(1 for s in await runs_api.run_steps(db, run_id) if s["step_id"] == step)
 
 
 async def _check_step(db: Database, run_id: uuid.UUID, step: str) -> None:

@@ -22,6 +22,10 @@ STATUS_STYLE = {
     "WAITING": "cyan",
 }
 MAX_FAILED_SHOWN = 10
+# the tools of the agent's own work (its model calls, code checks, tool lookups): the
+# runtime's WORK_TOOLS (a unit test keeps the two equal); `onebox run` shows them with --verbose
+AGENT_TOOLS = frozenset({"model", "check", "lookup"})
+ENDED_STEP_STATUSES = frozenset({"SUCCESS", "FAILED", "TIMEOUT"})
 # C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides
 UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
@@ -46,6 +50,19 @@ def shown_status(step: dict[str, Any]) -> str:
     if step["status"] == "PENDING" and step.get("waiting_for") == "approval":
         return "WAITING"
     return str(step["status"])
+
+
+def is_agent_work(step: dict[str, Any]) -> bool:
+    return step["tool_name"] in AGENT_TOOLS
+
+
+def step_started_line(step: dict[str, Any]) -> str:
+    return f"step {step['step_id']} (try {step['attempt']}, {step['tool_name']}): running"
+
+
+def step_ended_line(step: dict[str, Any]) -> str:
+    error = f" ({step['error']})" if step.get("error") else ""
+    return f"step {step['step_id']} (try {step['attempt']}): {str(step['status']).lower()}{error}"
 
 
 def waiting_approvals(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -138,19 +155,45 @@ def timeline(run: dict[str, Any], steps: list[dict[str, Any]], *, tail_lines: in
     parts += [Text(approval_hint(run["id"], s["step_id"]), style="cyan",
                    no_wrap=True, overflow="ignore")
               for s in waiting_approvals(steps)]
-    for s in steps:
-        body = _tail(safe_text(s.get("stdout") or ""), tail_lines)
-        errtail = _tail(safe_text(s.get("stderr") or ""), tail_lines)
-        if s.get("error") and s["status"] != "SUCCESS":
-            errtail = (errtail + "\n" if errtail else "") + f"[{safe_text(s['error'])}]"
-        if not body and not errtail:
-            continue
-        content = Text(body)
-        if errtail:
-            content.append(("\n" if body else "") + errtail, style="red")
-        parts.append(Panel(content, title=f"{s['step_id']} (try {s['attempt']})",
-                           title_align="left", border_style="dim", expand=False))
+    parts += output_panels(steps, tail_lines)
     return Group(*parts)
+
+
+def output_panels(steps: list[dict[str, Any]], tail_lines: int = 6) -> list[Panel]:
+    """A panel of each attempt's output tails, in the order given; attempts whose tails are
+    the same (the same traceback three tries running) share one panel, titled "(xN)"."""
+    shown: dict[tuple[str, str], list[str]] = {}
+    for s in steps:
+        tails = _tails(s, tail_lines)
+        if tails != ("", ""):
+            shown.setdefault(tails, []).append(f"{s['step_id']} (try {s['attempt']})")
+    return [_panel(body, errtail, titles) for (body, errtail), titles in shown.items()]
+
+
+def _tails(step: dict[str, Any], lines: int) -> tuple[str, str]:
+    body = _tail(safe_text(step.get("stdout") or ""), lines)
+    errtail = _tail(safe_text(step.get("stderr") or ""), lines)
+    if step.get("error") and step["status"] != "SUCCESS":
+        errtail = (errtail + "\n" if errtail else "") + f"[{safe_text(step['error'])}]"
+    return body, errtail
+
+
+def _panel(body: str, errtail: str, titles: list[str]) -> Panel:
+    content = Text(body)
+    if errtail:
+        content.append(("\n" if body else "") + errtail, style="red")
+    title = titles[0] if len(titles) == 1 else f"{titles[0]} (x{len(titles)})"
+    return Panel(content, title=title, title_align="left", border_style="dim", expand=False)
+
+
+def failure(steps: list[dict[str, Any]], tail_lines: int = 6) -> list[Panel]:
+    """The output tails of each step whose last attempt failed, once (its earlier tries
+    printed the same, or are in `onebox show`)."""
+    last: dict[str, dict[str, Any]] = {}
+    for s in steps:
+        last[s["step_id"]] = s
+    failed = [s for s in last.values() if s["status"] in ("FAILED", "TIMEOUT")]
+    return output_panels(failed, tail_lines)
 
 
 def _tail(text: str, lines: int) -> str:

@@ -13,7 +13,7 @@ import click
 from onebox.agent.plan import Plan, load_plan
 from onebox.cli import common
 from onebox.cli.foreground import INTERRUPTED_EXIT, CtrlC, Progress
-from onebox.cli.render import answer_panel, runs_table, timeline
+from onebox.cli.render import answer_panel, failure, run_header, runs_table, timeline
 from onebox.config import Settings
 from onebox.errors import PlanError
 from onebox.llm.registry import chat_model_from_settings
@@ -53,9 +53,12 @@ def register(main: click.Group) -> None:
 @click.option("--file", "files", multiple=True, type=click.Path(path_type=Path),
               help="a file or directory placed in the run's workspace before its first step "
               "(a directory keeps its name: --file reports/ gives reports/...); repeatable")
+@click.option("-v", "--verbose", is_flag=True, help="a task: show the agent's work too (its "
+              "model calls and their replies, every attempt's output) and the SQL; a plan "
+              "file always shows its whole timeline")
 @common.json_option
 def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | None,
-            profile: str | None, files: tuple[Path, ...], as_json: bool) -> None:
+            profile: str | None, files: tuple[Path, ...], verbose: bool, as_json: bool) -> None:
     """Run a plan file (YAML or JSON), or ask the agent to do TARGET in words."""
     settings = common.settings()
     if Path(target).exists():
@@ -70,7 +73,7 @@ def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | 
             common.run_sync(lambda: chat_model_from_settings(settings.llm))  # says what to set
         status = common.run(_run_task(settings, target, detach=detach, name=name,
                                       idempotency_key=idempotency_key, profile=profile,
-                                      as_json=as_json, files=files))
+                                      as_json=as_json, files=files, verbose=verbose))
     codes = {"SUCCEEDED": 0, "PENDING": 0, INTERRUPTED: INTERRUPTED_EXIT}
     raise click.exceptions.Exit(codes.get(status, 1))
 
@@ -104,7 +107,7 @@ async def _run_plan(settings: Settings, plan: Any, *, detach: bool, name: str | 
 
 async def _run_task(settings: Settings, task: str, *, detach: bool, name: str | None,
                     idempotency_key: str | None, profile: str | None, as_json: bool,
-                    files: tuple[Path, ...] = ()) -> str:
+                    files: tuple[Path, ...] = (), verbose: bool = False) -> str:
     async with await Runtime.open(settings) as rt:
         inputs = await run_files.stage_local(rt.db, rt.objects, files, settings.runtime)
         run_id, existing = await submit_task(rt.db, task, name=name, profile=profile,
@@ -119,7 +122,7 @@ async def _run_task(settings: Settings, task: str, *, detach: bool, name: str | 
             common.out.print(f"run [bold cyan]{run_id}[/] started: the agent plans "
                              f"'{task}' with {model.get('model') or settings.llm.model}")
         await _warn_if_not_served(rt, settings, model)
-        return await _finish(rt, run_id, as_json)
+        return await _finish(rt, run_id, as_json, brief=not verbose)
 
 
 async def _warn_if_not_served(rt: Runtime, settings: Settings, profile: dict[str, Any]) -> None:
@@ -134,15 +137,20 @@ async def _warn_if_not_served(rt: Runtime, settings: Settings, profile: dict[str
                          "with it); Ctrl-C cancels", markup=False)
 
 
-async def _finish(rt: Runtime, run_id: uuid.UUID, as_json: bool) -> str:
-    """Drive the run here until it ends (Ctrl-C cancels it), then print its timeline."""
+async def _finish(rt: Runtime, run_id: uuid.UUID, as_json: bool, *, brief: bool = False) -> str:
+    """Drive the run here until it ends (Ctrl-C cancels it), then print its timeline, or
+    (``brief``, a task's default) the user's steps as they run, the failure once and the
+    answer."""
     console = common.err if as_json else common.out  # --json keeps stdout for the document
-    with Progress(rt.db, run_id, console, live=not as_json) as watch, \
+    live = not as_json and (console.is_terminal or not brief)
+    with Progress(rt.db, run_id, console, live=live, lines=brief and not as_json) as watch, \
             CtrlC(rt.db, run_id, console, on_first=watch.stop) as ctrl_c:
         final = await rt.drive(run_id, progress=watch.update)
-    tl = await runs_api.run_timeline(rt.db, run_id)
+    tl = await runs_api.run_timeline(rt.db, run_id, limit=None if brief else runs_api.PAGE_STEPS)
     if as_json:
         common.print_json(tl)
+    elif brief:
+        _print_brief(tl)
     else:
         common.out.print(timeline(tl["run"], tl["steps"], summary=tl["summary"],
                                   answer_on_top=False))
@@ -150,6 +158,20 @@ async def _finish(rt: Runtime, run_id: uuid.UUID, as_json: bool) -> str:
         if (answer := answer_panel(tl["run"])) is not None:
             common.out.print(answer)
     return INTERRUPTED if ctrl_c.pressed else str(final["status"])
+
+
+def _print_brief(tl: dict[str, Any]) -> None:
+    """The run's status (and error), each failed step's output once, the answer, and where
+    the rest is."""
+    run = tl["run"]
+    common.out.print(run_header(run))
+    for panel in failure(tl["steps"]):
+        common.out.print(panel)
+    if (answer := answer_panel(run)) is not None:
+        common.out.print(answer)
+    common.out.print(f"every step, the model's replies and resources: onebox show {run['id']}; "
+                     f"why each step ran: onebox explain {run['id']}", style="dim",
+                     markup=False, soft_wrap=True)
 
 
 def _print_submitted(submitted: Any, as_json: bool) -> None:

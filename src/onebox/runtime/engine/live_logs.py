@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from onebox.config import RuntimeSettings
@@ -156,6 +157,17 @@ async def log_events(db: Database, run_id: uuid.UUID, *, after: int = 0,
     (of one step when ``step_id`` is given)."""
     return await db.fetch(Q["log_events"], {"run_id": run_id, "after": after,
                                             "step_id": step_id, "limit": limit})
+
+
+async def log_events_by_attempt(db: Database, run_id: uuid.UUID, *,
+                                step_id: str | None = None) -> AsyncGenerator[store.Row, None]:
+    """A run's log events (of one step when ``step_id`` is given) grouped by attempt, the
+    attempts in step order (time order within a step number), each with its ``step_id`` and
+    ``attempt``. Streamed from one query: a big run's logs are not held in memory."""
+    async with db.connection() as conn, conn.cursor() as cur:
+        async for row in cur.stream(Q["log_events_by_attempt"],
+                                    {"run_id": run_id, "step_id": step_id}):
+            yield row
 
 
 async def last_lines(db: Database, run_id: uuid.UUID, execution_ids: list[uuid.UUID],

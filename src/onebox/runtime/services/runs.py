@@ -124,7 +124,8 @@ async def run_summary(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
 async def steps_page(
     db: Database, run_id: uuid.UUID, *, limit: int | None = PAGE_STEPS, after: str | None = None,
 ) -> dict[str, Any]:
-    """Attempts in (step number, attempt) order after the cursor ``after``, at most ``limit``."""
+    """Attempts by step number, in time order within one, after the cursor ``after``, at
+    most ``limit``."""
     number, attempt = parse_cursor(after)
     async with db.connection() as conn:
         rows = await store.fetch_all(conn, "run_steps_page", {
@@ -132,12 +133,8 @@ async def steps_page(
             "limit": None if limit is None else limit + 1})
     more = limit is not None and len(rows) > limit
     rows = rows[:limit] if more else rows
-    return {"steps": rows, "next": cursor_of(rows[-1]) if more else None}
-
-
-def cursor_of(row: store.Row) -> str:
-    """The page cursor after ``row``: its step number and attempt, as "12.1"."""
-    return f"{row['step_number']}.{row['attempt']}"
+    places = [row.pop("place") for row in rows]
+    return {"steps": rows, "next": f"{rows[-1]['step_number']}.{places[-1]}" if more else None}
 
 
 def parse_cursor(text: str | None) -> tuple[int, int]:

@@ -49,6 +49,12 @@ MAX_FACTS = 20
 MAX_FACT_CHARS = 1000
 SUMMARY_WORDS = 250
 EPISODE_CHARS = 600  # of the message, and of the answer, kept in a turn's episode
+# what the user lost when the model's upkeep reply was unusable: the step's details "note",
+# which `onebox chat` shows
+NO_FACTS = ("the facts of this turn were not saved to memory: the model's reply had no list "
+            "of facts (the turn itself is remembered word for word)")
+NO_SUMMARY = ("the summary did not take this turn in: the model's reply had no summary (the "
+              "summary keeps the turn word for word)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,32 +112,42 @@ async def _facts_step(up: Upkeep, thread: Thread, turn: dict[str, Any]) -> dict[
     episode = await remember_turn(up.knowledge, thread, turn)
     facts = await _facts(up.db, up.settings, up.model, turn["run_id"], int(turn["turn"]),
                          turn["message"], turn["answer"])
+    if facts is None:
+        return {"upkeep": "facts", "memories": [], "episode": episode, "note": NO_FACTS}
     remembered = [await _remember(up.knowledge, thread, turn, fact) for fact in facts]
     return {"upkeep": "facts", "memories": remembered, "episode": episode}
 
 
 async def _summary_step(up: Upkeep, thread: Thread, turn: dict[str, Any]) -> dict[str, Any]:
-    summary = await _summary(up.db, up.settings, up.model, thread, turn["run_id"],
-                             int(turn["turn"]), turn["message"], turn["answer"])
+    number, message, answer = int(turn["turn"]), turn["message"], turn["answer"]
+    summary = await _summary(up.db, up.settings, up.model, thread, turn["run_id"], number,
+                             message, answer)
+    if summary is None:
+        verbatim = f"{thread.summary}\nTurn {number}: {message[:500]} -> {answer[:500]}"
+        return {"upkeep": "summary", "summary": verbatim.strip(),
+                "version": thread.summary_version, "note": NO_SUMMARY}
     return {"upkeep": "summary", "summary": summary, "version": thread.summary_version}
 
 
 async def _facts(db: Database, settings: Settings, model: ChatModel, run_id: uuid.UUID,
-                 number: int, message: str, answer: str) -> list[str]:
+                 number: int, message: str, answer: str) -> list[str] | None:
+    """The facts the model drew from the turn; None when its reply had no list of them (a
+    model's mistake: the step says so in its details, the log has it at INFO)."""
     text = prompt("thread_facts").substitute(message=message, answer=answer)
     reply = await _call(db, settings, model, run_id, f"thread:facts#{number}", "thread_facts",
                         text)
     data = _json(reply)
     facts = data.get("facts") if isinstance(data, dict) else None
     if not isinstance(facts, list):
-        log.warning("turn %s of run %s: the facts reply has no list 'facts'", number, run_id)
-        return []
+        log.info("turn %s of run %s: the facts reply has no list 'facts'", number, run_id)
+        return None
     kept = [str(f).strip()[:MAX_FACT_CHARS] for f in facts if str(f).strip()]
     return kept[:MAX_FACTS]
 
 
 async def _summary(db: Database, settings: Settings, model: ChatModel, thread: Thread,
-                   run_id: uuid.UUID, number: int, message: str, answer: str) -> str:
+                   run_id: uuid.UUID, number: int, message: str, answer: str) -> str | None:
+    """The new summary; None when the model's reply had none (logged at INFO)."""
     text = prompt("thread_summary").substitute(
         summary=thread.summary or "(empty)", turn=number, message=message, answer=answer,
         max_words=SUMMARY_WORDS)
@@ -140,9 +156,9 @@ async def _summary(db: Database, settings: Settings, model: ChatModel, thread: T
     data = _json(reply)
     summary = data.get("summary") if isinstance(data, dict) else None
     if not isinstance(summary, str) or not summary.strip():
-        log.warning("turn %s of run %s: the summary reply has no 'summary'; the summary "
-                    "keeps the turn verbatim", number, run_id)
-        return f"{thread.summary}\nTurn {number}: {message[:500]} -> {answer[:500]}".strip()
+        log.info("turn %s of run %s: the summary reply has no 'summary'; the summary keeps "
+                 "the turn verbatim", number, run_id)
+        return None
     return summary.strip()
 
 

@@ -229,13 +229,24 @@ ORDER BY r.created_at DESC
 LIMIT %(limit)s;
 
 -- name: run_steps
-SELECT * FROM onebox.task_execution WHERE run_id = %(run_id)s ORDER BY step_number, attempt;
+-- A run's attempts by step number, and in time order within a step: the model's code for a
+-- step (write_code), its first try, the fix (fix_code), the next try... (the agent's model
+-- calls for step N share its number and are each attempt 1, so attempt alone ties them).
+SELECT * FROM onebox.task_execution WHERE run_id = %(run_id)s
+ORDER BY step_number, created_at, attempt, id;
 
 -- name: run_steps_page
--- One page of a run's attempts in (step_number, attempt) order, after a keyset cursor.
-SELECT * FROM onebox.task_execution
-WHERE run_id = %(run_id)s AND (step_number, attempt) > (%(after_number)s, %(after_attempt)s)
-ORDER BY step_number, attempt
+-- One page of a run's attempts in the order of run_steps, after the cursor (step number,
+-- place): ``place`` is the attempt's rank within its step number in that order (its attempt
+-- number for a plan file's step), so "12.1" names one row even when model calls share it.
+SELECT * FROM (
+    SELECT *, row_number() OVER (PARTITION BY step_number
+                                 ORDER BY created_at, attempt, id) AS place
+    FROM onebox.task_execution
+    WHERE run_id = %(run_id)s AND step_number >= %(after_number)s
+) ranked
+WHERE (step_number, place) > (%(after_number)s, %(after_attempt)s)
+ORDER BY step_number, place
 LIMIT %(limit)s;
 
 -- name: run_step_counts
