@@ -59,9 +59,9 @@ class _WordNet:
         self._measures: frozenset[str] = frozenset()
         self.counts: dict[tuple[str, str, int], int] = {}  # (lemma, pos, sense number) -> uses
         for line in (root / "cntlist.rev").read_text("utf-8").splitlines():
-            key, number, count = line.split()
+            key, number, uses = line.split()
             lemma, _, kind = key.partition("%")
-            self.counts[(lemma, _SS_TYPES[kind[0]], int(number))] = int(count)
+            self.counts[(lemma, _SS_TYPES[kind[0]], int(number))] = int(uses)
         for pos, name in (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv")):
             for line in (root / f"index.{name}").read_text("utf-8").splitlines():
                 if not line or line[0] == " ":
