@@ -24,6 +24,7 @@ from onebox.runtime.models.profiles import needs_model, served_models
 from onebox.runtime.models.providers import provider_of
 from onebox.runtime.services import runs as runs_api
 from onebox.runtime.services.explain import explain
+from onebox.runtime.services.run_service import check_llm
 from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
@@ -67,6 +68,8 @@ def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | 
         common.fail(f"plan file {target} does not exist", code=2)
     else:
         if profile is None:
+            if not settings.llm.model:  # names both fixes: a stored profile, or a model
+                common.run_sync(lambda: check_llm(settings))
             common.run_sync(lambda: chat_model_from_settings(settings.llm))  # says what to set
         status = common.run(_run_task(settings, target, detach=detach, name=name,
                                       idempotency_key=idempotency_key, profile=profile,

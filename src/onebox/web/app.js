@@ -182,6 +182,24 @@ function runRow(run) {
 // ---------------------------------------------------------------- new run
 
 const PLAN_EXAMPLE = "name: hello\nsteps:\n  - id: hello\n    tool: bash\n    code: echo hello\n";
+const PROFILE_STORAGE = "onebox.new_run_profile";
+
+// The model a task runs with: one of the tenant's stored profiles (the last one picked here,
+// else the first), or the server's own model (ONEBOX_LLM__MODEL) when none is picked.
+function profilePicker(signal) {
+  const pick = el("select", { id: "new-profile", "aria-label": "profile",
+    onchange: (e) => localStorage.setItem(PROFILE_STORAGE, e.target.value) },
+  el("option", { value: "" }, "the server's own model"));
+  const note = el("span", { class: "muted", id: "new-profile-note" }, "loading profiles…");
+  api("/v1/profiles", { signal }).then((data) => {
+    pick.append(...data.profiles.map((p) => el("option", { value: p.name }, `${p.name} (${p.spec.model})`)));
+    const names = data.profiles.map((p) => p.name);
+    const last = localStorage.getItem(PROFILE_STORAGE);
+    pick.value = names.includes(last) ? last : (names[0] || "");
+    note.textContent = names.length ? "" : "no stored profile: `onebox profile create` or PUT /v1/profiles/NAME adds one";
+  }).catch((err) => { if (err.name !== "AbortError") note.textContent = `profiles: ${err.message}`; });
+  return { pick, box: el("label", { class: "row-flex", id: "new-profile-box" }, el("span", { class: "muted" }, "model"), pick, note) };
+}
 
 function newRunPage(signal) {
   let kind = "task";
@@ -189,10 +207,12 @@ function newRunPage(signal) {
   const name = el("input", { type: "text", id: "new-name", placeholder: "name (optional)" });
   const files = el("input", { type: "file", id: "new-files", multiple: true });
   const out = el("div", { id: "new-result" });
+  const profile = profilePicker(signal);
   const pick = (k) => {
     kind = k;
     for (const b of tabs.querySelectorAll("button")) b.classList.toggle("on", b.dataset.kind === k);
     text.placeholder = k === "task" ? "what should the agent do?" : PLAN_EXAMPLE;
+    profile.box.hidden = k !== "task";
   };
   const tabs = el("div", { class: "tabs" },
     el("button", { type: "button", class: "chip on", "data-kind": "task", onclick: () => pick("task") }, "Task"),
@@ -203,6 +223,7 @@ function newRunPage(signal) {
     try {
       const body = kind === "task" ? { task: text.value }
         : { plan: (await api("/v1/plans/parse", { method: "POST", body: { text: text.value }, signal })).plan };
+      if (kind === "task" && profile.pick.value) body.profile = profile.pick.value;
       if (name.value.trim()) body.name = name.value.trim();
       if (files.files.length) body.files = await uploadFiles(files.files, signal);
       const made = await api("/v1/runs", { method: "POST", body, signal });
@@ -210,7 +231,7 @@ function newRunPage(signal) {
     } catch (err) { if (err.name !== "AbortError") out.replaceChildren(errorBox(err)); }
   };
   view.replaceChildren(el("a", { href: "#/runs" }, "← runs"), el("h1", {}, "New run"),
-    el("form", { class: "card stack", id: "new-run-form", onsubmit: submit }, tabs, text, name,
+    el("form", { class: "card stack", id: "new-run-form", onsubmit: submit }, tabs, text, profile.box, name,
       el("label", { class: "row-flex muted" }, "input files (placed in the run's workspace)", files),
       el("div", { class: "row-flex" }, el("button", { class: "primary", type: "submit", id: "new-submit" }, "Start run")), out));
 }
@@ -255,7 +276,7 @@ function runPage(runId, signal) {
     const versions = d.plans.map((p) => p.version);
     if (s.version === null || !versions.includes(s.version)) s.version = versions[versions.length - 1];
     const plan = d.plans.find((p) => p.version === s.version) || d.plans[0];
-    const latest = latestAttempts(d.steps, plan);
+    const latest = finalSteps(latestAttempts(d.steps, plan), plan, d.run, s.version === versions[versions.length - 1]);
     const failed = failedAttempt(d);
     if (!s.selected && failed) s.selected = failed.step_id;
     if (!s.selected && plan && plan.steps.length) s.selected = plan.steps[0].id;
@@ -384,6 +405,15 @@ function latestAttempts(steps, plan) {
     byStep[st.step_id] = st;
   }
   return byStep;
+}
+
+// A `final` step is no sandbox attempt (the agent renders the answer): on the plan that
+// finished the run, it succeeded with the run.
+function finalSteps(latest, plan, run, newest) {
+  if (!plan || !newest || run.status !== "SUCCEEDED") return latest;
+  const specs = (plan.spec && plan.spec.steps) || plan.steps;
+  for (const step of specs) if (step.kind === "final" && !latest[step.id]) latest[step.id] = { status: "SUCCESS", step_id: step.id };
+  return latest;
 }
 
 function nodeStatus(attempt) {
