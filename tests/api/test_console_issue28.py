@@ -223,3 +223,55 @@ def test_the_cli_task_without_profile_or_model_names_both_fixes(tmp_path: Path) 
     for fix in ("--profile NAME", "onebox profile list", "ONEBOX_LLM__MODEL"):
         assert fix in ran.stderr, (fix, ran.stderr)
     assert "Traceback" not in ran.stderr
+
+
+async def test_the_runs_list_shows_the_error_on_a_phone(world: World, chromium: Any) -> None:
+    """Point 11a: at 390 px the error of a failed run is on screen (a card per run), not in
+    a column scrolled off to the right."""
+    made = await world.post("/v1/runs", {"plan": {"name": "breaks", "steps": [
+        {"id": "bad", "tool": "bash", "code": "exit 3", "max_attempts": 1}]}})
+    run_id = made.json()["run_id"]
+    async with world.client() as c:
+        error = (await wait_status(c, run_id, "FAILED", "DEAD"))["run"]["error"]
+    assert error
+    page = await console(chromium, world, hash_="runs")
+    cell = f"tr[data-run='{run_id}'] td.run-error"
+    for size, name in ((WIDE, "runs-1280"), (PHONE, "runs-390")):
+        await page.set_viewport_size(size)
+        await page.wait_for_selector(cell)
+        await within_width(page, cell)
+        await within_width(page, f"tr[data-run='{run_id}'] .badge")
+        assert error[:60] in await page.inner_text(cell)
+        await shot(page, name)
+    assert page.errors == []
+
+
+WAIT_FOR_GO = ("import os, time\ndeadline = time.time() + 60\n"
+               "while not os.path.exists('go') and time.time() < deadline:\n    time.sleep(0.05)\n"
+               "print('went')")
+
+
+async def test_a_running_step_shows_its_elapsed_time_ticking(world: World, chromium: Any) -> None:
+    """Point 11c: a RUNNING step's card and timeline row show the time since it started,
+    redrawn as it runs; once it ends, its duration."""
+    made = await world.post("/v1/runs", {"plan": {"name": "ticks", "steps": [
+        {"id": "wait", "tool": "python", "code": WAIT_FOR_GO}]}})
+    run_id = made.json()["run_id"]
+    page = await console(chromium, world, hash_=f"runs/{run_id}")
+    await page.wait_for_selector("#dag g[data-step=wait][data-status=RUNNING]", timeout=60_000)
+    await page.click("#dag g[data-step=wait]")
+    card, row = "[data-attempt='wait#1'] .elapsed", "[data-timeline=wait] .elapsed"
+    for size in (WIDE, PHONE):
+        await page.set_viewport_size(size)
+        await within_width(page, card)
+        await within_width(page, row)
+        shown = await page.inner_text(card)
+        assert shown.endswith(" s"), shown
+        await page.wait_for_function("([sel, was]) => document.querySelector(sel).textContent "
+                                     "!== was", arg=[card, shown])  # it ticks
+    await shot(page, "elapsed-390")
+    workspace = world.rt.backend.workspace(f"run-{run_id}")
+    (workspace / "go").write_text("")
+    await page.wait_for_selector("#dag g[data-step=wait][data-status=SUCCESS]", timeout=30_000)
+    await page.wait_for_selector(card, state="detached")
+    assert page.errors == []
