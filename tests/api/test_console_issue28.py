@@ -275,3 +275,50 @@ async def test_a_running_step_shows_its_elapsed_time_ticking(world: World, chrom
     await page.wait_for_selector("#dag g[data-step=wait][data-status=SUCCESS]", timeout=30_000)
     await page.wait_for_selector(card, state="detached")
     assert page.errors == []
+
+
+async def kb_cli(world: World, *args: str) -> tuple[int, Any]:
+    """`onebox kb ...` as the host's operator runs it (tenant default), on this database."""
+    import json
+
+    from click.testing import CliRunner
+
+    from onebox.cli.main import main
+
+    assert world.settings.database_url is not None
+    env = {"ONEBOX_HOME": str(world.settings.home), "ONEBOX_SANDBOX__BACKEND": "process",
+           "ONEBOX_DATABASE_URL": world.settings.database_url.get_secret_value()}
+    result = await asyncio.to_thread(CliRunner().invoke, main, ["kb", *args, "--json"], env=env)
+    return result.exit_code, json.loads(result.stdout) if result.stdout.strip() else None
+
+
+async def test_knowledge_documents_show_names_not_host_paths(world: World, chromium: Any,
+                                                              tmp_path: Path) -> None:
+    """Point 11d: `kb add /abs/path/runbook.md` is stored, listed and searched as
+    `runbook.md` (a folder's files as `notes/sub/deploy.md`); no host path reaches the
+    tenant's API or the console; `kb remove` takes the path or the name."""
+    (tmp_path / "notes" / "sub").mkdir(parents=True)
+    (tmp_path / "runbook.md").write_text("Backups run nightly at 02:00.")
+    (tmp_path / "notes" / "sub" / "deploy.md").write_text("Ana owns the deploy key.")
+    code, added = await kb_cli(world, "add", str(tmp_path / "runbook.md"),
+                               str(tmp_path / "notes"), "-c", "ops")
+    assert code == 0, added
+    async with world.client("default") as c:
+        listed = await c.get("/v1/knowledge/documents")
+        hits = await c.post("/v1/knowledge/search", json={"query": "when do backups run?"})
+    assert sorted(d["source"] for d in listed.json()["documents"]) == [
+        "notes/sub/deploy.md", "runbook.md"]
+    assert hits.json()["hits"][0]["document"]["source"] == "runbook.md"
+    for shown in (listed.text, hits.text, str(added)):
+        assert str(tmp_path) not in shown, shown
+    page = await console(chromium, world, tenant="default", hash_="knowledge")
+    for size, name in ((WIDE, "knowledge-1280"), (PHONE, "knowledge-390")):
+        await page.set_viewport_size(size)
+        await page.wait_for_selector("td:text-is('runbook.md')")
+        await page.wait_for_selector("td:text-is('notes/sub/deploy.md')")
+        assert str(tmp_path) not in await page.inner_text("main")
+        await shot(page, name)
+    assert page.errors == []
+    code, removed = await kb_cli(world, "remove", str(tmp_path / "runbook.md"),
+                                 "notes/sub/deploy.md", "-c", "ops")
+    assert code == 0 and all(removed["removed"].values()), removed
