@@ -12,7 +12,7 @@ import click
 
 from onebox.agent.plan import Plan, load_plan
 from onebox.cli import common
-from onebox.cli.foreground import INTERRUPTED_EXIT, CtrlC, Progress
+from onebox.cli.foreground import INTERRUPTED_EXIT, CtrlC, Progress, settle
 from onebox.cli.render import answer_panel, runs_table, timeline
 from onebox.config import Settings
 from onebox.errors import PlanError
@@ -143,6 +143,7 @@ async def _finish(rt: Runtime, run_id: uuid.UUID, as_json: bool) -> str:
     with Progress(rt.db, run_id, console, live=not as_json) as watch, \
             CtrlC(rt.db, run_id, console, on_first=watch.stop) as ctrl_c:
         final = await rt.drive(run_id, progress=watch.update)
+        await settle(rt.db, rt.settings, run_id, console)
     tl = await runs_api.run_timeline(rt.db, run_id)
     if as_json:
         common.print_json(tl)
