@@ -69,8 +69,10 @@ def test_ctrl_c_waits_for_a_step_another_worker_holds(home: Path) -> None:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             assert fg.stdout is not None
-            first = fg.stdout.readline()
-            run_id = next(w for w in first.split() if w.count("-") == 4)
+            started = ""
+            while " started" not in started and fg.poll() is None:
+                started = fg.stdout.readline()
+            run_id = next(w for w in started.split() if w.count("-") == 4)
             for _ in range(600):  # the worker has the model step (its call hangs 60 s)
                 if any(s["status"] == "RUNNING" for s in _show(env, run_id)["steps"]):
                     break
