@@ -194,8 +194,10 @@ async def test_a_task_from_the_console_runs_with_the_profile_picked(
     for size in (WIDE, PHONE):
         await page.set_viewport_size(size)
         await page.wait_for_selector(f"{final}[data-status=SUCCESS]")
-        color = await page.eval_on_selector(f"{final} rect", "r => getComputedStyle(r).fill")
-        assert color == "rgb(31, 157, 85)", color  # --ok green, not the grey of NOT_STARTED
+        await page.wait_for_function(  # --ok green, not the grey of NOT_STARTED (live events
+            "sel => { const r = document.querySelector(sel); "  # may redraw the graph)
+            "return r !== null && getComputedStyle(r).fill === 'rgb(31, 157, 85)'; }",
+            arg=f"{final} rect")
     await shot(page, "task-with-profile")
     assert page.errors == []
 
