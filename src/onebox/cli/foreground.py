@@ -12,6 +12,10 @@ this process's worker sees the cancel at its next heartbeat, stops the step and 
 The second SIGINT prints how to follow the run and exits with 130 without waiting for
 anything: the sandboxes die with this process (bwrap --die-with-parent).
 
+When the run has ended, a step another worker holds still runs until that worker's next
+heartbeat stops it (a lost worker's, until its lease expires): ``settle`` waits for that,
+bounded, so the final table shows how every step ended.
+
 With ``keep`` (a test asked at the first SIGINT), a run that should not be cancelled (a chat
 turn already answered, its upkeep left) is left to the workers instead: ``on_keep`` is
 called to stop driving it here, and nothing is cancelled.
@@ -41,13 +45,16 @@ from onebox.cli.render import (
     steps_table,
     waiting_approvals,
 )
+from onebox.config import Settings
 from onebox.errors import Conflict, OneboxError
 from onebox.runtime.engine import live_logs
+from onebox.runtime.engine.queue import sweep_expired
 from onebox.runtime.services import runs as runs_api
 from onebox.store.db import Database
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what shells report for a process ended by Ctrl-C
 TAIL_LINES = 5  # the running steps' last lines of output shown under the table
+SETTLE_POLL_S = 0.2  # how often `settle` looks at the ended run's steps
 
 
 class Progress:
@@ -131,6 +138,28 @@ class StepLines:
 
     def _line(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+async def settle(db: Database, settings: Settings, run_id: uuid.UUID, console: Console) -> None:
+    """Once the run has ended: wait until none of its steps is RUNNING, for at most a lease
+    and two heartbeats (what another worker takes to stop its step, or a lost one's lease to
+    expire: this process sweeps expired leases meanwhile). Ctrl-C leaves at once."""
+    loop = asyncio.get_running_loop()
+    runtime = settings.runtime
+    deadline = loop.time() + runtime.lease_s + 2 * runtime.heartbeat_s
+    told = False
+    while running := [s["step_id"] for s in await runs_api.run_steps(db, run_id)
+                      if s["status"] == "RUNNING"]:
+        if loop.time() > deadline:
+            console.print(f"still stopping on another worker: {', '.join(running)}; "
+                          f"`onebox show {run_id}` shows how they end", markup=False)
+            return
+        if not told:
+            told = True
+            console.print(f"waiting for {', '.join(running)} to stop on another worker...",
+                          markup=False)
+        await sweep_expired(db, settings)
+        await asyncio.sleep(SETTLE_POLL_S)
 
 
 class CtrlC:

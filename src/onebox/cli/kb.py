@@ -235,9 +235,7 @@ def remove_cmd(sources: tuple[str, ...], collection: str, as_json: bool) -> None
         async with open_knowledge(common.settings()) as knowledge:
             out = {}
             for source in sources:
-                path = Path(source)
-                key = str(path.resolve()) if path.exists() else source
-                out[source] = await knowledge.kb.remove(key, _stored(collection))
+                out[source] = await _remove(knowledge, source, collection)
             return out
 
     removed = common.run(go())
@@ -248,6 +246,17 @@ def remove_cmd(sources: tuple[str, ...], collection: str, as_json: bool) -> None
             common.out.print(f"{'removed' if done else 'not found'}: {source}", markup=False)
     if not all(removed.values()):
         raise click.exceptions.Exit(1)
+
+
+async def _remove(knowledge: Any, source: str, collection: str) -> bool:
+    """The document SOURCE names: its stored name (``notes/a.md``), a file's path (stored
+    under its file name), or the absolute path a document added before names was kept under."""
+    path = Path(source)
+    keys = [source, path.name, *([str(path.resolve())] if path.exists() else [])]
+    for key in dict.fromkeys(keys):
+        if await knowledge.kb.remove(key, _stored(collection)):
+            return True
+    return False
 
 
 @kb.command("reembed")

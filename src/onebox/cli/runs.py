@@ -12,7 +12,7 @@ import click
 
 from onebox.agent.plan import Plan, load_plan
 from onebox.cli import common
-from onebox.cli.foreground import INTERRUPTED_EXIT, CtrlC, Progress
+from onebox.cli.foreground import INTERRUPTED_EXIT, CtrlC, Progress, settle
 from onebox.cli.render import answer_panel, failure, run_header, runs_table, timeline
 from onebox.config import Settings
 from onebox.errors import PlanError
@@ -24,6 +24,7 @@ from onebox.runtime.models.profiles import needs_model, served_models
 from onebox.runtime.models.providers import provider_of
 from onebox.runtime.services import runs as runs_api
 from onebox.runtime.services.explain import explain
+from onebox.runtime.services.run_service import check_llm
 from onebox.runtime.services.service import Runtime
 from onebox.store.db import Database
 
@@ -70,6 +71,8 @@ def run_cmd(target: str, detach: bool, name: str | None, idempotency_key: str | 
         common.fail(f"plan file {target} does not exist", code=2)
     else:
         if profile is None:
+            if not settings.llm.model:  # names both fixes: a stored profile, or a model
+                common.run_sync(lambda: check_llm(settings))
             common.run_sync(lambda: chat_model_from_settings(settings.llm))  # says what to set
         status = common.run(_run_task(settings, target, detach=detach, name=name,
                                       idempotency_key=idempotency_key, profile=profile,
@@ -146,6 +149,7 @@ async def _finish(rt: Runtime, run_id: uuid.UUID, as_json: bool, *, brief: bool 
     with Progress(rt.db, run_id, console, live=live, lines=brief and not as_json) as watch, \
             CtrlC(rt.db, run_id, console, on_first=watch.stop) as ctrl_c:
         final = await rt.drive(run_id, progress=watch.update)
+        await settle(rt.db, rt.settings, run_id, console)
     tl = await runs_api.run_timeline(rt.db, run_id, limit=None if brief else runs_api.PAGE_STEPS)
     if as_json:
         common.print_json(tl)

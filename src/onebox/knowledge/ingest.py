@@ -201,14 +201,15 @@ class KnowledgeBase:
         """Ingest files and folders; reports progress after every embedded batch and file.
 
         Each file is parsed by :func:`onebox.knowledge.docparse.load_file` (PDF, DOCX and
-        HTML in the document sandbox, with its limits)."""
+        HTML in the document sandbox, with its limits) and stored under its name
+        (:func:`onebox.knowledge.loaders.source_name`), not its host path."""
         files = list(iter_files(paths))
         state = IngestProgress(files_total=len(files))
-        for path in files:
+        for path, name in files:
             loaded = await load_file(path, self.parse_limits)
             state.current = str(path)
             doc = DocumentInput(
-                source=str(path.resolve()), sections=loaded.sections, collection=collection,
+                source=name, sections=loaded.sections, collection=collection,
                 source_type=loaded.source_type, title=loaded.title,
                 metadata={**loaded.metadata, **(metadata or {})},
                 execution_id=execution_id, snapshot_id=snapshot_id, text=loaded.original)

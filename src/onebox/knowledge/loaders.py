@@ -6,7 +6,8 @@ in this process: use it for trusted files only. Untrusted bytes (uploads, ``kb a
 files a step declares) go through :func:`onebox.knowledge.docparse.parse_document`,
 which parses PDF, DOCX and HTML in a sandbox with the same extractors
 (:mod:`onebox.knowledge.parse_child`). Text, code and Markdown are parsed in linear time.
-``iter_files`` expands folders, skipping hidden entries and unknown types.
+``iter_files`` expands folders, skipping hidden entries and unknown types, and names each
+file as it is stored (``source_name``): never where it lies on the host.
 """
 
 from __future__ import annotations
@@ -59,18 +60,29 @@ def source_type_of(path: Path) -> str | None:
     return None
 
 
-def iter_files(paths: list[Path]) -> Iterator[Path]:
+def iter_files(paths: list[Path]) -> Iterator[tuple[Path, str]]:
+    """Each file to ingest with its source name (``source_name``)."""
     for path in paths:
         if not path.exists():
             raise ValidationError(f"{path} does not exist", field="path")
         if path.is_file():
-            yield path
+            yield path, source_name(path)
             continue
         for child in sorted(path.rglob("*")):
             rel = child.relative_to(path)
             hidden = any(p.startswith(".") for p in rel.parts)
             if child.is_file() and not hidden and source_type_of(child) is not None:
-                yield child
+                yield child, source_name(child, path)
+
+
+def source_name(path: Path, folder: Path | None = None) -> str:
+    """The name a file added from the host is stored, listed and shown under: its file name,
+    or for a file found in a folder given, its path from that folder's name
+    (``notes/2026/a.md`` for ``kb add ~/notes``). The rest of the host path is kept nowhere:
+    the tenant's API, its runs and its model see the name only."""
+    if folder is None:
+        return path.name
+    return (Path(folder.resolve().name) / path.relative_to(folder)).as_posix()
 
 
 def load_path(path: Path) -> LoadedDocument:

@@ -42,6 +42,14 @@ const TERMINAL = ["SUCCEEDED", "FAILED", "CANCELLED", "DEAD"];
 const attemptLabel = (s) => (s.max_attempts && s.max_attempts >= s.attempt ? `${s.attempt} of ${s.max_attempts}` : `${s.attempt}`);
 const fmtMs = (ms) => (ms === null || ms === undefined ? "–" : ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(2)} s`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// A running step's time so far, redrawn every second by the run page (tickElapsed).
+const fmtElapsed = (ms) => { const t = Math.max(0, Math.floor(ms / 1000)); return t < 60 ? `${t} s` : `${Math.floor(t / 60)} min ${String(t % 60).padStart(2, "0")} s`; };
+const elapsedSince = (since) => el("span", { class: "elapsed", "data-since": since, title: `running since ${fmtTime(since)}` },
+  fmtElapsed(Date.now() - new Date(since).getTime()));
+function tickElapsed() {
+  for (const span of document.querySelectorAll(".elapsed[data-since]")) span.textContent = fmtElapsed(Date.now() - new Date(span.dataset.since).getTime());
+}
+const durationOf = (s) => (s.status === "RUNNING" && s.started_at && !s.finished_at ? elapsedSince(s.started_at) : fmtMs(s.resources.duration_ms));
 
 function apiKey() { return localStorage.getItem(KEY_STORAGE) || ""; }
 function authHeaders() { const k = apiKey(); return k ? { Authorization: `Bearer ${k}` } : {}; }
@@ -141,7 +149,7 @@ function runsPage(signal) {
   view.replaceChildren(
     el("div", { class: "row-flex" }, el("h1", {}, "Runs"), el("a", { href: "#/new", class: "button primary", id: "new-run" }, "New run")),
     el("div", { class: "filters" }, ...chips, search, status),
-    el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {}, ...["status", "name", "run", "steps", "created", "duration", "tokens", "cost", "error"].map((h) => el("th", {}, h)))), table)),
+    el("div", { class: "table-wrap" }, el("table", { class: "runs" }, el("thead", {}, el("tr", {}, ...RUN_COLUMNS.map((h) => el("th", { class: `c-${h}` }, h)))), table)),
     el("div", { class: "row-flex pager" }, newer, pageNo, older));
 
   async function refresh() {
@@ -168,20 +176,42 @@ function runsPage(signal) {
   (async () => { while (!signal.aborted) { await sleep(2000); if (!signal.aborted) await refresh(); } })();
 }
 
+// On a narrow screen (style.css) each row is a card: status, name, steps and duration on
+// one line, the error on its own line under them.
+const RUN_COLUMNS = ["status", "name", "run", "steps", "created", "duration", "tokens", "cost", "error"];
+
 function runRow(run) {
   const duration = run.duration_ms ?? (run.started_at ? (new Date(run.finished_at || Date.now()) - new Date(run.started_at)) : null);
   const error = run.error ? (run.error.length > 80 ? `${run.error.slice(0, 80)}…` : run.error) : "";
+  const cells = [badge(run.status), run.name || el("span", { class: "muted" }, "(unnamed)"), run.id.slice(0, 8),
+    `${run.steps_succeeded}/${run.steps_started}`, fmtTime(run.created_at), fmtMs(duration), fmtTokens(run.tokens),
+    fmtCost(run.cost_usd), error];
+  const extra = { run: { class: "mono" }, tokens: { class: "num" }, cost: { class: "num" }, error: { class: "run-error", title: run.error || "" } };
   return el("tr", { class: "clickable", "data-run": run.id, onclick: () => { location.hash = `#/runs/${run.id}`; } },
-    el("td", {}, badge(run.status)), el("td", {}, run.name || el("span", { class: "muted" }, "(unnamed)")),
-    el("td", { class: "mono" }, run.id.slice(0, 8)), el("td", {}, `${run.steps_succeeded}/${run.steps_started}`),
-    el("td", {}, fmtTime(run.created_at)), el("td", {}, fmtMs(duration)),
-    el("td", { class: "num" }, fmtTokens(run.tokens)), el("td", { class: "num" }, fmtCost(run.cost_usd)),
-    el("td", { class: "run-error", title: run.error || "" }, error));
+    ...RUN_COLUMNS.map((c, i) => { const a = extra[c] || {}; return el("td", { ...a, class: `c-${c}${a.class ? ` ${a.class}` : ""}` }, cells[i]); }));
 }
 
 // ---------------------------------------------------------------- new run
 
 const PLAN_EXAMPLE = "name: hello\nsteps:\n  - id: hello\n    tool: bash\n    code: echo hello\n";
+const PROFILE_STORAGE = "onebox.new_run_profile";
+
+// The model a task runs with: one of the tenant's stored profiles (the last one picked here,
+// else the first), or the server's own model (ONEBOX_LLM__MODEL) when none is picked.
+function profilePicker(signal) {
+  const pick = el("select", { id: "new-profile", "aria-label": "profile",
+    onchange: (e) => localStorage.setItem(PROFILE_STORAGE, e.target.value) },
+  el("option", { value: "" }, "the server's own model"));
+  const note = el("span", { class: "muted", id: "new-profile-note" }, "loading profiles…");
+  api("/v1/profiles", { signal }).then((data) => {
+    pick.append(...data.profiles.map((p) => el("option", { value: p.name }, `${p.name} (${p.spec.model})`)));
+    const names = data.profiles.map((p) => p.name);
+    const last = localStorage.getItem(PROFILE_STORAGE);
+    pick.value = names.includes(last) ? last : (names[0] || "");
+    note.textContent = names.length ? "" : "no stored profile: `onebox profile create` or PUT /v1/profiles/NAME adds one";
+  }).catch((err) => { if (err.name !== "AbortError") note.textContent = `profiles: ${err.message}`; });
+  return { pick, box: el("label", { class: "row-flex", id: "new-profile-box" }, el("span", { class: "muted" }, "model"), pick, note) };
+}
 
 function newRunPage(signal) {
   let kind = "task";
@@ -189,10 +219,12 @@ function newRunPage(signal) {
   const name = el("input", { type: "text", id: "new-name", placeholder: "name (optional)" });
   const files = el("input", { type: "file", id: "new-files", multiple: true });
   const out = el("div", { id: "new-result" });
+  const profile = profilePicker(signal);
   const pick = (k) => {
     kind = k;
     for (const b of tabs.querySelectorAll("button")) b.classList.toggle("on", b.dataset.kind === k);
     text.placeholder = k === "task" ? "what should the agent do?" : PLAN_EXAMPLE;
+    profile.box.hidden = k !== "task";
   };
   const tabs = el("div", { class: "tabs" },
     el("button", { type: "button", class: "chip on", "data-kind": "task", onclick: () => pick("task") }, "Task"),
@@ -203,6 +235,7 @@ function newRunPage(signal) {
     try {
       const body = kind === "task" ? { task: text.value }
         : { plan: (await api("/v1/plans/parse", { method: "POST", body: { text: text.value }, signal })).plan };
+      if (kind === "task" && profile.pick.value) body.profile = profile.pick.value;
       if (name.value.trim()) body.name = name.value.trim();
       if (files.files.length) body.files = await uploadFiles(files.files, signal);
       const made = await api("/v1/runs", { method: "POST", body, signal });
@@ -210,7 +243,7 @@ function newRunPage(signal) {
     } catch (err) { if (err.name !== "AbortError") out.replaceChildren(errorBox(err)); }
   };
   view.replaceChildren(el("a", { href: "#/runs" }, "← runs"), el("h1", {}, "New run"),
-    el("form", { class: "card stack", id: "new-run-form", onsubmit: submit }, tabs, text, name,
+    el("form", { class: "card stack", id: "new-run-form", onsubmit: submit }, tabs, text, profile.box, name,
       el("label", { class: "row-flex muted" }, "input files (placed in the run's workspace)", files),
       el("div", { class: "row-flex" }, el("button", { class: "primary", type: "submit", id: "new-submit" }, "Start run")), out));
 }
@@ -229,6 +262,8 @@ function runPage(runId, signal) {
   const state = { detail: null, version: null, selected: null, live: "connecting…", calls: [], inputs: [], artifacts: [], liveOut: new Map(), diff: null, diffFrom: "", diffTo: "", replay: null, runDiff: null };
   view.replaceChildren(el("p", { class: "muted" }, "loading run…"));
   let pending = null;
+  const ticker = setInterval(tickElapsed, 1000);
+  signal.addEventListener("abort", () => clearInterval(ticker));
 
   async function load() {
     try {
@@ -255,7 +290,7 @@ function runPage(runId, signal) {
     const versions = d.plans.map((p) => p.version);
     if (s.version === null || !versions.includes(s.version)) s.version = versions[versions.length - 1];
     const plan = d.plans.find((p) => p.version === s.version) || d.plans[0];
-    const latest = latestAttempts(d.steps, plan);
+    const latest = finalSteps(latestAttempts(d.steps, plan), plan, d.run, s.version === versions[versions.length - 1]);
     const failed = failedAttempt(d);
     if (!s.selected && failed) s.selected = failed.step_id;
     if (!s.selected && plan && plan.steps.length) s.selected = plan.steps[0].id;
@@ -386,6 +421,15 @@ function latestAttempts(steps, plan) {
   return byStep;
 }
 
+// A `final` step is no sandbox attempt (the agent renders the answer): on the plan that
+// finished the run, it succeeded with the run.
+function finalSteps(latest, plan, run, newest) {
+  if (!plan || !newest || run.status !== "SUCCEEDED") return latest;
+  const specs = (plan.spec && plan.spec.steps) || plan.steps;
+  for (const step of specs) if (step.kind === "final" && !latest[step.id]) latest[step.id] = { status: "SUCCESS", step_id: step.id };
+  return latest;
+}
+
 function nodeStatus(attempt) {
   if (!attempt) return "NOT_STARTED";
   if (attempt.waiting_approval) return "WAITING";
@@ -442,7 +486,7 @@ function timelineView(steps, selected, select) {
       style: `left:${(100 * (from - start)) / (end - start)}%;width:${Math.max(0.5, (100 * (to - from)) / (end - start))}%` });
     return el("div", { class: `row${s.step_id === selected ? " selected" : ""}`, "data-timeline": s.step_id, onclick: () => select(s.step_id) },
       el("span", { class: "mono" }, `${s.step_id}${s.attempt > 1 ? ` #${s.attempt}` : ""}`),
-      el("div", { class: "track" }, bar), el("span", { class: "muted" }, fmtMs(s.resources.duration_ms)));
+      el("div", { class: "track" }, bar), el("span", { class: "muted" }, durationOf(s)));
   }));
 }
 
@@ -482,7 +526,7 @@ function stepPanel(attempts, liveOut, compare, fork) {
       ...s.warnings.map(warningBox),
       el("div", { class: "kv" },
         el("span", { class: "muted" }, "tool"), el("span", {}, s.tool || "–"),
-        el("span", { class: "muted" }, "duration"), el("span", {}, fmtMs(r.duration_ms)),
+        el("span", { class: "muted" }, s.status === "RUNNING" ? "elapsed" : "duration"), el("span", {}, durationOf(s)),
         el("span", { class: "muted" }, "memory peak"), el("span", {}, r.memory_used_mb === null ? "–" : `${r.memory_used_mb.toFixed(1)} MB`),
         el("span", { class: "muted" }, "cpu"), el("span", {}, r.cpu_usage_percent === null ? "–" : `${r.cpu_usage_percent}%`),
         el("span", { class: "muted" }, "limits"), el("span", { class: "mono" }, limits),

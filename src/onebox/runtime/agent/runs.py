@@ -63,16 +63,25 @@ def needs_model(plan: Plan) -> bool:
     return any(s.kind == "code" and s.code is None for s in plan.steps)
 
 
-def require_model(settings: Settings, *, field: str, why: str) -> None:
-    """LLMNotConfigured naming the missing settings, before anything is stored."""
+PICK_A_PROFILE = (
+    "Pick one of the tenant's stored profiles (each names its own model): `onebox run "
+    "--profile NAME`, the \"profile\" field of the request, or the console's model picker; "
+    "`onebox profile list` lists them and `onebox profile create` adds one. Or configure a "
+    "process-wide model: ")
+
+
+def require_model(settings: Settings, *, field: str, why: str, profiles: bool = False) -> None:
+    """LLMNotConfigured naming the missing settings, before anything is stored; with
+    ``profiles`` (the work may name a stored profile instead) it names that fix first."""
     llm = settings.llm
     missing = [n for n, v in (("ONEBOX_LLM__MODEL", llm.model), ("OPENAI_BASE_URL", llm.base_url),
                               ("OPENAI_API_KEY", llm.api_key)) if not v]
     if missing:
+        how = "set ONEBOX_LLM__MODEL, OPENAI_BASE_URL and OPENAI_API_KEY."
         raise LLMNotConfigured(
-            f"{why} needs a chat model, and none is configured (missing "
-            f"{', '.join(missing)}). Set ONEBOX_LLM__MODEL, OPENAI_BASE_URL and "
-            "OPENAI_API_KEY.", field=field)
+            f"{why} needs a chat model: it names no profile, and no process-wide model is "
+            f"configured (missing {', '.join(missing)}). "
+            f"{PICK_A_PROFILE + how if profiles else how[0].upper() + how[1:]}", field=field)
 
 
 async def submit_agent_plan(

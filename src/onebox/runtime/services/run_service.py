@@ -63,7 +63,8 @@ async def create_run(
 
 def check_llm(settings: Settings) -> None:
     """A task needs a chat model: say exactly which settings are missing."""
-    require_model(settings, field="task", why="a run from a task (the agent planning it)")
+    require_model(settings, field="task", why="a run from a task (the agent planning it)",
+                  profiles=True)
 
 
 async def search_runs(
