@@ -65,7 +65,7 @@ def test_ctrl_c_waits_for_a_step_another_worker_holds(home: Path) -> None:
         worker = subprocess.Popen([ONEBOX, "worker", "--name", "holder"],
                                   env={**env, "I28_SLOW_KEY": "sk-test"},
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        fg = subprocess.Popen([ONEBOX, "run", "say hi", "--profile", "slowpoke"], env=env,
+        fg = subprocess.Popen([ONEBOX, "run", "say hi", "--profile", "slowpoke", "--verbose"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             assert fg.stdout is not None
