@@ -175,3 +175,28 @@ def test_exec_through_a_running_server(server: dict[str, str], settings: Setting
     stranger = _exec({**server, "ONEBOX_API_KEY": "obx_wrong"}, "--", "print(1)")
     assert stranger.returncode == 2 and "Traceback" not in stranger.stderr
     assert "API key" in stranger.stderr or "unauthorized" in stranger.stderr.lower()
+
+
+def test_a_second_server_on_a_busy_port_leaves_the_first_alone(server: dict[str, str],
+                                                               settings: Settings) -> None:
+    """`onebox up` or `onebox mcp --http` on the port a running `onebox up` holds: a clear
+    error before any banner, and the first server keeps its record, its sessions and their
+    interpreter state."""
+    record = settings.home / "server-address"
+    url = record.read_text().strip()
+    port = url.rsplit(":", 1)[1]
+    first = _exec(server, "--keep", "--json", "--", "x = 41")
+    session = json.loads(first.stdout)["session_id"]
+    for argv in (["up", "--port", port], ["mcp", "--http", "--port", port]):
+        second = subprocess.run([ONEBOX, *argv], env=server, capture_output=True, text=True,
+                                timeout=120)
+        assert second.returncode == 2, (argv, second.stdout, second.stderr)
+        assert "onebox is up" not in second.stdout and "obx_" not in second.stdout
+        assert f"port {port}" in second.stderr and "--port" in second.stderr, second.stderr
+        assert f"onebox is already running at {url}" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr and "onebox MCP on" not in second.stderr
+        assert record.read_text().strip() == url
+    kept = _exec(server, "--session", session, "--", "x + 1")
+    assert (kept.returncode, kept.stdout) == (0, "42\n"), kept.stderr
+    again = _exec(server, "--session", session, "--", "x + 2")
+    assert (again.returncode, again.stdout) == (0, "43\n"), again.stderr
