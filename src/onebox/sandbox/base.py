@@ -254,6 +254,12 @@ class SandboxBackend(abc.ABC):
         cannot do this return 0 and their callers cancel instead."""
         return 0
 
+    def interpreter_lost(self, session_id: str, why: str) -> None:
+        """The session's interpreter state was lost outside this backend (the server that
+        ran it died, the session moved here): the next ``run_cell`` result says
+        ``state_lost`` with ``why``. Backends without an interpreter have nothing to say."""
+        return None
+
     def hold(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Keep executions out of a session (waiting for running ones) while host code
         changes its workspace, e.g. a snapshot restore. Backends with a session table

@@ -180,6 +180,9 @@ class BwrapSandbox(SandboxBackend):
             kill_tree(blocked)
         return len(running) + self.interpreters.interrupt(session_id)
 
+    def interpreter_lost(self, session_id: str, why: str) -> None:
+        self.interpreters.lost_elsewhere(session_id, why)
+
     async def cleanup(self, session_id: str) -> None:
         for blocked in list(self._running.get(session_id, ())):
             kill_tree(blocked)
