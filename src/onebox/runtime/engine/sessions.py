@@ -11,6 +11,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
+from onebox.errors import OneboxError
 from onebox.sandbox.base import SandboxBackend
 from onebox.store import runs as store
 from onebox.store.db import Database
@@ -61,7 +62,12 @@ async def reclaim_abandoned(db: Database, backend: SandboxBackend) -> list[str]:
     for row in owned:
         if not await asyncio.to_thread(backend.local_owner_gone, str(row["owner"])):
             continue
-        await backend.cleanup(row["id"])
+        try:
+            await backend.cleanup(row["id"])
+        except (OSError, OneboxError) as exc:  # one stuck workspace must not keep the rest
+            log.warning("could not reclaim session %s of dead process %s: %s (the next "
+                        "sweep retries)", row["id"], row["owner"], exc)
+            continue
         async with db.connection() as conn:
             if await store.fetch_one(conn, "release_session", {"id": row["id"]}) is not None:
                 reclaimed.append(str(row["id"]))

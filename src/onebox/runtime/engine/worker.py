@@ -98,6 +98,7 @@ class Worker:
                 RetentionChore(self.db, self.settings, objects).loop()))
         try:
             await sweep_expired(self.db, self.settings)
+            await reclaim_abandoned(self.db, self.backend)
             await self._refresh_served()
             await self._load_model_clients()
             while not stop.is_set():
