@@ -187,7 +187,8 @@ def test_a_second_server_on_a_busy_port_leaves_the_first_alone(server: dict[str,
     port = url.rsplit(":", 1)[1]
     first = _exec(server, "--keep", "--json", "--", "x = 41")
     session = json.loads(first.stdout)["session_id"]
-    for argv in (["up", "--port", port], ["mcp", "--http", "--port", port]):
+    for argv in (["up", "--port", port], ["serve", "--port", port, "--no-auth"],
+                 ["mcp", "--http", "--port", port]):
         second = subprocess.run([ONEBOX, *argv], env=server, capture_output=True, text=True,
                                 timeout=120)
         assert second.returncode == 2, (argv, second.stdout, second.stderr)
@@ -195,6 +196,7 @@ def test_a_second_server_on_a_busy_port_leaves_the_first_alone(server: dict[str,
         assert f"port {port}" in second.stderr and "--port" in second.stderr, second.stderr
         assert f"onebox is already running at {url}" in second.stderr, second.stderr
         assert "Traceback" not in second.stderr and "onebox MCP on" not in second.stderr
+        assert "no-auth:" not in second.stderr and "console on" not in second.stderr
         assert record.read_text().strip() == url
     kept = _exec(server, "--session", session, "--", "x + 1")
     assert (kept.returncode, kept.stdout) == (0, "42\n"), kept.stderr

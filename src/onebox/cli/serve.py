@@ -46,7 +46,9 @@ def check_exposure(settings: Settings) -> None:
                     "`onebox keys create`.", code=2)
 
 
-def _configure(host: str | None, port: int | None, no_auth: bool) -> Settings:
+def _configure(host: str | None, port: int | None,
+               no_auth: bool) -> tuple[Settings, socket.socket]:
+    """The settings and the listening socket: bound before anything is printed."""
     settings = common.settings()
     if host is not None:
         settings.api.host = host
@@ -55,11 +57,12 @@ def _configure(host: str | None, port: int | None, no_auth: bool) -> Settings:
     if no_auth:
         settings.api.auth = False
     check_exposure(settings)
+    sock = _listen(settings)
     if not settings.api.auth:
         from onebox.peers import no_auth_banner
 
         common.err.print(no_auth_banner(), markup=False)
-    return settings
+    return settings, sock
 
 
 def _url(settings: Settings) -> str:
@@ -131,8 +134,7 @@ no_auth_option = click.option("--no-auth", is_flag=True,
 @no_auth_option
 def serve_cmd(host: str | None, port: int | None, no_auth: bool) -> None:
     """Serve the HTTP API and the web console (steps run in `onebox worker`s)."""
-    settings = _configure(host, port, no_auth)
-    sock = _listen(settings)
+    settings, sock = _configure(host, port, no_auth)
     common.err.print(f"onebox API and console on {_url(settings)}/ui/ "
                      f"(auth {'on' if settings.api.auth else 'OFF'})", markup=False)
     common.run(_serve(settings, sock, worker=False))
@@ -144,8 +146,8 @@ def serve_cmd(host: str | None, port: int | None, no_auth: bool) -> None:
 @no_auth_option
 def up_cmd(host: str | None, port: int | None, no_auth: bool) -> None:
     """Everything in one process: API, console and a worker, on the embedded database."""
-    settings = _configure(host, port, no_auth)
-    common.run(_up(settings, _listen(settings)))
+    settings, sock = _configure(host, port, no_auth)
+    common.run(_up(settings, sock))
 
 
 async def first_key(settings: Settings) -> str | None:
