@@ -175,3 +175,75 @@ def test_exec_through_a_running_server(server: dict[str, str], settings: Setting
     stranger = _exec({**server, "ONEBOX_API_KEY": "obx_wrong"}, "--", "print(1)")
     assert stranger.returncode == 2 and "Traceback" not in stranger.stderr
     assert "API key" in stranger.stderr or "unauthorized" in stranger.stderr.lower()
+
+
+def test_a_second_server_on_a_busy_port_leaves_the_first_alone(server: dict[str, str],
+                                                               settings: Settings) -> None:
+    """`onebox up` or `onebox mcp --http` on the port a running `onebox up` holds: a clear
+    error before any banner, and the first server keeps its record, its sessions and their
+    interpreter state."""
+    record = settings.home / "server-address"
+    url = record.read_text().strip()
+    port = url.rsplit(":", 1)[1]
+    first = _exec(server, "--keep", "--json", "--", "x = 41")
+    session = json.loads(first.stdout)["session_id"]
+    for argv in (["up", "--port", port], ["serve", "--port", port, "--no-auth"],
+                 ["mcp", "--http", "--port", port]):
+        second = subprocess.run([ONEBOX, *argv], env=server, capture_output=True, text=True,
+                                timeout=120)
+        assert second.returncode == 2, (argv, second.stdout, second.stderr)
+        assert "onebox is up" not in second.stdout and "obx_" not in second.stdout
+        assert f"port {port}" in second.stderr and "--port" in second.stderr, second.stderr
+        assert f"onebox is already running at {url}" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr and "onebox MCP on" not in second.stderr
+        assert "no-auth:" not in second.stderr and "console on" not in second.stderr
+        assert record.read_text().strip() == url
+    kept = _exec(server, "--session", session, "--", "x + 1")
+    assert (kept.returncode, kept.stdout) == (0, "42\n"), kept.stderr
+    again = _exec(server, "--session", session, "--", "x + 2")
+    assert (again.returncode, again.stdout) == (0, "43\n"), again.stderr
+
+
+def _up(env: dict[str, str], port: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([ONEBOX, "up", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_up(f"http://127.0.0.1:{port}", proc)
+    return proc
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_session_whose_server_was_killed_says_its_state_was_lost(
+        settings: Settings, db_url: str) -> None:
+    """kill -9 the server holding a session's interpreter, start another on the same home:
+    the next call in the session says state_lost (with why) at once (not after the dead
+    server's lease), the variable is gone and the workspace's files are still there."""
+    env, port = _env(settings, db_url), _free_port()
+    first = _up(env, port)
+    second = None
+    try:
+        made = _exec(env, "--keep", "--json", "--", "x = 1; open('f.txt', 'w').write('kept')")
+        session = json.loads(made.stdout)["session_id"]
+        kept = json.loads(_exec(env, "--session", session, "--json", "--", "print(x + 1)").stdout)
+        assert kept["stdout"] == "2\n" and kept["state_lost"] is False, kept
+        first.kill()
+        first.wait(timeout=60)
+        second = _up(env, port)
+        after = _exec(env, "--session", session, "--json", "--",
+                      "print('x' in dir(), open('f.txt').read())")
+        assert after.returncode == 0, after.stderr
+        data = json.loads(after.stdout)
+        assert data["state_lost"] is True and data["restart_reason"], (data, after.stderr)
+        assert data["stdout"] == "False kept\n", data  # the files stay, on the same home
+        assert "moved from server" in data["restart_reason"], data
+        again = json.loads(_exec(env, "--session", session, "--json", "--", "1").stdout)
+        assert again["state_lost"] is False, again
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=60)

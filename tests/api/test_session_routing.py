@@ -194,6 +194,8 @@ async def test_a_stopping_server_hands_its_sessions_to_the_next_request(
         assert "interpreter" in moved and "restored from snapshot" in moved, moved
         lost = await _cell(two, session, "print(y)")
         assert "NameError" in lost.text, "the interpreter's state did not travel (and we say so)"
+        assert lost.json()["state_lost"] is True and "moved from server" in \
+            lost.json()["restart_reason"], lost.json()
     async with cluster.client(2) as three:  # now held by server 2: 3 forwards there
         again = await three.get(f"/v1/sessions/{session}/files/kept.txt")
         assert again.status_code == 200 and "onebox-session-moved" not in again.headers

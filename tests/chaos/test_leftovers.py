@@ -287,3 +287,55 @@ async def test_a_finished_task_run_releases_its_workspace_and_image(db, settings
         assert not images.joinpath(f"workspaces-run-{run_id}.img").exists()
     finally:
         await backend.close()
+
+
+def _markers(home: Home) -> set[int]:
+    """The uid markers of this home's session uids (machine-wide registry)."""
+    registry = load_settings(home=home.path).sandbox.uid_registry
+    names = os.listdir(registry) if registry.is_dir() else []
+    return {int(n) for n in names if n.isdigit() and int(n) in home.uids}
+
+
+def _workspace_mounts(home: Home) -> set[str]:
+    """Mounted workspace images (as root each workspace is a loop-mounted image)."""
+    prefix = str(load_settings(home=home.path).workspaces_dir) + "/"
+    points = (line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    return {p for p in points if p.startswith(prefix)}
+
+
+def _active_sessions(home: Home) -> set[str]:
+    import psycopg
+
+    url = home.run("db", "url").stdout.strip()
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT id FROM onebox.sessions WHERE status = 'ACTIVE'").fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def test_a_killed_in_process_exec_leaves_nothing_once_reclaimed(home: Home) -> None:
+    """kill -9 an in-process `onebox exec` mid-call: its session (mounted image, uid marker,
+    ACTIVE row) is reclaimed by the next process that sweeps (here the next exec), and a
+    live exec's session never is."""
+    warm = home.run("exec", "--", "print('warm')")  # the database, templates, the registry
+    assert warm.returncode == 0, warm.stderr
+    base_mounts, base_entries = home.mounts(), home.entries()
+    assert not _markers(home) and not _active_sessions(home) and not _workspace_mounts(home)
+    doomed = subprocess.Popen(
+        [ONEBOX, "exec", "--", "import time; print('started', flush=True); time.sleep(300)"],
+        env=home.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert doomed.stdout is not None and doomed.stdout.readline() == "started\n"
+        held = (_workspace_mounts(home), _markers(home), _active_sessions(home))
+        assert all(held), held  # the probe's precondition: the session holds all three
+        beside = home.run("exec", "--", "print(1)")  # sweeps at start: the live one stays
+        assert beside.returncode == 0, beside.stderr
+        assert (_workspace_mounts(home), _markers(home), _active_sessions(home)) == held
+    finally:
+        doomed.kill()
+        doomed.wait(30)
+    after = home.run("exec", "--", "print(2)")
+    assert after.returncode == 0, after.stderr
+    assert home.mounts() <= base_mounts, home.mounts() - base_mounts
+    assert not _workspace_mounts(home) and not _markers(home) and not _active_sessions(home)
+    assert not os.listdir(load_settings(home=home.path).workspaces_dir)
+    assert home.entries() <= base_entries, home.entries() - base_entries

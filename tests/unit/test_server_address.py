@@ -30,3 +30,24 @@ def test_a_loopback_request_to_a_wildcard_server_settles_only_the_port() -> None
     assert settled_at(after, ("127.0.0.1", 8421)) == after
     final = settled_at(after, ("10.0.0.7", 8421))
     assert final.url == "http://10.0.0.7:8421" and final.settled
+
+
+def test_a_holder_of_this_host_whose_process_exited_is_dead_at_once() -> None:
+    """Its sessions move now, not after its lease (a restarted `onebox up` on one host)."""
+    import os
+    import subprocess
+
+    from onebox.runtime.services.session_holders import Holding, checked_here, why_moved
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    me = ServerIdentity("box:1:a", "http://127.0.0.1:8420", "box")
+
+    def held_by(holder: str) -> Holding:
+        return Holding("api-1", "ACTIVE", holder, 0, "http://127.0.0.1:8420", True, 1.0)
+
+    dead = checked_here(held_by(f"box:{gone.pid}:b"), me)
+    assert not dead.alive and dead.exited_pid == gone.pid
+    assert f"process {gone.pid} on this host has exited" in why_moved(dead, 15)
+    for alive in (f"box:{os.getppid()}:c", f"other:{gone.pid}:d", f"box:{os.getpid()}:e"):
+        assert checked_here(held_by(alive), me).alive, alive

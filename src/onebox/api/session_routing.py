@@ -83,6 +83,7 @@ class SessionRouter:
         if holding is None or holding.holder in (None, me.id) or holding.status != "ACTIVE":
             await self.app(scope, receive, send)
             return
+        holding = holders.checked_here(holding, me)
         forwarded = bool(scope_header(scope, FORWARDED_BY))
         if holding.alive:
             if forwarded:  # it moved again while the request travelled: the caller retries

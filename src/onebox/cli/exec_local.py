@@ -9,18 +9,23 @@ in this process, so its state does not outlive the call.
 from __future__ import annotations
 
 import codecs
+import logging
 from dataclasses import replace
 from typing import Any
+
+import psycopg
 
 from onebox.cli import common
 from onebox.cli.exec_output import ExecOptions, announce, live_callbacks, payload
 from onebox.client.types import CellOutput, ExecResult
 from onebox.config import Settings
+from onebox.errors import OneboxError
 from onebox.runtime.services import session_service as service
 from onebox.sandbox.base import CellOutput as SandboxOutput
 from onebox.sandbox.base import SandboxBackend
 from onebox.store.db import Database
 
+log = logging.getLogger(__name__)
 TENANT = "default"
 NOTE = ("no onebox server running: ran in-process (files persist in the session; interpreter "
         "state does not outlive this call; start `onebox serve` to keep it)")
@@ -36,6 +41,7 @@ async def run_in_process(settings: Settings, opts: ExecOptions) -> dict[str, Any
                          "running the code stateless", markup=False, soft_wrap=True)
         opts = replace(opts, stateless=True)
     try:
+        await _reclaim(db, backend)
         session_id = await _session(db, backend, opts)
         announce(session_id, opts)
         if opts.session is not None or opts.keep:
@@ -56,8 +62,18 @@ async def _session(db: Database, backend: SandboxBackend, opts: ExecOptions) -> 
     if opts.session is not None:
         await service.require_session(db, opts.session, TENANT)
         return opts.session
-    row = await service.create_session(db, backend, TENANT, environment=opts.environment)
+    row = await service.create_session(db, backend, TENANT, environment=opts.environment,
+                                       owned=not opts.keep)
     return str(row["id"])
+
+
+async def _reclaim(db: Database, backend: SandboxBackend) -> None:
+    """Sessions of earlier in-process execs killed mid-call (their process ends its own
+    session when it can): reclaimed before this one makes another."""
+    try:
+        await service.reclaim_abandoned(db, backend)
+    except (OneboxError, OSError, psycopg.Error) as exc:  # this call goes on; the next retries
+        log.warning("could not reclaim the sessions of killed `onebox exec`s: %s", exc)
 
 
 async def _execute(db: Database, backend: SandboxBackend, session_id: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from onebox.cli import common
+from onebox.cli.listener import bound_port, listen
 from onebox.cli.serve import is_loopback
 from onebox.errors import ConfigError
 
@@ -45,8 +46,10 @@ def mcp_cmd(use_http: bool, host: str, port: int, no_auth: bool, no_worker: bool
         transports.check_exposure(settings, host, is_loopback(host))
     except ConfigError as exc:
         common.fail(exc.message, code=2)
+    sock = common.run_sync(lambda: listen(host, port, settings.home))  # before any banner
+    port = bound_port(sock)
     common.err.print(f"onebox MCP on http://{host}:{port}{transports.HTTP_PATH} "
                      f"(auth {'on' if settings.api.auth else 'OFF'})", markup=False)
     if not settings.api.auth:
         common.err.print(no_auth_banner(), markup=False)
-    common.run(transports.serve_http(settings, host=host, port=port, worker=not no_worker))
+    common.run(transports.serve_http(settings, sock, host=host, worker=not no_worker))

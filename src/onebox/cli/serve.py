@@ -7,13 +7,14 @@ import contextlib
 import ipaddress
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
 import click
 
 from onebox.cli import common
-from onebox.client.spec import ADDRESS_FILE
+from onebox.cli.listener import bound_port, listen, recorded_address
 from onebox.config import Settings
 from onebox.runtime.services import api_keys
 from onebox.store.db import Database
@@ -45,7 +46,9 @@ def check_exposure(settings: Settings) -> None:
                     "`onebox keys create`.", code=2)
 
 
-def _configure(host: str | None, port: int | None, no_auth: bool) -> Settings:
+def _configure(host: str | None, port: int | None,
+               no_auth: bool) -> tuple[Settings, socket.socket]:
+    """The settings and the listening socket: bound before anything is printed."""
     settings = common.settings()
     if host is not None:
         settings.api.host = host
@@ -54,11 +57,12 @@ def _configure(host: str | None, port: int | None, no_auth: bool) -> Settings:
     if no_auth:
         settings.api.auth = False
     check_exposure(settings)
+    sock = _listen(settings)
     if not settings.api.auth:
         from onebox.peers import no_auth_banner
 
         common.err.print(no_auth_banner(), markup=False)
-    return settings
+    return settings, sock
 
 
 def _url(settings: Settings) -> str:
@@ -68,7 +72,7 @@ def _url(settings: Settings) -> str:
     return f"http://{shown}:{settings.api.port}"
 
 
-async def _serve(settings: Settings, *, worker: bool) -> None:
+async def _serve(settings: Settings, sock: socket.socket, *, worker: bool) -> None:
     import uvicorn
 
     from onebox.api import create_app
@@ -84,27 +88,16 @@ async def _serve(settings: Settings, *, worker: bool) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _stopper(server))
-    with recorded_address(settings):
-        await server.serve()
+    with recorded_address(settings.home, _url(settings)):
+        await server.serve(sockets=[sock])
 
 
-@contextlib.contextmanager
-def recorded_address(settings: Settings) -> Any:
-    """$ONEBOX_HOME/server-address while this server runs: `onebox exec` and the SDK find a
-    local server there (its interpreter state outlives each call). Removed on exit, unless
-    another server has written its own since."""
-    path, url = settings.home / ADDRESS_FILE, _url(settings)
-    if settings.api.port == 0:  # an ephemeral port: its number is not known here
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(url + "\n")
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            if path.read_text().strip() == url:
-                path.unlink()
+def _listen(settings: Settings) -> socket.socket:
+    """Bind first: a busy port stops here, before any banner, key or record. A port of 0
+    becomes the one the kernel chose (shown, recorded and advertised)."""
+    sock = common.run_sync(lambda: listen(settings.api.host, settings.api.port, settings.home))
+    settings.api.port = bound_port(sock)
+    return sock
 
 
 def _stopper(server: Any) -> Any:
@@ -114,7 +107,7 @@ def _stopper(server: Any) -> Any:
     return stop
 
 
-async def _up(settings: Settings) -> None:
+async def _up(settings: Settings, sock: socket.socket) -> None:
     """`onebox up` in one event loop: the first key, the banner, then the server (a Ctrl-C
     at any point is one clean stop)."""
     key = await first_key(settings) if settings.api.auth else None
@@ -123,7 +116,7 @@ async def _up(settings: Settings) -> None:
         common.echo(f"API key (tenant 'default'): {key}")
     elif settings.api.auth:
         common.echo("API keys exist already; `onebox keys create` makes a new one")
-    await _serve(settings, worker=True)
+    await _serve(settings, sock, worker=True)
 
 
 host_option = click.option("--host", help="address to listen on (default ONEBOX_API__HOST, "
@@ -141,10 +134,10 @@ no_auth_option = click.option("--no-auth", is_flag=True,
 @no_auth_option
 def serve_cmd(host: str | None, port: int | None, no_auth: bool) -> None:
     """Serve the HTTP API and the web console (steps run in `onebox worker`s)."""
-    settings = _configure(host, port, no_auth)
+    settings, sock = _configure(host, port, no_auth)
     common.err.print(f"onebox API and console on {_url(settings)}/ui/ "
                      f"(auth {'on' if settings.api.auth else 'OFF'})", markup=False)
-    common.run(_serve(settings, worker=False))
+    common.run(_serve(settings, sock, worker=False))
 
 
 @click.command("up")
@@ -153,8 +146,8 @@ def serve_cmd(host: str | None, port: int | None, no_auth: bool) -> None:
 @no_auth_option
 def up_cmd(host: str | None, port: int | None, no_auth: bool) -> None:
     """Everything in one process: API, console and a worker, on the embedded database."""
-    settings = _configure(host, port, no_auth)
-    common.run(_up(settings))
+    settings, sock = _configure(host, port, no_auth)
+    common.run(_up(settings, sock))
 
 
 async def first_key(settings: Settings) -> str | None:

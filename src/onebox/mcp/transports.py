@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -135,12 +136,14 @@ def http_app(state: McpState, host: str) -> ASGIApp:
     return OperatorPeerOnly(app, state.settings)
 
 
-async def serve_http(settings: Settings, *, host: str, port: int, worker: bool) -> None:
+async def serve_http(settings: Settings, sock: socket.socket, *, host: str,
+                     worker: bool) -> None:
+    """Serve on ``sock``, already listening (bound before anything was announced)."""
     import uvicorn
 
     state = await open_state(settings, worker=worker, auth=settings.api.auth)
     try:
-        config = uvicorn.Config(http_app(state, host), host=host, port=port,
+        config = uvicorn.Config(http_app(state, host), host=host, port=sock.getsockname()[1],
                                 log_level=settings.log_level.lower(), access_log=False)
         server = uvicorn.Server(config)
         # SIGTERM/SIGINT stop the server and then drain the worker (below), as `onebox
@@ -148,7 +151,7 @@ async def serve_http(settings: Settings, *, host: str, port: int, worker: bool) 
         server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(sig, _stopper(server))
-        await server.serve()
+        await server.serve(sockets=[sock])
     finally:
         await state.close()
 

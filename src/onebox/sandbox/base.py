@@ -257,6 +257,23 @@ class SandboxBackend(abc.ABC):
         cannot do this return 0 and their callers cancel instead."""
         return 0
 
+    def local_owner(self) -> str | None:
+        """This process as the owner of what it makes for itself under the sandbox dir (a
+        session it ends when its call does), in a form :meth:`local_owner_gone` of another
+        process reads; None: this backend cannot tell when its owner died."""
+        return None
+
+    def local_owner_gone(self, owner: str) -> bool:
+        """``owner`` (another process's :meth:`local_owner`) has provably exited, and what
+        it left is under this backend's sandbox dir: this process may reclaim it."""
+        return False
+
+    def interpreter_lost(self, session_id: str, why: str) -> None:
+        """The session's interpreter state was lost outside this backend (the server that
+        ran it died, the session moved here): the next ``run_cell`` result says
+        ``state_lost`` with ``why``. Backends without an interpreter have nothing to say."""
+        return None
+
     def hold(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Keep executions out of a session (waiting for running ones) while host code
         changes its workspace, e.g. a snapshot restore. Backends with a session table

@@ -107,6 +107,12 @@ class SessionInterpreters:
         await interp.stop(reason)
         self._remember(session_id, note or f"the previous interpreter was stopped: {reason}")
 
+    def lost_elsewhere(self, session_id: str, why: str) -> None:
+        """The state was held by an interpreter outside this process (its server died):
+        the next call says so, unless one runs here already (it is the state now)."""
+        if session_id not in self._live:
+            self._remember(session_id, why)
+
     def _remember(self, session_id: str, note: str) -> None:
         self._lost[session_id] = note
         while len(self._lost) > MAX_REMEMBERED:

@@ -180,6 +180,15 @@ class BwrapSandbox(SandboxBackend):
             kill_tree(blocked)
         return len(running) + self.interpreters.interrupt(session_id)
 
+    def local_owner(self) -> str | None:
+        return self.owner_lock.claim
+
+    def local_owner_gone(self, owner: str) -> bool:
+        return self.sweeper.gone(owner)
+
+    def interpreter_lost(self, session_id: str, why: str) -> None:
+        self.interpreters.lost_elsewhere(session_id, why)
+
     async def cleanup(self, session_id: str) -> None:
         for blocked in list(self._running.get(session_id, ())):
             kill_tree(blocked)

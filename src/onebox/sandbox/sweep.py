@@ -12,7 +12,10 @@ without a lock file (an older onebox, or a half-finished sweep) is dead when its
 What is swept, only for dead owners: pool slots (unmounted, image deleted, session uid
 freed), run dirs (tmpfs unmounted, removed), orphan slot images and template temp files.
 Session workspaces are never swept here: a workspace outlives its process on purpose (an
-interrupted run resumes in it) and is released when its run finishes. Sandboxes of a dead
+interrupted run resumes in it) and is released when its run finishes. A session a process
+made only for itself (`onebox exec`'s own) names its owner in its database row
+(:func:`claim_of`); :meth:`DeadOwnerSweeper.gone` says when that owner is dead, and
+``runtime.engine.sessions.reclaim_abandoned`` ends the session. Sandboxes of a dead
 owner need no sweep: bwrap runs under ``setpriv --pdeathsig KILL`` with
 ``--die-with-parent``, so they die with it.
 """
@@ -26,6 +29,7 @@ import logging
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +54,7 @@ class OwnerLock:
         self.dir = state_dir / "owners"
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.token = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self.claim = claim_of(state_dir, self.token)
         self.path = self.dir / f"{self.token}.lock"
         # Locked under a temporary name, then renamed: a sweeper never sees it unlocked.
         tmp = self.dir / f".{self.token}.new"
@@ -62,6 +67,11 @@ class OwnerLock:
             self.path.unlink(missing_ok=True)
             os.close(self._fd)
             self._fd = -1
+
+
+def claim_of(state_dir: Path, token: str) -> str:
+    """What names an owner outside the sandbox dir (a database row): ``host:dir:token``."""
+    return f"{socket.gethostname()}:{state_dir}:{token}"
 
 
 @contextlib.contextmanager
@@ -117,6 +127,16 @@ class DeadOwnerSweeper:
                     self._sweep_owner(token)
                     swept += 1
         return swept
+
+    def gone(self, claim: str) -> bool:
+        """Whether the owner ``claim`` (:func:`claim_of`) is a process of this host and
+        sandbox dir that has exited; another host's, another dir's or a live one: False."""
+        host, _, rest = claim.partition(":")
+        where, _, token = rest.rpartition(":")
+        if host != socket.gethostname() or where != str(self.state_dir):
+            return False
+        with owner_dead(self.state_dir / "owners", token, self.lock.token) as dead:
+            return dead
 
     def _sweep_owner(self, token: str) -> None:
         logger.info("sweeping what dead onebox process %s left under %s", token, self.state_dir)

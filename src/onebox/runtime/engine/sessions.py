@@ -6,10 +6,12 @@ a run that is interrupted or waiting keeps them, so its workspace survives.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import TYPE_CHECKING
 
+from onebox.errors import OneboxError
 from onebox.sandbox.base import SandboxBackend
 from onebox.store import runs as store
 from onebox.store.db import Database
@@ -46,6 +48,33 @@ async def release_finished_sessions(
                                      trace_id=s["trace_id"], session_id=s["id"])
         released += 1
     return released
+
+
+async def reclaim_abandoned(db: Database, backend: SandboxBackend) -> list[str]:
+    """End the sessions local processes made for themselves and died before ending (a
+    ``kill -9``-ed `onebox exec`): workspace unmounted and removed with its disk image, its
+    uid freed, the row released. Only when the owner is provably gone from this host and
+    sandbox dir (``backend.local_owner_gone``); a live one's are never touched. Returns
+    the session ids reclaimed."""
+    async with db.connection() as conn:
+        owned = await store.fetch_all(conn, "owned_sessions", {})
+    reclaimed = []
+    for row in owned:
+        if not await asyncio.to_thread(backend.local_owner_gone, str(row["owner"])):
+            continue
+        try:
+            await backend.cleanup(row["id"])
+        except (OSError, OneboxError) as exc:  # one stuck workspace must not keep the rest
+            log.warning("could not reclaim session %s of dead process %s: %s (the next "
+                        "sweep retries)", row["id"], row["owner"], exc)
+            continue
+        async with db.connection() as conn:
+            if await store.fetch_one(conn, "release_session", {"id": row["id"]}) is not None:
+                reclaimed.append(str(row["id"]))
+    if reclaimed:
+        log.info("reclaimed %d sessions whose process died before ending them: %s",
+                 len(reclaimed), ", ".join(reclaimed))
+    return reclaimed
 
 
 async def release_copies_left_here(db: Database, backend: SandboxBackend, *,

@@ -31,7 +31,11 @@ from onebox.runtime.engine.executor import StepRunner
 from onebox.runtime.engine.kinds import Performed, StepKind
 from onebox.runtime.engine.queue import claim_steps, release_leases, renew_leases, sweep_expired
 from onebox.runtime.engine.retention import RetentionChore
-from onebox.runtime.engine.sessions import release_copies_left_here, release_finished_sessions
+from onebox.runtime.engine.sessions import (
+    reclaim_abandoned,
+    release_copies_left_here,
+    release_finished_sessions,
+)
 from onebox.runtime.engine.step_knowledge import StepKnowledge
 from onebox.runtime.engine.tracing import bound, span
 from onebox.runtime.engine.watchdog import flag_stale_runs
@@ -94,6 +98,7 @@ class Worker:
                 RetentionChore(self.db, self.settings, objects).loop()))
         try:
             await sweep_expired(self.db, self.settings)
+            await reclaim_abandoned(self.db, self.backend)
             await self._refresh_served()
             await self._load_model_clients()
             while not stop.is_set():
@@ -273,6 +278,7 @@ class Worker:
         if self.run_id is None:
             await flag_stale_runs(self.db, self.settings)
             await release_copies_left_here(self.db, self.backend, keep=self.workspaces)
+            await reclaim_abandoned(self.db, self.backend)
             for name, chore in kinds.chores().items():
                 try:
                     if await chore(self.db, self.settings):

@@ -27,13 +27,14 @@ import logging
 import os
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 from onebox.config import Settings
 from onebox.objects import ObjectStore
+from onebox.processes import pid_alive
 from onebox.sandbox.base import SandboxBackend
 from onebox.snapshots.archive import record_snapshot
 from onebox.snapshots.replay import restore_into_session
@@ -113,6 +114,7 @@ class Holding:
     url: str | None
     alive: bool
     silent_s: float | None  # since the holder's last heartbeat; None: it left (or never was)
+    exited_pid: int | None = None  # the holder ran on this host, as this pid, now gone
 
 
 @dataclass(frozen=True)
@@ -125,10 +127,13 @@ class Moved:
     snapshot_id: uuid.UUID | None
     snapshot_at: datetime | None
     file_count: int
+    kept: bool = False  # the workspace the holder left on this host's disk is used as it is
 
     def header(self) -> str:
         """The response's ``Onebox-Session-Moved`` header: what happened, in one line."""
-        if self.snapshot_id is None:
+        if self.kept:
+            files = "its workspace is kept as the server left it on this host"
+        elif self.snapshot_id is None:
             files = "no snapshot of it existed, so its workspace starts empty"
         else:
             files = (f"{self.file_count} file(s) restored from snapshot {self.snapshot_id} "
@@ -161,7 +166,22 @@ async def holder_of(db: Database, session_id: str, lease_s: float) -> Holding | 
                    row["url"], bool(row["alive"]), None if silent is None else float(silent))
 
 
+def checked_here(holding: Holding, me: ServerIdentity) -> Holding:
+    """``holding`` as it stands: a holder that ran on this host as a process that has exited
+    (killed, crashed, restarted) is dead now, however recent its last heartbeat; waiting
+    out its lease would only refuse the session's requests meanwhile."""
+    host, _, rest = (holding.holder or "").partition(":")
+    pid = rest.split(":", 1)[0]
+    if not holding.alive or host != me.host or not pid.isdigit() or int(pid) == os.getpid():
+        return holding
+    if pid_alive(int(pid)):
+        return holding
+    return replace(holding, alive=False, exited_pid=int(pid))
+
+
 def why_moved(holding: Holding, lease_s: float) -> str:
+    if holding.exited_pid is not None:
+        return f"its process {holding.exited_pid} on this host has exited"
     if holding.silent_s is None:
         return "it has stopped (or handed its sessions off)"
     return (f"it has not heartbeated for {holding.silent_s:.0f} s, past the "
@@ -176,18 +196,38 @@ async def move_here(db: Database, store: ObjectStore, backend: SandboxBackend,
                                              "old": holding.holder, "epoch": holding.epoch})
     if row is None:
         return None
+    if _left_here(backend, holding):
+        moved = Moved(holding.session_id, holding.holder, why_moved(holding, lease_s), None,
+                      None, 0, kept=True)
+    else:
+        moved = await _restore_newest(db, store, backend, holding, lease_s)
+    backend.interpreter_lost(holding.session_id,
+                             f"the session moved from server {holding.holder or '(none)'} "
+                             f"({moved.reason}), whose interpreter held its state")
+    log.warning("session %s %s", holding.session_id, moved.header())
+    return moved
+
+
+def _left_here(backend: SandboxBackend, holding: Holding) -> bool:
+    """The holder was a process of this host that has exited, and its workspace is here (the
+    same ONEBOX_HOME): it is the session's newest state, newer than any snapshot."""
+    return holding.exited_pid is not None \
+        and holding.session_id not in local_sessions(backend) \
+        and backend.workspace(holding.session_id).is_dir()
+
+
+async def _restore_newest(db: Database, store: ObjectStore, backend: SandboxBackend,
+                          holding: Holding, lease_s: float) -> Moved:
     await backend.cleanup(holding.session_id)  # a copy left from an earlier stay here is stale
     newest = await db.fetchone(Q["newest_snapshot"], {"id": holding.session_id})
     restored = await restore_into_session(
         db, store, backend, None if newest is None else newest["id"],
         session_id=holding.session_id)
     report = restored.report
-    moved = Moved(holding.session_id, holding.holder, why_moved(holding, lease_s),
-                  None if newest is None else newest["id"],
-                  None if newest is None else newest["created_at"],
-                  report.file_count if report else 0)
-    log.warning("session %s %s", holding.session_id, moved.header())
-    return moved
+    return Moved(holding.session_id, holding.holder, why_moved(holding, lease_s),
+                 None if newest is None else newest["id"],
+                 None if newest is None else newest["created_at"],
+                 report.file_count if report else 0)
 
 
 def local_sessions(backend: SandboxBackend) -> list[str]:

@@ -16,6 +16,9 @@ from typing import Any
 from onebox.config import SandboxSettings, Settings
 from onebox.errors import Conflict, NotFound, SandboxError
 from onebox.objects import ObjectStore
+from onebox.runtime.engine.sessions import (
+    reclaim_abandoned as reclaim_abandoned,  # re-exported for front doors
+)
 from onebox.runtime.environments import service as environments
 from onebox.runtime.services import tenant_sessions as rows
 from onebox.runtime.services.cell_stream import by_lines, cell_events
@@ -46,13 +49,18 @@ def new_session_id() -> str:
 
 async def create_session(db: Database, backend: SandboxBackend, tenant_id: str,
                          environment: str | None = None, *, holder: str | None = None,
+                         owned: bool = False,
                          e2b: rows.E2bFields | None = None) -> dict[str, Any]:
     """A new session; with ``environment`` (a built one), every call runs with its layer.
-    ``holder``: the API server creating it (requests to other servers are routed to it)."""
+    ``holder``: the API server creating it (requests to other servers are routed to it).
+    ``owned``: this process ends it when its call does (`onebox exec`'s own session); if
+    the process dies first, the next one on its sandbox dir reclaims it
+    (:func:`reclaim_abandoned`)."""
     chosen = None if environment is None else await environments.layer(
         db, environments.backend_settings(backend), tenant_id, environment)
     row = await rows.insert_session(db, new_session_id(), backend.name, tenant_id,
-                                    _session_share(backend), holder=holder, e2b=e2b)
+                                    _session_share(backend), holder=holder,
+                                    owner=backend.local_owner() if owned else None, e2b=e2b)
     if chosen is not None:
         await environments.set_session_environment(db, row["id"], chosen)
     return {**row, "environment": environments.layer_json(chosen)}

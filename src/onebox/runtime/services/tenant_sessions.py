@@ -30,15 +30,16 @@ class E2bFields:
 
 async def insert_session(db: Database, session_id: str, backend: str, tenant_id: str,
                          max_live: int, *, holder: str | None = None,
-                         e2b: E2bFields | None = None) -> Row:
+                         owner: str | None = None, e2b: E2bFields | None = None) -> Row:
     """Record a new ACTIVE session of the tenant on this sandbox backend; returns its row.
-    ``holder``: the API server whose sandbox has it (session_holders). A tenant holding
-    ``max_live`` live sessions already is refused (429)."""
+    ``holder``: the API server whose sandbox has it (session_holders). ``owner``: the local
+    process that ends it when its call does (engine.sessions reclaims it if that process
+    dies first). A tenant holding ``max_live`` live sessions already is refused (429)."""
     async with db.transaction() as conn:
         await conn.execute(Q["lock_tenant_sessions"], {"tenant_id": tenant_id})
         cur = await conn.execute(Q["insert_session"], {
             "id": session_id, "backend": backend, "tenant_id": tenant_id, "max_live": max_live,
-            "holder": holder, "e2b_template": None if e2b is None else e2b.template,
+            "holder": holder, "owner": owner, "e2b_template": None if e2b is None else e2b.template,
             "e2b_metadata": None if e2b is None else Jsonb(e2b.metadata),
             "e2b_envs": None if e2b is None else Jsonb(e2b.envs),
             "timeout_s": None if e2b is None else e2b.timeout_s})

@@ -290,6 +290,13 @@ UPDATE onebox.sessions SET status = 'RELEASED', released_at = now()
 WHERE id = %(id)s AND status = 'ACTIVE'
 RETURNING id;
 
+-- name: owned_sessions
+-- Live sessions a local process made for itself (`onebox exec`'s own): ended by it, or, if
+-- it died first, reclaimed by the next process of its sandbox dir (engine.sessions).
+SELECT id, owner FROM onebox.sessions
+WHERE status = 'ACTIVE' AND owner IS NOT NULL
+ORDER BY created_at LIMIT 1000;
+
 -- name: released_of
 SELECT id FROM onebox.sessions WHERE id = ANY(%(ids)s) AND status = 'RELEASED';
 

@@ -7,10 +7,10 @@ SELECT pg_advisory_xact_lock(hashtextextended('onebox.sessions:' || %(tenant_id)
 -- name: insert_session
 -- Only while the tenant holds fewer than its share of live sessions (no row: refused); run
 -- under lock_tenant_sessions, so concurrent opens cannot all see the same count.
-INSERT INTO onebox.sessions (id, backend, tenant_id, holder, e2b_template, e2b_metadata,
-                             e2b_envs, end_at)
-SELECT %(id)s, %(backend)s, %(tenant_id)s, %(holder)s, %(e2b_template)s, %(e2b_metadata)s,
-       %(e2b_envs)s, now() + make_interval(secs => %(timeout_s)s)
+INSERT INTO onebox.sessions (id, backend, tenant_id, holder, owner, e2b_template,
+                             e2b_metadata, e2b_envs, end_at)
+SELECT %(id)s, %(backend)s, %(tenant_id)s, %(holder)s, %(owner)s, %(e2b_template)s,
+       %(e2b_metadata)s, %(e2b_envs)s, now() + make_interval(secs => %(timeout_s)s)
 WHERE (SELECT count(*) FROM onebox.sessions
        WHERE tenant_id = %(tenant_id)s AND status = 'ACTIVE') < %(max_live)s
 RETURNING id, tenant_id, backend, status, created_at, last_used_at, released_at;
