@@ -46,6 +46,7 @@ def _safe(seg: Segment) -> Segment:
     return Segment(safe_text(seg.text), style, seg.control)
 
 
+WIDE_COLUMNS = 120  # narrower, tables show short unique id prefixes instead of whole ids
 out = SafeConsole(highlight=False)
 err = SafeConsole(stderr=True, highlight=False)
 
