@@ -30,7 +30,7 @@ from onebox.agent.plan import Step
 from onebox.config import LLMSettings, Settings
 from onebox.errors import ConfigError, NotFound
 from onebox.errors import ValidationError as OneboxValidationError
-from onebox.llm.base import ChatRequest, Message
+from onebox.llm.base import ChatRequest, EndpointHints, Message
 from onebox.runtime.models import providers as declared_providers
 from onebox.runtime.models.providers import DEFAULT, HOW_TO_ADD, Provider, provider_of
 from onebox.store import profiles as rows
@@ -185,6 +185,31 @@ def llm_settings_for(profile: Mapping[str, Any], own: LLMSettings,
     key = environ.get(env) if env else None
     return own.model_copy(update={"model": profile["model"], "base_url": provider.base_url,
                                   "api_key": SecretStr(key) if key else None})
+
+
+def endpoint_hints(profile: Mapping[str, Any], providers: Mapping[str, Provider]) -> EndpointHints:
+    """What to change when a profile's endpoint fails: the declared provider it names (its
+    URL and key variable are the operator's, set with `onebox provider add`), or the
+    process's own settings for the default provider."""
+    try:
+        provider = declared_providers.resolve(providers, profile)
+    except OneboxValidationError:
+        return EndpointHints()
+    if provider.name == DEFAULT:
+        return EndpointHints()
+    name = profile.get("name")
+    who = (f"profile {name!r} uses provider {provider.name!r}" if name
+           else f"this run's profile uses provider {provider.name!r}")
+    change = (f"the operator changes it with `onebox provider add {provider.name} --base-url "
+              f"URL` (`onebox provider list` shows it), or the profile is pointed at another "
+              f"provider with `onebox profile create {name or 'NAME'} --provider P --model M`")
+    key = provider.api_key_env or "its key variable"
+    return EndpointHints(
+        endpoint=f"{who} at {provider.base_url}: check that endpoint is up; {change}",
+        model=f"{who} at {provider.base_url}: check the model name and that the URL ends "
+              f"in /v1; {change}",
+        key=f"{who}: set {key} to a valid key for {provider.base_url} in the worker's "
+            f"environment")
 
 
 def allowed_tools(found: ToolsResult, profile: Mapping[str, Any] | None) -> ToolsResult:
