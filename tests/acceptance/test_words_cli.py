@@ -128,3 +128,19 @@ def _id_column(table: str, whole: str) -> str:
         if first and whole.startswith(first):
             return first
     raise AssertionError(f"no row shows {whole} or a prefix of it:\n{table}")
+
+
+def test_a_profile_naming_unknown_tools_bad_domains_or_no_environment_is_refused(
+        home: Path) -> None:
+    for flags, words in (
+            (["--tool", "web_serch"], ["'web_serch'", "onebox tools list", "approval"]),
+            (["--allow-domain", "*"], ["--allow-domain", "'*'", "*.example.com"]),
+            (["--allow-domain", "a b"], ["--allow-domain", "'a b'"]),
+            (["--environment", "nope"], ["'nope'", "onebox env build nope"])):
+        done = onebox(home, "profile", "create", "p", "--model", "m", *flags)
+        assert done.returncode == 2, (flags, done.stdout, done.stderr)
+        flat = " ".join(done.stderr.split())
+        for word in words:
+            assert word in flat, (word, flat)
+        assert "Traceback" not in done.stderr
+    assert json.loads(onebox(home, "profile", "list", "--json").stdout)["profiles"] == []
