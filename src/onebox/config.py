@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from onebox import config_errors
+from onebox.errors import ConfigError
 
 
 class SandboxSettings(BaseModel):
@@ -46,7 +50,7 @@ class SandboxSettings(BaseModel):
         "(sessions, E2B sandboxes, interpreters, its runs' sessions), so no tenant takes the "
         "whole session uid range; one more is refused with 429")
     egress_allow_private: list[str] = Field(
-        default_factory=list,
+        default_factory=list, examples=[["10.0.0.5", "192.168.0.0/16"]],
         description="IP addresses/networks the egress proxy may reach although private "
         "(tests allow 127.0.0.1)",
     )
@@ -98,7 +102,14 @@ class EnvironmentSettings(BaseModel):
 
     allow_domains: list[str] = Field(
         default_factory=lambda: ["pypi.org", "files.pythonhosted.org"], max_length=100,
+        examples=[["pypi.org", "files.pythonhosted.org", "pypi.internal.example"]],
         description="the only hosts a build's pip may reach, through the egress proxy")
+    index_url: str | None = Field(
+        None, pattern=r"^https?://[^/\s]+", max_length=2000,
+        examples=["http://10.0.0.5:3141/root/pypi/+simple/"],
+        description="the package index a build's pip installs from (PIP_INDEX_URL), e.g. a "
+        "mirror; its host is allowed through the egress proxy, and an address that is not "
+        "public also needs sandbox.egress_allow_private")
     build_timeout_s: float = Field(900.0, gt=0, le=24 * 3600,
                                    description="wall time of one build's pip install")
     build_memory_mb: int = Field(2048, ge=64, description="memory of one build's sandbox")
@@ -304,7 +315,9 @@ class Settings(BaseSettings):
     environments: EnvironmentSettings = Field(default_factory=EnvironmentSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     providers: list[ProviderSettings] = Field(
-        default_factory=list, description="model endpoints tenants' profiles may name, besides "
+        default_factory=list, examples=[[{"name": "lab", "base_url": "http://10.0.0.7:8000/v1",
+                                          "models": ["llama3"]}]],
+        description="model endpoints tenants' profiles may name, besides "
         "'default' (the llm.* settings) and those added with `onebox provider add`")
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
@@ -369,7 +382,14 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build the settings from the environment, with explicit overrides on top."""
-    settings = Settings(**overrides)
+    """Build the settings from the environment, with explicit overrides on top; a bad
+    ``ONEBOX_*`` value is a ConfigError of one line per variable saying the form it takes."""
+    try:
+        settings = Settings(**overrides)
+    except PydanticValidationError as exc:
+        raise ConfigError(config_errors.describe(exc, Settings, os.environ)) from None
+    except SettingsError as exc:  # a value that must be JSON is not
+        lines = config_errors.describe_unparsed(Settings, os.environ)
+        raise ConfigError(lines or f"invalid configuration: {exc}") from None
     settings.home = settings.home.expanduser().resolve()
     return settings

@@ -144,3 +144,23 @@ def test_a_profile_naming_unknown_tools_bad_domains_or_no_environment_is_refused
             assert word in flat, (word, flat)
         assert "Traceback" not in done.stderr
     assert json.loads(onebox(home, "profile", "list", "--json").stdout)["profiles"] == []
+
+
+@pytest.mark.parametrize(("variable", "value", "words"), [
+    ("ONEBOX_SANDBOX__EGRESS_ALLOW_PRIVATE", "true", ["'true'", "expected a JSON list",
+                                                      '["10.0.0.5"']),
+    ("ONEBOX_SANDBOX__EGRESS_ALLOW_PRIVATE", "10.0.0.5", ["'10.0.0.5'", "not JSON",
+                                                          "expected a JSON list"]),
+    ("ONEBOX_SANDBOX__MEMORY_MB", "lots", ["'lots'", "expected a whole number"]),
+    ("ONEBOX_SANDBOX__BACKEND", "docker", ["'docker'", "expected one of 'auto', 'linux'"]),
+    ("ONEBOX_PROVIDERS", '[{"name": "lab"}]', ["[0].base_url", "expected a JSON list"]),
+])
+def test_a_bad_setting_is_one_line_naming_the_variable_and_its_form(
+        home: Path, variable: str, value: str, words: list[str]) -> None:
+    done = onebox(home, "runs", **{variable: value})
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {variable}: "), done.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    assert "pydantic" not in done.stderr and "validation error" not in done.stderr

@@ -59,9 +59,8 @@ def echo(text: str) -> None:
 def settings() -> Settings:
     try:
         s = load_settings()
-    # swallow-ok: fail() prints it on stderr and exits 2; pydantic errors name the variable
-    except Exception as exc:
-        fail(f"invalid configuration: {exc}", code=2)
+    except ConfigError as exc:  # one line per bad ONEBOX_* variable, with its form
+        fail(exc.message, code=2)
     logging.basicConfig(level=s.log_level.upper(), format=LOG_FORMAT)
     for handler in logging.getLogger().handlers:
         handler.addFilter(ContextFilter())
