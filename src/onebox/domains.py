@@ -46,8 +46,9 @@ class DomainRule:
         host, _, port = raw.rpartition(":") if raw.count(":") == 1 else (raw, "", "")
         if "/" in raw or not _is_host(host):
             raise PolicyViolation(f"invalid allowed domain {text!r}: {FORMS}", field=field)
-        if port and not (port.isdigit() and 0 < int(port) < 65536):
-            raise PolicyViolation(f"invalid port in {text!r} (1-65535): {FORMS}", field=field)
+        if port and not (port.isdigit() and int(port) < 65536):
+            raise PolicyViolation(f"invalid port in {text!r} (at most 65535): {FORMS}",
+                                  field=field)
         return cls(host, int(port) if port else None)
 
     def matches(self, host: str, port: int) -> bool:
