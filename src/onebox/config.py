@@ -13,7 +13,15 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
@@ -296,7 +304,9 @@ class Settings(BaseSettings):
 
     home: Path = Field(default_factory=lambda: Path.home() / ".onebox")
     database_url: SecretStr | None = Field(
-        None, validation_alias=AliasChoices("ONEBOX_DATABASE_URL", "DATABASE_URL", "database_url")
+        None, validation_alias=AliasChoices("ONEBOX_DATABASE_URL", "DATABASE_URL", "database_url"),
+        json_schema_extra={"form": "a PostgreSQL URL, e.g. "
+                           "postgresql://USER:PASSWORD@HOST:5432/DBNAME"},
     )
     db_pool_max: int = Field(10, ge=1)
     db_keep_running: bool = Field(
@@ -334,6 +344,22 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT",
                                             "otel_exporter_otlp_endpoint"),
         description="export spans (run, step, sandbox.exec) over OTLP/HTTP; needs onebox[otel]")
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        """Refused here, not as a traceback at the first connection (without echoing it: a
+        URL may hold a password)."""
+        if value is None:
+            return value
+        from psycopg import Error as PsycopgError  # only when a URL is set
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            conninfo_to_dict(value.get_secret_value())
+        except PsycopgError:
+            raise ValueError("not a PostgreSQL connection URL") from None
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -31,6 +31,7 @@ def describe(exc: PydanticValidationError, model: type[BaseModel],
     lines: dict[str, str] = {}
     for error in exc.errors():
         var, inner, field = _variable(error["loc"], model)
+        var = _set_alias(var, field, environ)
         lines.setdefault(var, _line(var, inner, field, error, environ))
     return "\n".join(lines.values())
 
@@ -54,6 +55,9 @@ def form(field: FieldInfo | None) -> str:
     """What a setting's value looks like in its environment variable."""
     if field is None:
         return UNKNOWN_FORM
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("form"), str):
+        return str(extra["form"])
     kind = _unwrap(field.annotation)
     origin = get_origin(kind)
     if origin in (list, tuple, set, frozenset, Sequence):
@@ -75,16 +79,16 @@ def form(field: FieldInfo | None) -> str:
 
 def _line(var: str, inner: str, field: FieldInfo | None, error: Mapping[str, Any],
           environ: Mapping[str, str]) -> str:
-    why = str(error.get("msg") or "invalid")
+    why = str(error.get("msg") or "invalid").removeprefix("Value error, ")
     if error.get("type") == "extra_forbidden":
         return f"{var}: no such setting; expected one of the settings docs/configuration.md lists"
     if field is not None and _is_model(_unwrap(field.annotation)) and not inner:
-        return f"{var}: {why.removeprefix('Value error, ')}"  # a check across the group's fields
+        return f"{var}: {why}"  # a check across the group's fields
     if error.get("type") == "missing" and inner:
         return f"{var}: {inner} is missing; expected {form(field)}"
     where = f"{inner}: " if inner else ""
     value = _value_of(var, environ)
-    shown = _shown(var, value) if value is not None else ""
+    shown = (_shown(var, value) if value is not None else "") or "the value "
     return f"{var}: {where}{shown}is not valid ({_lower_first(why)}); expected {form(field)}"
 
 
@@ -99,14 +103,31 @@ def _variable(loc: Sequence[int | str], model: type[BaseModel]
     while rest and current is not None and isinstance(rest[0], str):
         part = str(rest.pop(0))
         field = current.model_fields.get(part)
-        if field is None and not names and part.isupper():
-            return part, _inner(rest), None  # read under its alias (DATABASE_URL)
+        if field is None and not names and part.isupper():  # read under an alias
+            return part, _inner(rest), _aliased(current, part)
         names.append(part)
         if field is None:
             break
         kind = _unwrap(field.annotation)
         current = kind if _is_model(kind) else None
     return PREFIX + DELIMITER.join(n.upper() for n in names), _inner(rest), field
+
+
+def _aliased(model: type[BaseModel], alias: str) -> FieldInfo | None:
+    """The field read from the variable ``alias`` (``DATABASE_URL``)."""
+    for field in model.model_fields.values():
+        choices = getattr(field.validation_alias, "choices", ())
+        if alias in choices:
+            return field
+    return None
+
+
+def _set_alias(var: str, field: FieldInfo | None, environ: Mapping[str, str]) -> str:
+    """Of a field's alias variables (ONEBOX_DATABASE_URL, DATABASE_URL), the one set."""
+    choices = [c for c in getattr(field and field.validation_alias, "choices", ())
+               if isinstance(c, str) and c.isupper()]
+    ours = {k.upper() for k in environ}
+    return next((c for c in choices if c in ours), var) if var in choices else var
 
 
 def _inner(rest: Sequence[int | str]) -> str:

@@ -154,6 +154,8 @@ def test_a_profile_naming_unknown_tools_bad_domains_or_no_environment_is_refused
     ("ONEBOX_SANDBOX__MEMORY_MB", "lots", ["'lots'", "expected a whole number"]),
     ("ONEBOX_SANDBOX__BACKEND", "docker", ["'docker'", "expected one of 'auto', 'linux'"]),
     ("ONEBOX_PROVIDERS", '[{"name": "lab"}]', ["[0].base_url", "expected a JSON list"]),
+    ("ONEBOX_DATABASE_URL", "mysql://root:hunter2@db/x", ["expected a PostgreSQL URL",
+                                                          "postgresql://"]),
 ])
 def test_a_bad_setting_is_one_line_naming_the_variable_and_its_form(
         home: Path, variable: str, value: str, words: list[str]) -> None:
@@ -164,3 +166,4 @@ def test_a_bad_setting_is_one_line_naming_the_variable_and_its_form(
     for word in words:
         assert word in lines[0], (word, lines[0])
     assert "pydantic" not in done.stderr and "validation error" not in done.stderr
+    assert "hunter2" not in done.stderr  # a URL may hold a password: never echoed
