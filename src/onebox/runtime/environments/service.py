@@ -129,7 +129,8 @@ async def _build_layer(db: Database, backend: SandboxBackend, settings: Settings
     session_id = f"env-{uuid.uuid4().hex[:16]}"
     started = time.monotonic()
     try:
-        result = await backend.execute(_pip_request(session_id, settings, row, log))
+        result = await backend.execute(
+            _with_index(_pip_request(session_id, settings, row, log), settings))
         tail = (result.stdout + result.stderr)[-LOG_TAIL_CHARS:]
         if not result.ok:
             why = await asyncio.to_thread(_why, result, settings)
@@ -155,19 +156,11 @@ def _pip_request(session_id: str, settings: Settings, row: Row, log: LogSink) ->
     argv = ("/usr/bin/python3", "-m", "pip", "install", "--no-cache-dir",
             "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
             "--target", f"/workspace/{TARGET}", "--", *row["packages"])
-    env = {"PIP_NO_WARN_SCRIPT_LOCATION": "1", "PYTHONDONTWRITEBYTECODE": ""}
-    domains = tuple(cfg.allow_domains)
-    if cfg.index_url is not None:
-        index = urllib.parse.urlsplit(cfg.index_url)
-        env["PIP_INDEX_URL"] = cfg.index_url
-        if index.scheme == "http":  # pip ignores a plain-HTTP index it is not told to trust
-            env["PIP_TRUSTED_HOST"] = index.netloc.rpartition("@")[2]
-        domains += (index.netloc.rpartition("@")[2],)
     return ExecRequest(
-        session_id=session_id, argv=argv, env=env,
+        session_id=session_id, argv=argv, env={"PIP_NO_WARN_SCRIPT_LOCATION": "1", "PYTHONDONTWRITEBYTECODE": ""},
         limits=Limits(timeout_s=cfg.build_timeout_s, memory_mb=cfg.build_memory_mb,
                       disk_mb=cfg.build_disk_mb, max_output_bytes=4 << 20),
-        network=NetworkPolicy(allow_domains=domains),
+        network=NetworkPolicy(allow_domains=tuple(cfg.allow_domains)),
         on_output=_line_sink(log))
 
 
@@ -181,6 +174,22 @@ def _line_sink(log: LogSink) -> Callable[[str, bytes], None]:
             if line.strip():
                 log(line.decode("utf-8", "replace").rstrip())
     return feed
+
+
+def _with_index(request: ExecRequest, settings: Settings) -> ExecRequest:
+    """The pip request pointed at ``environments.index_url`` (a mirror), its host let
+    through the egress proxy (and trusted by pip when it is plain HTTP)."""
+    url = settings.environments.index_url
+    if url is None:
+        return request
+    index = urllib.parse.urlsplit(url)
+    host = index.netloc.rpartition("@")[2]
+    env = {**request.env, "PIP_INDEX_URL": url}
+    if index.scheme == "http":  # pip ignores a plain-HTTP index it is not told to trust
+        env["PIP_TRUSTED_HOST"] = host
+    network = dataclasses.replace(
+        request.network, allow_domains=(*request.network.allow_domains, host))
+    return dataclasses.replace(request, env=env, network=network)
 
 
 def _why(result: ExecResult, settings: Settings) -> str:
