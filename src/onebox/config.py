@@ -13,8 +13,20 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from onebox import config_errors
+from onebox.errors import ConfigError
 
 
 class SandboxSettings(BaseModel):
@@ -46,7 +58,7 @@ class SandboxSettings(BaseModel):
         "(sessions, E2B sandboxes, interpreters, its runs' sessions), so no tenant takes the "
         "whole session uid range; one more is refused with 429")
     egress_allow_private: list[str] = Field(
-        default_factory=list,
+        default_factory=list, examples=[["10.0.0.5", "192.168.0.0/16"]],
         description="IP addresses/networks the egress proxy may reach although private "
         "(tests allow 127.0.0.1)",
     )
@@ -98,7 +110,14 @@ class EnvironmentSettings(BaseModel):
 
     allow_domains: list[str] = Field(
         default_factory=lambda: ["pypi.org", "files.pythonhosted.org"], max_length=100,
+        examples=[["pypi.org", "files.pythonhosted.org", "pypi.internal.example"]],
         description="the only hosts a build's pip may reach, through the egress proxy")
+    index_url: str | None = Field(
+        None, pattern=r"^https?://[^/\s]+", max_length=2000,
+        examples=["http://10.0.0.5:3141/root/pypi/+simple/"],
+        description="the package index a build's pip installs from (PIP_INDEX_URL), e.g. a "
+        "mirror; its host is allowed through the egress proxy, and an address that is not "
+        "public also needs sandbox.egress_allow_private")
     build_timeout_s: float = Field(900.0, gt=0, le=24 * 3600,
                                    description="wall time of one build's pip install")
     build_memory_mb: int = Field(2048, ge=64, description="memory of one build's sandbox")
@@ -285,7 +304,9 @@ class Settings(BaseSettings):
 
     home: Path = Field(default_factory=lambda: Path.home() / ".onebox")
     database_url: SecretStr | None = Field(
-        None, validation_alias=AliasChoices("ONEBOX_DATABASE_URL", "DATABASE_URL", "database_url")
+        None, validation_alias=AliasChoices("ONEBOX_DATABASE_URL", "DATABASE_URL", "database_url"),
+        json_schema_extra={"form": "a PostgreSQL URL, e.g. "
+                           "postgresql://USER:PASSWORD@HOST:5432/DBNAME"},
     )
     db_pool_max: int = Field(10, ge=1)
     db_keep_running: bool = Field(
@@ -304,7 +325,9 @@ class Settings(BaseSettings):
     environments: EnvironmentSettings = Field(default_factory=EnvironmentSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     providers: list[ProviderSettings] = Field(
-        default_factory=list, description="model endpoints tenants' profiles may name, besides "
+        default_factory=list, examples=[[{"name": "lab", "base_url": "http://10.0.0.7:8000/v1",
+                                          "models": ["llama3"]}]],
+        description="model endpoints tenants' profiles may name, besides "
         "'default' (the llm.* settings) and those added with `onebox provider add`")
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
@@ -321,6 +344,22 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT",
                                             "otel_exporter_otlp_endpoint"),
         description="export spans (run, step, sandbox.exec) over OTLP/HTTP; needs onebox[otel]")
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        """Refused here, not as a traceback at the first connection (without echoing it: a
+        URL may hold a password)."""
+        if value is None:
+            return value
+        from psycopg import Error as PsycopgError  # only when a URL is set
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            conninfo_to_dict(value.get_secret_value())
+        except PsycopgError:
+            raise ValueError("not a PostgreSQL connection URL") from None
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -369,7 +408,14 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build the settings from the environment, with explicit overrides on top."""
-    settings = Settings(**overrides)
+    """Build the settings from the environment, with explicit overrides on top; a bad
+    ``ONEBOX_*`` value is a ConfigError of one line per variable saying the form it takes."""
+    try:
+        settings = Settings(**overrides)
+    except PydanticValidationError as exc:
+        raise ConfigError(config_errors.describe(exc, Settings, os.environ)) from None
+    except SettingsError as exc:  # a value that must be JSON is not
+        lines = config_errors.describe_unparsed(Settings, os.environ)
+        raise ConfigError(lines or f"invalid configuration: {exc}") from None
     settings.home = settings.home.expanduser().resolve()
     return settings

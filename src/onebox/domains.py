@@ -6,12 +6,30 @@ against the same ones, so a plan is never accepted for a grant the proxy would r
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from onebox.errors import PolicyViolation
 
 DEFAULT_PORTS = (80, 443)
+FORMS = ("give a host name (api.example.com), its subdomains (*.example.com) or an IP "
+         "address, optionally with :port (example.com:8443; default ports 80 and 443); no "
+         "scheme, path, spaces or bare '*' (every host is never granted)")
+_LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
+
+
+def _is_host(host: str) -> bool:
+    """A DNS name (``*.`` allowed in front, for subdomains) or an IP address literal."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    name = host[2:] if host.startswith("*.") else host
+    labels = name.split(".")
+    return 0 < len(name) <= 253 and all(_LABEL.match(label) for label in labels)
 
 
 @dataclass(frozen=True)
@@ -22,13 +40,15 @@ class DomainRule:
     port: int | None
 
     @classmethod
-    def parse(cls, text: str) -> DomainRule:
+    def parse(cls, text: str, field: str = "network.allow_domains") -> DomainRule:
+        """The rule, or a PolicyViolation naming ``field`` and the forms a grant takes."""
         raw = text.strip().lower().rstrip(".")
         host, _, port = raw.rpartition(":") if raw.count(":") == 1 else (raw, "", "")
-        if not host or " " in host or "/" in host:
-            raise PolicyViolation(f"invalid allowed domain {text!r}", field="network.allow_domains")
-        if port and not port.isdigit():
-            raise PolicyViolation(f"invalid port in {text!r}", field="network.allow_domains")
+        if "/" in raw or not _is_host(host):
+            raise PolicyViolation(f"invalid allowed domain {text!r}: {FORMS}", field=field)
+        if port and not (port.isdigit() and int(port) < 65536):
+            raise PolicyViolation(f"invalid port in {text!r} (at most 65535): {FORMS}",
+                                  field=field)
         return cls(host, int(port) if port else None)
 
     def matches(self, host: str, port: int) -> bool:

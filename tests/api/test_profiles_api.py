@@ -61,3 +61,29 @@ async def test_a_tenant_sees_the_providers_it_may_name_but_not_their_urls_or_key
     assert {"name": "moonshot", "models": ["kimi-k2"]} in r.json()["providers"]
     assert "moonshot.ai" not in r.text and "MOONSHOT_API_KEY" not in r.text
     assert refused.status_code == 422 and "onebox provider add" in refused.json()["message"]
+
+
+async def test_unknown_tools_bad_domains_and_missing_environments_are_refused(
+        api_no_worker: Api) -> None:
+    declare_moonshot(api_no_worker)
+    async with api_no_worker.client("acme") as c:
+        tools = (await c.get("/v1/tools")).json()["tools"]
+        known = tools[0]["name"]
+        for body, field, words in (
+                ({**KIMI, "tools": [known, "web_serch"]}, "tools",
+                 ["'web_serch'", known, "/v1/tools"]),
+                ({**KIMI, "allow_domains": ["*"]}, "allow_domains",
+                 ["'*'", "*.example.com", "api.example.com"]),
+                ({**KIMI, "allow_domains": ["a b"]}, "allow_domains", ["'a b'", ":port"]),
+                ({**KIMI, "allow_domains": ["http://x.org/p"]}, "allow_domains", ["x.org"]),
+                ({**KIMI, "environment": "nope"}, "environment",
+                 ["'nope'", "onebox env build nope", "no environments"])):
+            r = await c.put("/v1/profiles/p", json=body)
+            assert r.status_code == 422 and r.json()["field"] == field, r.text
+            for word in words:
+                assert word in r.json()["message"], (word, r.text)
+        fine = {**KIMI, "tools": [known], "allow_domains": ["api.example.com", "*.example.org",
+                                                            "example.net:8443", "10.0.0.5"]}
+        assert (await c.put("/v1/profiles/p", json=fine)).status_code == 200
+        assert (await c.get("/v1/profiles/p")).json()["spec"]["allow_domains"][0] == \
+            "api.example.com"

@@ -34,6 +34,11 @@ async def test_reject_fails_the_run_and_approve_after_that_is_a_conflict(api: Ap
             "approved": False, "by": f"acme-test (key {key_prefix})", "comment": "not today"}
         bad = await c.post(f"/v1/runs/{run_id}/steps/no such step/approve")
         assert bad.status_code == 422
+        typo = await c.post(f"/v1/runs/{run_id}/steps/gaet/approve")
+        assert typo.status_code == 404 and typo.json()["field"] == "step_id", typo.text
+        assert "no such step 'gaet'; did you mean 'gate'?" in typo.json()["message"]
+        queued = await c.post(f"/v1/runs/{run_id}/steps/after/approve")  # in the plan only
+        assert queued.status_code == 409 and "is not waiting" in queued.json()["message"]
 
 
 async def test_retry_a_dead_run_and_see_the_retry_warning(api: Api) -> None:

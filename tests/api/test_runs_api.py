@@ -84,6 +84,13 @@ async def test_bad_plan_names_the_step_and_field(api_no_worker: Api) -> None:
         body = r.json()
         assert body["code"] == "invalid_plan" and "ghost" in body["message"]
         assert set(body) == {"code", "message", "field"}
+        yaml_text = "steps:\n  - id: a\n    tool: bash\n    code: 'true'\n"
+        text = await c.post("/v1/runs", json={"plan": yaml_text})
+        assert text.status_code == 422 and text.json()["field"] == "plan", text.text
+        assert "/v1/plans/parse" in text.json()["message"], text.text
+        parsed = await c.post("/v1/plans/parse", json={"text": yaml_text})  # the way it points
+        again = await c.post("/v1/runs", json={"plan": parsed.json()["plan"]})
+        assert again.status_code == 201, again.text
 
 
 async def test_task_without_a_model_is_refused_with_the_settings_to_set(api_no_worker: Api) -> None:

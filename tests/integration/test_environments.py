@@ -23,6 +23,7 @@ from onebox.runtime.services import runs as runs_api
 from onebox.runtime.services import session_service
 from onebox.runtime.services.service import Runtime
 from onebox.sandbox.base import SandboxBackend
+from onebox.sandbox.registry import get_backend
 from onebox.store.db import Database
 
 
@@ -153,3 +154,25 @@ async def test_a_matplotlib_figure_comes_back_as_a_png_result(
     after = await session_service.run_cell(db, backend, session["id"],
                                            code="len(plt.get_fignums())")
     assert [r.data for r in after.results] == [{"text/plain": "0"}]  # shown once, then closed
+
+
+async def test_an_index_at_a_private_address_is_refused_naming_the_settings_that_let_it_through(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    """A package mirror on a private (here loopback) address: the build is refused by the
+    egress proxy, and the error says which setting lets it through, in its exact form."""
+    settings.environments.index_url = "http://127.0.0.1:9/simple/"  # nothing listens either
+    settings.sandbox.egress_allow_private = []
+    row = await envs.build(db, backend, settings, "default", "mirror", ["six"])
+    assert row["status"] == "FAILED", row
+    error = row["error"]
+    assert "blocked hosts: 127.0.0.1" in error, error
+    assert "ONEBOX_SANDBOX__EGRESS_ALLOW_PRIVATE='[\"127.0.0.1\"]'" in error, error
+    assert "ONEBOX_ENVIRONMENTS__INDEX_URL" in error, error
+    settings.sandbox.egress_allow_private = ["127.0.0.1"]  # as the error says, restarted
+    restarted = get_backend(settings)
+    try:
+        again = await envs.build(db, restarted, settings, "default", "mirror", ["six"])
+    finally:
+        await restarted.close()
+    assert again["status"] == "FAILED" and "blocked hosts" not in again["error"], again
+    assert "127.0.0.1" in again["log_tail"]  # pip got past the proxy (nothing listens)

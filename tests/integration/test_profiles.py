@@ -6,7 +6,8 @@ import pytest
 from run_helpers import serve_until_ended
 
 from onebox.config import ProviderSettings, Settings
-from onebox.errors import NotFound, ValidationError
+from onebox.errors import NotFound, ProviderError, ValidationError
+from onebox.llm.base import Message
 from onebox.runtime.agent.runs import submit_task
 from onebox.runtime.engine.worker import Worker
 from onebox.runtime.models.profiles import (
@@ -152,3 +153,21 @@ async def test_a_profiles_instructions_and_memory_scope_reach_the_model_and_memo
     assert all("Answer in French." in r["messages"][0]["content"] for r in rows)
     scopes = await db.fetch("SELECT DISTINCT scope FROM onebox.memories")
     assert [s["scope"] for s in scopes] == ["default/notes"]  # the tenant rule: default/<scope>
+
+
+async def test_an_unreachable_profile_endpoint_names_the_profile_and_its_provider(
+        db: Database, backend: SandboxBackend, settings: Settings) -> None:
+    closed = ProviderSettings(name="lab", base_url="http://127.0.0.1:9/v1")  # nothing listens
+    settings.providers, settings.llm.max_retries = [closed], 0
+    async with db.connection() as conn:
+        await save_profile(conn, settings, "default", parse_profile(
+            {"name": "labbot", "provider": "lab", "model": "m"}))
+        profile = await run_profile(conn, settings, "default", "labbot")
+    worker = Worker(db, backend, settings, name="w")
+    await worker._refresh_served()
+    with pytest.raises(ProviderError) as down:
+        await worker.chat_model(profile).chat([Message.user("hi")])
+    message = down.value.message
+    assert "profile 'labbot'" in message and "provider 'lab'" in message, message
+    assert "http://127.0.0.1:9/v1" in message and "onebox provider add lab" in message
+    assert "OPENAI_BASE_URL" not in message

@@ -5,7 +5,15 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 
 def _no_nul(value: str) -> str:
@@ -32,9 +40,19 @@ def text(max_length: int, min_length: int = 0) -> Any:
                      AfterValidator(_no_nul)]
 
 
+def _plan_not_text(value: Any) -> Any:
+    if isinstance(value, str):
+        raise PydanticCustomError("plan_is_text", (
+            "is text; it must be the plan document as a JSON object. For a YAML plan, POST "
+            "{\"text\": <the YAML>} to /v1/plans/parse and send the 'plan' it returns"))
+    return value
+
+
 Name = text(200, 1)
 ShortText = text(2000)
 JsonObject = Annotated[dict[str, Any], AfterValidator(_no_nul_deep)]
+PlanDocument = Annotated[dict[str, Any], BeforeValidator(_plan_not_text),
+                         AfterValidator(_no_nul_deep)]
 
 
 class Body(BaseModel):
@@ -48,7 +66,7 @@ class ForkRun(Body):
     profile's name) takes its model calls from ``at`` on."""
 
     at: text(120, 1)  # type: ignore[valid-type]
-    plan: JsonObject | None = None
+    plan: PlanDocument | None = None
     set: JsonObject = Field(default_factory=dict)
     profile: Name | None = None  # type: ignore[valid-type]
 
@@ -56,7 +74,7 @@ class ForkRun(Body):
 class CreateRun(Body):
     """Exactly one of ``plan`` (a plan document, as in a plan file) or ``task`` (words)."""
 
-    plan: JsonObject | None = None
+    plan: PlanDocument | None = None
     task: text(20_000, 1) | None = None  # type: ignore[valid-type]
     name: Name | None = None  # type: ignore[valid-type]
     idempotency_key: Name | None = None  # type: ignore[valid-type]

@@ -46,6 +46,7 @@ def _safe(seg: Segment) -> Segment:
     return Segment(safe_text(seg.text), style, seg.control)
 
 
+WIDE_COLUMNS = 120  # narrower, tables show short unique id prefixes instead of whole ids
 out = SafeConsole(highlight=False)
 err = SafeConsole(stderr=True, highlight=False)
 
@@ -58,9 +59,8 @@ def echo(text: str) -> None:
 def settings() -> Settings:
     try:
         s = load_settings()
-    # swallow-ok: fail() prints it on stderr and exits 2; pydantic errors name the variable
-    except Exception as exc:
-        fail(f"invalid configuration: {exc}", code=2)
+    except ConfigError as exc:  # one line per bad ONEBOX_* variable, with its form
+        fail(exc.message, code=2)
     logging.basicConfig(level=s.log_level.upper(), format=LOG_FORMAT)
     for handler in logging.getLogger().handlers:
         handler.addFilter(ContextFilter())

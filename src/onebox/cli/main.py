@@ -10,6 +10,8 @@ import importlib
 
 import click
 
+from onebox.suggest import close_match
+
 # Each command -> the module that adds it (and its siblings) to `main` through
 # `register(main: click.Group) -> None`. tests/unit/test_cli_lazy.py checks this map
 # against what every module really registers.
@@ -50,6 +52,17 @@ class LazyGroup(click.Group):
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             importlib.import_module(COMMANDS[cmd_name]).register(self)
         return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, but a mistyped command is answered with the one it is a typo of."""
+        name = args[0]
+        if self.get_command(ctx, name) is None and not ctx.resilient_parsing \
+                and not name.startswith("-"):
+            match = close_match(name, self.list_commands(ctx))
+            if match is not None:
+                ctx.fail(f"No such command {name!r}. Did you mean {match!r}?")
+        return super().resolve_command(ctx, args)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -8,6 +8,7 @@ interpreted (no clipboard writes, window titles, cleared screens or reordered te
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from rich import box
@@ -200,15 +201,19 @@ def _tail(text: str, lines: int) -> str:
     return "\n".join(text.rstrip("\n").splitlines()[-lines:])
 
 
-def runs_table(runs: list[dict[str, Any]]) -> Table:
-    # whole ids (commands take them): on a narrow terminal only name and error wrap
+def runs_table(runs: list[dict[str, Any]], ids: Mapping[Any, str] | None = None) -> Table:
+    """The runs, whole ids first; ``ids``: the short unique prefixes a narrow terminal shows
+    instead (commands take them), so the name and the error keep room."""
     table = Table(expand=False, box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("run", "status", "name", "ok", "created", "error"):
-        table.add_column(col, no_wrap=col not in ("name", "error"), overflow="fold")
+    for col in ("run", "status", "name", "ok", "created"):
+        table.add_column(col, no_wrap=col != "name", overflow="fold",
+                         min_width=10 if col == "name" else None)
+    table.add_column("error", overflow="fold", min_width=12)
+    when = "%m-%d %H:%M" if ids else "%Y-%m-%d %H:%M:%S"
     for r in runs:
         table.add_row(
-            str(r["id"]), status_text(r["status"]), Text(safe_text(r["name"] or "")),
-            f"{r['steps_succeeded']}", r["created_at"].strftime("%Y-%m-%d %H:%M:%S"),
-            Text(safe_text(r["error"] or "")[:60]),
+            (ids or {}).get(r["id"], str(r["id"])), status_text(r["status"]),
+            Text(safe_text(r["name"] or "")), f"{r['steps_succeeded']}",
+            r["created_at"].strftime(when), Text(safe_text(r["error"] or "")[:60]),
         )
     return table

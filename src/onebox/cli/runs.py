@@ -248,15 +248,19 @@ def runs_cmd(status: str | None, shortcut: str | None, stale: bool, limit: int,
     settings = common.settings()
     wanted = (status or shortcut or "").upper() or None
 
-    rows = common.with_db(settings, lambda db: runs_api.list_runs(
-        db, status=wanted, limit=limit, stale=stale))
+    async def listed(db: Database) -> tuple[list[dict[str, Any]], dict[uuid.UUID, str] | None]:
+        rows = await runs_api.list_runs(db, status=wanted, limit=limit, stale=stale)
+        narrow = not as_json and common.out.width < common.WIDE_COLUMNS
+        return rows, await runs_api.short_ids(db, [r["id"] for r in rows]) if narrow else None
+
+    rows, ids = common.with_db(settings, listed)
     if as_json:
         common.print_json({"runs": rows})
     elif not rows:
         common.out.print("no runs match" if wanted or stale
                          else "no runs yet: try `onebox run examples/quickstart.yaml`")
     else:
-        common.out.print(runs_table(rows))
+        common.out.print(runs_table(rows, ids))
 
 
 @click.command("cancel")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import click
@@ -9,6 +10,7 @@ from rich.table import Table
 
 from onebox.cli import common
 from onebox.cli.render import safe_text
+from onebox.runtime.services.runs import resolve_id, short_ids
 from onebox.runtime.threads import service as threads
 from onebox.store.db import Database
 
@@ -29,14 +31,21 @@ def thread_group() -> None:
 @common.json_option
 def list_cmd(limit: int, as_json: bool) -> None:
     """The threads, most recently used first."""
-    found = common.with_db(common.settings(), lambda db: threads.list_threads(
-        db, TENANT, limit=limit))
+    async def listed(db: Database) -> tuple[list[threads.Thread], dict[uuid.UUID, str]]:
+        found = await threads.list_threads(db, TENANT, limit=limit)
+        if as_json or common.out.width >= common.WIDE_COLUMNS:
+            return found, {}
+        return found, await short_ids(db, [t.id for t in found], kind="thread",
+                                      tenant_id=TENANT)
+
+    found, ids = common.with_db(common.settings(), listed)
     if as_json:
         common.print_json({"threads": [t.to_dict() for t in found]})
         return
     table = Table("id", "title", "profile", "turns", "updated")
+    table.columns[0].no_wrap = True  # whole ids, or unique prefixes when narrow: commands take both
     for t in found:
-        table.add_row(str(t.id), t.title or "-", t.profile or "-", str(t.turns),
+        table.add_row(ids.get(t.id, str(t.id)), t.title or "-", t.profile or "-", str(t.turns),
                       t.updated_at.strftime("%Y-%m-%d %H:%M"))
     common.out.print(table if found else "no threads yet: `onebox chat` starts one")
 
@@ -46,8 +55,10 @@ def list_cmd(limit: int, as_json: bool) -> None:
 @common.json_option
 def show_cmd(thread_id: str, as_json: bool) -> None:
     """A thread's turns: message, run, status, answer and what fed each turn's context."""
-    tid = common.run_sync(lambda: threads.parse_thread_id(thread_id))
-    shown = common.with_db(common.settings(), lambda db: threads.show_thread(db, TENANT, tid))
+    async def show(db: Database) -> dict[str, Any]:
+        return await threads.show_thread(db, TENANT, await _resolve(db, thread_id))
+
+    shown = common.with_db(common.settings(), show)
     if as_json:
         common.print_json(shown)
         return
@@ -62,6 +73,11 @@ def show_cmd(thread_id: str, as_json: bool) -> None:
         common.out.print(f"summary: {t['summary']}", markup=False, soft_wrap=True)
     for turn in shown["turns"]:
         _print_turn(turn)
+
+
+async def _resolve(db: Database, text: str) -> uuid.UUID:
+    """A whole thread id, or the one of this tenant's threads that starts with ``text``."""
+    return await resolve_id(db, text, kind="thread", tenant_id=TENANT)
 
 
 def _print_turn(turn: dict[str, Any]) -> None:
@@ -84,20 +100,20 @@ def _print_turn(turn: dict[str, Any]) -> None:
 def rm_cmd(thread_id: str, as_json: bool) -> None:
     """Delete a thread, its turns and its memories (its runs stay)."""
     settings = common.settings()
-    tid = common.run_sync(lambda: threads.parse_thread_id(thread_id))
 
-    async def remove(db: Database) -> int:
+    async def remove(db: Database) -> tuple[uuid.UUID, int]:
         from onebox.knowledge.service import Knowledge
         from onebox.llm.embedding import embedding_model_from_settings
 
+        tid = await _resolve(db, thread_id)
         model = embedding_model_from_settings(settings)
         try:
-            return await threads.remove_thread(db, Knowledge.build(db, model, settings),
-                                               TENANT, tid)
+            return tid, await threads.remove_thread(db, Knowledge.build(db, model, settings),
+                                                    TENANT, tid)
         finally:
             await model.close()
 
-    forgotten = common.with_db(settings, remove)
+    tid, forgotten = common.with_db(settings, remove)
     if as_json:
         common.print_json({"thread_id": tid, "removed": True, "memories_forgotten": forgotten})
     else:
@@ -127,10 +143,10 @@ def fork_cmd(thread_id: str, turn: int, message: str | None, profile: str | None
     from onebox.runtime.threads.forking import fork_thread
 
     settings = common.settings()
-    tid = common.run_sync(lambda: threads.parse_thread_id(thread_id))
 
     async def go() -> str:
         async with await Runtime.open(settings) as rt:
+            tid = await _resolve(rt.db, thread_id)
             model = embedding_model_from_settings(settings)
             try:
                 forked = await fork_thread(rt.db, settings, Knowledge.build(rt.db, model,

@@ -193,8 +193,22 @@ def cost_usd(model: str, usage: Usage, prices: Mapping[str, ModelPrice]) -> floa
     return None if price is None else price.cost_usd(usage)
 
 
+@dataclass(frozen=True)
+class EndpointHints:
+    """How to fix a model endpoint that fails, in the words of whoever chose it: the process's
+    own settings (the defaults) or an operator-declared provider a profile names."""
+
+    endpoint: str = "check OPENAI_BASE_URL"  # it cannot be reached
+    model: str = "check ONEBOX_LLM__MODEL and OPENAI_BASE_URL (it usually ends in /v1)"  # 404
+    key: str = "set OPENAI_API_KEY to a valid key for this endpoint"  # 401, 403
+
+
 class ChatModel(abc.ABC):
-    """A chat-completion model. Implement :meth:`complete`; everything else is derived."""
+    """A chat-completion model. Implement :meth:`complete`; everything else is derived.
+
+    ``hints`` says what to change when the endpoint fails; the code that chose the endpoint
+    replaces it (a stored profile's provider is fixed with `onebox provider`, not with
+    OPENAI_BASE_URL)."""
 
     provider: ClassVar[str] = "abstract"
     supports_tools: ClassVar[bool] = True
@@ -202,6 +216,7 @@ class ChatModel(abc.ABC):
 
     def __init__(self, model: str) -> None:
         self.model = model
+        self.hints = EndpointHints()
 
     @abc.abstractmethod
     async def complete(self, request: ChatRequest) -> ChatResponse:

@@ -136,17 +136,16 @@ class OpenAIChatModel(ChatModel):
             return ProviderTimeout(f"{where} did not answer within {self.timeout_s:g}s "
                                    "(set ONEBOX_LLM__TIMEOUT_S to wait longer)")
         if isinstance(exc, openai.APIConnectionError):
-            return ProviderError(f"cannot connect to {where}; check OPENAI_BASE_URL")
+            return ProviderError(f"cannot connect to {where}; {self.hints.endpoint}")
         status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
         if status == 429:
             return RateLimited(f"{where} is rate limiting (HTTP 429) after "
                                f"{self.max_retries} retries; try again later")
         if status in (401, 403):
             return ConfigError(f"{where} refused the credentials (HTTP {status}); "
-                               "set OPENAI_API_KEY to a valid key for this endpoint")
+                               f"{self.hints.key}")
         if status == 404:
-            return ConfigError(f"{where} was not found (HTTP 404); check ONEBOX_LLM__MODEL "
-                               "and OPENAI_BASE_URL (it usually ends in /v1)")
+            return ConfigError(f"{where} was not found (HTTP 404); {self.hints.model}")
         if status is not None:
             return ProviderError(f"{where} failed with HTTP {status}")
         return ProviderError(f"{where} returned an unusable response ({type(exc).__name__})")

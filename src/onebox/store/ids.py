@@ -1,4 +1,4 @@
-"""Run and step-execution ids found by the range their prefix spans (see ``sql/ids.sql``)."""
+"""Run, step-execution and thread ids found by the range their prefix spans (see ``sql/ids.sql``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from onebox.store.db import Conn
 from onebox.store.queries import load_queries
 
 Q = load_queries("ids")
-IdKind = Literal["run", "execution"]
+IdKind = Literal["run", "execution", "thread"]
 
 
 async def ids_between(

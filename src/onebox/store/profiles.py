@@ -63,3 +63,8 @@ async def provider_specs(conn: Conn) -> list[dict[str, Any]]:
 async def delete_provider(conn: Conn, name: str) -> bool:
     cur = await conn.execute(Q["delete_provider"], {"name": name})
     return await cur.fetchone() is not None
+
+
+async def environment_names(conn: Conn, tenant_id: str) -> list[str]:
+    cur = await conn.execute(Q["environment_names"], {"tenant_id": tenant_id})
+    return [r["name"] for r in await cur.fetchall()]

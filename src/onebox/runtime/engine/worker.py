@@ -40,7 +40,13 @@ from onebox.runtime.engine.step_knowledge import StepKnowledge
 from onebox.runtime.engine.tracing import bound, span
 from onebox.runtime.engine.watchdog import flag_stale_runs
 from onebox.runtime.engine.workspaces import StepWorkspace
-from onebox.runtime.models.profiles import llm_settings_for, model_key, needs_model, served_models
+from onebox.runtime.models.profiles import (
+    endpoint_hints,
+    llm_settings_for,
+    model_key,
+    needs_model,
+    served_models,
+)
 from onebox.runtime.models.providers import DEFAULT, Provider, declared
 from onebox.sandbox.base import SandboxBackend
 from onebox.store import runs as store
@@ -144,11 +150,14 @@ class Worker:
             if self._model is None:
                 self._model = chat_model_from_settings(self.settings.llm)
             return self._model
-        if key not in self._models:
-            assert profile is not None
-            self._models[key] = chat_model_from_settings(
+        assert profile is not None
+        kept = f"{key} {profile.get('name') or ''}"  # a failure names the profile
+        if kept not in self._models:
+            model = chat_model_from_settings(
                 llm_settings_for(profile, self.settings.llm, self._providers))
-        return self._models[key]
+            model.hints = endpoint_hints(profile, self._providers)
+            self._models[kept] = model
+        return self._models[kept]
 
     def _own_models(self) -> set[str]:
         llm = self.settings.llm

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import re
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -127,10 +129,12 @@ async def _build_layer(db: Database, backend: SandboxBackend, settings: Settings
     session_id = f"env-{uuid.uuid4().hex[:16]}"
     started = time.monotonic()
     try:
-        result = await backend.execute(_pip_request(session_id, settings, row, log))
+        result = await backend.execute(
+            _with_index(_pip_request(session_id, settings, row, log), settings))
         tail = (result.stdout + result.stderr)[-LOG_TAIL_CHARS:]
         if not result.ok:
-            return await _failed(db, row, started, tail, _why(result))
+            why = await asyncio.to_thread(_why, result, settings)
+            return await _failed(db, row, started, tail, why)
         log("copying the layer out of the build sandbox")
         copied, path = await asyncio.to_thread(
             _keep, backend.workspace(session_id) / TARGET, settings)
@@ -172,13 +176,50 @@ def _line_sink(log: LogSink) -> Callable[[str, bytes], None]:
     return feed
 
 
-def _why(result: ExecResult) -> str:
+def _with_index(request: ExecRequest, settings: Settings) -> ExecRequest:
+    """The pip request pointed at ``environments.index_url`` (a mirror), its host let
+    through the egress proxy (and trusted by pip when it is plain HTTP)."""
+    url = settings.environments.index_url
+    if url is None:
+        return request
+    index = urllib.parse.urlsplit(url)
+    host = index.netloc.rpartition("@")[2]
+    env = {**request.env, "PIP_INDEX_URL": url}
+    if index.scheme == "http":  # pip ignores a plain-HTTP index it is not told to trust
+        env["PIP_TRUSTED_HOST"] = host
+    network = dataclasses.replace(
+        request.network, allow_domains=(*request.network.allow_domains, host))
+    return dataclasses.replace(request, env=env, network=network)
+
+
+def _why(result: ExecResult, settings: Settings) -> str:
+    """Why pip failed; when the egress proxy refused hosts, the settings that let them
+    through, in the form their variables take (this resolves names: call it off the loop)."""
     if result.timed_out:
         return "pip did not finish within environments.build_timeout_s"
     if result.blocked_network:
-        hosts = ", ".join(sorted({b.host for b in result.blocked_network}))
-        return f"pip exited with {result.exit_code}; blocked hosts: {hosts}"
+        hosts = sorted({b.host for b in result.blocked_network})
+        return (f"pip exited with {result.exit_code}; blocked hosts: {', '.join(hosts)}. "
+                f"{_egress_fix(hosts, settings)}")
     return result.error or f"pip exited with {result.exit_code}"
+
+
+def _egress_fix(hosts: list[str], settings: Settings) -> str:
+    allow = settings.sandbox.egress_allow_private
+    private = [a for a in env_layers.private_index_addresses(hosts) if a not in allow]
+    index = ("ONEBOX_ENVIRONMENTS__INDEX_URL=http://HOST[:PORT]/simple/ points pip at a "
+             "package mirror (its host is allowed through the proxy)")
+    if private:
+        wanted = json.dumps([*allow, *private])
+        return (f"{', '.join(hosts)} is at {', '.join(private)} here, not a public address "
+                f"(a mirror on this network?): the egress proxy reaches it only "
+                f"when listed in ONEBOX_SANDBOX__EGRESS_ALLOW_PRIVATE='{wanted}' (a JSON list "
+                f"of addresses or networks), set where the build runs. {index}")
+    domains = json.dumps(settings.environments.allow_domains)
+    return (f"pip may reach only ONEBOX_ENVIRONMENTS__ALLOW_DOMAINS='{domains}' (a JSON list "
+            f"of hosts) through the egress proxy; {index}; a mirror at an address that is "
+            "not public also needs ONEBOX_SANDBOX__EGRESS_ALLOW_PRIVATE='[\"10.0.0.5\"]' (its "
+            "addresses, a JSON list)")
 
 
 def _keep(source: Path, settings: Settings) -> tuple[env_layers.Copied, Path]:

@@ -28,13 +28,16 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from onebox.agent.actions import ToolsResult
 from onebox.agent.plan import Step
 from onebox.config import LLMSettings, Settings
-from onebox.errors import ConfigError, NotFound
+from onebox.domains import DomainRule
+from onebox.errors import ConfigError, NotFound, PolicyViolation
 from onebox.errors import ValidationError as OneboxValidationError
-from onebox.llm.base import ChatRequest, Message
+from onebox.llm.base import ChatRequest, EndpointHints, Message
 from onebox.runtime.models import providers as declared_providers
 from onebox.runtime.models.providers import DEFAULT, HOW_TO_ADD, Provider, provider_of
+from onebox.store import catalog
 from onebox.store import profiles as rows
 from onebox.store.runs import Conn
+from onebox.suggest import did_you_mean
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENV_NAME = r"^[A-Z_][A-Z0-9_]{0,127}$"
@@ -80,20 +83,55 @@ def parse_profile(data: Mapping[str, Any]) -> Profile:
                 f"profile field {field!r}: a profile names a provider ('provider') and a "
                 f"model, never an endpoint or a key variable; {HOW_TO_ADD}", field=field)
     try:
-        return Profile.model_validate(dict(data))
+        profile = Profile.model_validate(dict(data))
     except ValidationError as exc:
         error = exc.errors()[0]
         field = ".".join(str(p) for p in error["loc"]) or "profile"
         raise OneboxValidationError(f"profile field {field!r}: {error['msg']}",
                                     field=field) from None
+    for domain in profile.allow_domains:
+        try:
+            DomainRule.parse(domain, field="allow_domains")
+        except PolicyViolation as exc:
+            raise OneboxValidationError(f"profile field 'allow_domains': {exc.message}",
+                                        field="allow_domains") from None
+    return profile
 
 
 async def save_profile(conn: Conn, settings: Settings, tenant_id: str,
                        profile: Profile) -> dict[str, Any]:
-    """Store the profile once its provider is declared and offers its model."""
+    """Store the profile once its provider is declared and offers its model, and the tools
+    and environment it names exist."""
     declared_providers.choose(await declared_providers.declared(conn, settings),
                               profile.provider, profile.model)
+    await _check_tools(conn, profile.tools or [])
+    if profile.environment is not None:
+        await _check_environment(conn, tenant_id, profile.environment)
     return _public(await rows.upsert(conn, tenant_id, profile.name, profile.model_dump()))
+
+
+async def _check_tools(conn: Conn, tools: list[str]) -> None:
+    if not tools:
+        return
+    names = sorted({t.name for t in await catalog.list_tools(conn)})
+    for tool in tools:
+        if tool not in names:
+            raise OneboxValidationError(
+                f"profile field 'tools': no tool named {tool!r} in the catalog"
+                f"{did_you_mean(tool, names)}; the tools are {', '.join(names)} "
+                "(`onebox tools list`, GET /v1/tools)", field="tools")
+
+
+async def _check_environment(conn: Conn, tenant_id: str, name: str) -> None:
+    existing = await rows.environment_names(conn, tenant_id)
+    if name in existing:
+        return
+    listed = (f"the environments are {', '.join(existing)}" if existing
+              else "there are no environments yet")
+    raise OneboxValidationError(
+        f"profile field 'environment': environment {name!r} does not exist; {listed}; "
+        f"`onebox env build {name} --package P` (or POST /v1/environments) builds it",
+        field="environment")
 
 
 async def get_profile(conn: Conn, tenant_id: str, name: str) -> dict[str, Any]:
@@ -185,6 +223,31 @@ def llm_settings_for(profile: Mapping[str, Any], own: LLMSettings,
     key = environ.get(env) if env else None
     return own.model_copy(update={"model": profile["model"], "base_url": provider.base_url,
                                   "api_key": SecretStr(key) if key else None})
+
+
+def endpoint_hints(profile: Mapping[str, Any], providers: Mapping[str, Provider]) -> EndpointHints:
+    """What to change when a profile's endpoint fails: the declared provider it names (its
+    URL and key variable are the operator's, set with `onebox provider add`), or the
+    process's own settings for the default provider."""
+    try:
+        provider = declared_providers.resolve(providers, profile)
+    except OneboxValidationError:
+        return EndpointHints()
+    if provider.name == DEFAULT:
+        return EndpointHints()
+    name = profile.get("name")
+    who = (f"profile {name!r} uses provider {provider.name!r}" if name
+           else f"this run's profile uses provider {provider.name!r}")
+    change = (f"the operator changes it with `onebox provider add {provider.name} --base-url "
+              f"URL` (`onebox provider list` shows it), or the profile is pointed at another "
+              f"provider with `onebox profile create {name or 'NAME'} --provider P --model M`")
+    key = provider.api_key_env or "its key variable"
+    return EndpointHints(
+        endpoint=f"{who} at {provider.base_url}: check that endpoint is up; {change}",
+        model=f"{who} at {provider.base_url}: check the model name and that the URL ends "
+              f"in /v1; {change}",
+        key=f"{who}: set {key} to a valid key for {provider.base_url} in the worker's "
+            f"environment")
 
 
 def allowed_tools(found: ToolsResult, profile: Mapping[str, Any] | None) -> ToolsResult:

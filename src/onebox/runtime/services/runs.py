@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 from psycopg.types.json import Jsonb
 
@@ -19,12 +19,15 @@ from onebox.store import runs as store
 from onebox.store.db import Database
 from onebox.store.ids import IdKind, ids_between
 from onebox.store.retry import retry_rollbacks
+from onebox.suggest import did_you_mean
 
 PAGE_STEPS = 100  # step attempts per page of `onebox show` and the run API
 MAX_FAILED_LISTED = 20  # failed steps named in a run's summary
 MIN_PREFIX_CHARS = 4  # as git: shorter prefixes match too much to be worth a lookup
 MAX_CANDIDATES = 10  # an ambiguous prefix lists at most this many ids
-_LISTED_BY = {"run": "`onebox runs`", "execution": "`onebox show RUN` (--json: steps[].id)"}
+SHORT_ID_DIGITS = 8  # a narrow table's ids: at least this many, more where two ids share them
+_LISTED_BY = {"run": "`onebox runs`", "execution": "`onebox show RUN` (--json: steps[].id)",
+              "thread": "`onebox thread list`"}
 
 
 async def resolve_id(
@@ -52,6 +55,35 @@ async def resolve_id(
         raise ValidationError(f"{kind} id prefix '{text}' is ambiguous: it matches {listed}{more}; "
                               "give more characters", field=field)
     return found[0]
+
+
+async def short_ids(db: Database, ids: list[uuid.UUID], *, kind: IdKind = "run",
+                    tenant_id: str | None = None) -> dict[uuid.UUID, str]:
+    """Each id cut to its shortest prefix of at least ``SHORT_ID_DIGITS`` hex digits that no
+    other id of ``kind`` starts with (git's short hashes): what a narrow table prints, and
+    what every command taking an id accepts."""
+    short: dict[uuid.UUID, str] = {}
+    async with db.connection() as conn:
+        for whole in ids:
+            for digits in range(SHORT_ID_DIGITS, 32, 4):
+                lo, hi = prefix_range(whole.hex[:digits], kind)
+                if len(await ids_between(conn, kind, lo, hi, tenant_id=tenant_id,
+                                         limit=2)) <= 1:
+                    short[whole] = _first_digits(str(whole), digits)
+                    break
+            else:
+                short[whole] = str(whole)
+    return short
+
+
+def _first_digits(text: str, digits: int) -> str:
+    """``text`` (an id with dashes) up to its ``digits``-th hex digit."""
+    seen = 0
+    for i, char in enumerate(text):
+        seen += char != "-"
+        if seen == digits:
+            return text[:i + 1]
+    return text
 
 
 def prefix_range(text: str, kind: IdKind = "run") -> tuple[uuid.UUID, uuid.UUID]:
@@ -188,8 +220,7 @@ async def approve_step(
             raise NotFound(f"run {run_id} does not exist", field="run_id")
         waiting = await store.fetch_one(conn, "waiting_approval", {"run_id": run_id, "step_id": step_id})
         if waiting is None:
-            raise Conflict(f"step {step_id} of run {run_id} is not waiting for an approval "
-                           f"(the run is {run['status']})", field="step_id")
+            await _refuse_decision(conn, run, step_id)
         decision = {"approved": approve, "by": by, "comment": comment}
         row = await _decide(conn, run, waiting, decision)
         still_waiting = await _resume_when_none_open(conn, run_id)
@@ -203,6 +234,21 @@ async def approve_step(
         else:
             terminal = await advance(conn, settings, run, row)
         return terminal or ("WAITING" if still_waiting else "RUNNING")
+
+
+async def _refuse_decision(conn: store.Conn, run: store.Row, step_id: str) -> NoReturn:
+    """No approval waits under ``step_id``: say whether the step does not exist (with the
+    name it is probably a typo of) or exists and is not waiting."""
+    names = [r["step_id"] for r in await store.fetch_all(conn, "run_step_names",
+                                                          {"run_id": run["id"]})]
+    if step_id not in names:
+        hint = did_you_mean(step_id, names) or (
+            f"; its steps are {', '.join(sorted(names)[:MAX_CANDIDATES])}" if names
+            else "; it has no steps yet")
+        raise NotFound(f"run {run['id']} has no such step '{step_id}'{hint} "
+                       f"(`onebox show {run['id']}` lists them)", field="step_id")
+    raise Conflict(f"step {step_id} of run {run['id']} is not waiting for an approval "
+                   f"(the run is {run['status']})", field="step_id")
 
 
 async def _decide(conn: store.Conn, run: store.Row, waiting: store.Row,

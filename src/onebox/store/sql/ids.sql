@@ -15,3 +15,10 @@ WHERE t.id BETWEEN %(lo)s AND %(hi)s
   AND (%(tenant_id)s::text IS NULL OR r.tenant_id = %(tenant_id)s)
 ORDER BY t.id
 LIMIT %(limit)s;
+
+-- name: thread_ids_between
+SELECT id FROM onebox.threads
+WHERE id BETWEEN %(lo)s AND %(hi)s
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+ORDER BY id
+LIMIT %(limit)s;

@@ -320,6 +320,15 @@ WHERE run_id = %(run_id)s AND step_id = %(step_id)s AND status = 'PENDING'
   AND waiting_for = 'approval'
 FOR UPDATE;
 
+-- name: run_step_names
+-- Every step id a run knows: those with an attempt, and those its current plan declares.
+SELECT step_id FROM onebox.task_execution WHERE run_id = %(run_id)s
+UNION
+SELECT s.step->>'id' FROM onebox.runs r
+JOIN onebox.plans p ON p.id = r.current_plan_id,
+     jsonb_array_elements(p.spec->'steps') AS s(step)
+WHERE r.id = %(run_id)s AND jsonb_typeof(p.spec->'steps') = 'array' AND s.step ? 'id';
+
 -- name: decide_approval
 UPDATE onebox.task_execution
 SET status = %(status)s, exit_code = NULL, output_hash = %(output_hash)s, error = %(error)s,
