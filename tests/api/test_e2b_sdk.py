@@ -211,6 +211,41 @@ async def test_run_code_state_streams_errors_and_rich_results(e2b_env: Api) -> N
     assert out["live"].logs.stdout[-1] == "go seen\n"  # 'ready' reached the SDK mid-cell
 
 
+async def test_code_contexts_are_refused_with_a_clear_error(e2b_env: Api) -> None:
+    """The SDK's context calls send no access token; each still gets the documented answer."""
+    from e2b.exceptions import SandboxException
+    from e2b_code_interpreter import AsyncSandbox, Sandbox
+
+    def flow() -> list[str]:
+        sbx = Sandbox.create()
+        try:
+            calls: list[Callable[[], object]] = [
+                sbx.create_code_context, sbx.list_code_contexts,
+                lambda: sbx.create_code_context(language="r", cwd="/home/user"),
+                lambda: sbx.restart_code_context("default"),
+                lambda: sbx.remove_code_context("default")]
+            refused = []
+            for call in calls:
+                with pytest.raises(SandboxException) as exc:
+                    call()
+                refused.append(str(exc.value))
+            return refused
+        finally:
+            sbx.kill()
+
+    refused = await sdk(flow)
+    sbx = await AsyncSandbox.create()
+    try:
+        with pytest.raises(SandboxException) as exc:
+            await sbx.create_code_context()
+        refused.append(str(exc.value))
+    finally:
+        await sbx.kill()
+    for message in refused:
+        assert "code contexts are not supported" in message, message
+        assert "E2B_API_KEY" not in message
+
+
 async def test_a_sandbox_past_its_timeout_is_deleted(e2b_env: Api) -> None:
     from e2b import Sandbox
 

@@ -26,6 +26,8 @@ MIME_FIELDS = {"text/plain": "text", "text/html": "html", "text/markdown": "mark
                "application/pdf": "pdf", "text/latex": "latex",
                "application/javascript": "javascript", "application/json": "json"}
 PYTHON = ("python", "python3")
+NO_CONTEXTS = ("code contexts are not supported: each onebox sandbox has one python "
+               "interpreter; run_code without a context uses it")
 
 
 class ExecuteBody(BaseModel):
@@ -42,8 +44,7 @@ def check_body(body: ExecuteBody) -> None:
                               "interpreter runs python; run other code with commands.run()",
                               field="language")
     if body.context_id is not None:
-        raise ValidationError("code contexts are not supported: each onebox sandbox has one "
-                              "python interpreter; omit context", field="context_id")
+        raise ValidationError(NO_CONTEXTS, field="context_id")
 
 
 def result_line(data: dict[str, str], is_main_result: bool) -> dict[str, Any]:
@@ -118,7 +119,10 @@ async def execute(body: ExecuteBody, request: Request) -> Response:
 
 
 @router.post("/contexts")
-async def contexts(request: Request) -> JSONResponse:
-    await target(request, INTERPRETER_PORT)
-    raise ValidationError("code contexts are not supported: each onebox sandbox has one python "
-                          "interpreter; run_code without a context uses it", field="context")
+@router.get("/contexts")
+@router.delete("/contexts/{context_id}")
+@router.post("/contexts/{context_id}/restart")
+async def contexts() -> JSONResponse:
+    """Every context call gets the same refusal, before auth: the SDK sends these calls no
+    access token, and the answer names no sandbox, reads nothing and changes nothing."""
+    raise ValidationError(NO_CONTEXTS, field="context")
