@@ -176,7 +176,7 @@ async def test_another_tenant_cannot_reach_an_e2b_sandbox(
         sbx = Sandbox.connect(acme_id)
         return sbx.files.read("/home/user/secret.txt"), sbx.run_code("kept").text
 
-    assert await asyncio.to_thread(acme_still_has_it) == (SECRET, "'acme state'")
+    assert await asyncio.to_thread(acme_still_has_it) == (SECRET, "acme state")
 
 
 def _escapes() -> dict[str, str]:

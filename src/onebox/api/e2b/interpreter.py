@@ -55,6 +55,8 @@ def result_line(data: dict[str, str], is_main_result: bool) -> dict[str, Any]:
         name = MIME_FIELDS.get(mime)
         if name == "json":
             line["json"] = _json_or_text(value)
+        elif name == "text":
+            line["text"] = _unquoted(value)
         elif name is not None:
             line[name] = value
         else:
@@ -62,6 +64,13 @@ def result_line(data: dict[str, str], is_main_result: bool) -> dict[str, Any]:
     if extra:
         line["extra"] = extra
     return line
+
+
+def _unquoted(text: str) -> str:
+    """A string's repr without its quotes (``'teal'`` -> ``teal``), as E2B's server gives it."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
 
 
 def _json_or_text(value: str) -> Any:
