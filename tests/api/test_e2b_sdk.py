@@ -246,6 +246,33 @@ async def test_code_contexts_are_refused_with_a_clear_error(e2b_env: Api) -> Non
         assert "E2B_API_KEY" not in message
 
 
+async def test_unsupported_control_calls_raise_a_clear_error(e2b_env: Api) -> None:
+    """Pause, metrics, logs and network updates are refused by name: never a silent success
+    (the SDK reads 409 on pause as "already paused") nor "sandbox not found"."""
+    from e2b import Sandbox
+    from e2b.exceptions import SandboxException, SandboxNotFoundException
+
+    def flow() -> tuple[list[str], bool]:
+        sbx = Sandbox.create()
+        try:
+            calls: list[Callable[[], object]] = [
+                sbx.pause, sbx.get_metrics,
+                lambda: sbx.update_network({"deny_out": ["0.0.0.0/0"]})]
+            refused = []
+            for call in calls:
+                with pytest.raises(SandboxException) as exc:
+                    call()
+                assert not isinstance(exc.value, SandboxNotFoundException), exc.value
+                refused.append(str(exc.value))
+            return refused, sbx.is_running()
+        finally:
+            sbx.kill()
+
+    refused, running = await sdk(flow)
+    assert "does not pause" in refused[0] and "metrics" in refused[1]
+    assert "network" in refused[2] and running
+
+
 async def test_a_sandbox_past_its_timeout_is_deleted(e2b_env: Api) -> None:
     from e2b import Sandbox
 

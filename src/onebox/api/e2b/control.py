@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from onebox.api.auth import Caller, State
 from onebox.api.e2b.deps import e2b_state
-from onebox.errors import Conflict, NotFound
+from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.runtime.e2b import sandboxes
 from onebox.runtime.e2b import tokens as sandbox_tokens
 from onebox.runtime.e2b.sandboxes import E2bSandbox
@@ -129,15 +129,32 @@ async def kill(sandbox_id: SandboxId, request: Request, state: State, caller: Ca
     return Response(status_code=204)
 
 
+LIFECYCLE = ("a sandbox runs until its timeout or kill(); its workspace can be snapshotted "
+             "through /v1/snapshots")
+UNSUPPORTED = {  # the last segment of the path: (what onebox does not do, what to do instead)
+    "pause": ("pause", LIFECYCLE), "resume": ("resume", LIFECYCLE),
+    "snapshots": ("snapshot", LIFECYCLE), "fork": ("fork", LIFECYCLE),
+    "metrics": ("report metrics of", "measure inside the sandbox with commands.run()"),
+    "logs": ("keep logs of", "each command's output comes back from commands.run()"),
+    "network": ("update the network of", "the sandbox's egress is onebox's policy, set when "
+                "the server starts (docs/e2b.md)")}
+
+
 @router.post("/sandboxes/{sandbox_id}/pause", include_in_schema=False)
 @router.post("/sandboxes/{sandbox_id}/resume", include_in_schema=False)
 @router.post("/sandboxes/{sandbox_id}/snapshots", include_in_schema=False)
 @router.post("/sandboxes/{sandbox_id}/fork", include_in_schema=False)
+@router.get("/sandboxes/{sandbox_id}/metrics", include_in_schema=False)
+@router.get("/sandboxes/{sandbox_id}/logs", include_in_schema=False)
+@router.get("/v2/sandboxes/{sandbox_id}/logs", include_in_schema=False)
+@router.put("/sandboxes/{sandbox_id}/network", include_in_schema=False)
 async def unsupported(sandbox_id: SandboxId, request: Request, state: State,
                       caller: Caller) -> None:
     # another tenant's sandbox is "not found" here too, as on every other route
     await sandboxes.require(state.db, sandbox_id, caller.tenant_id)
     action = request.url.path.rsplit("/", 1)[-1]
-    raise Conflict(f"onebox does not {action} E2B sandboxes: a sandbox runs until its timeout "
-                   "or kill(); its workspace can be snapshotted through /v1/snapshots",
-                   field="sandbox_id")
+    verb, instead = UNSUPPORTED[action]
+    message = f"onebox does not {verb} E2B sandboxes: {instead}"
+    if action == "pause":  # the SDK reads a 409 on pause as "already paused", and goes on
+        raise ValidationError(message, field="sandbox_id")
+    raise Conflict(message, field="sandbox_id")
