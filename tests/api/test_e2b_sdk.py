@@ -11,6 +11,7 @@ import asyncio
 import io
 import threading
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import pytest
@@ -59,6 +60,43 @@ async def test_lifecycle_create_info_list_timeout_connect_kill(e2b_env: Api) -> 
     assert out["id"] not in [s.sandbox_id for s in out["after"]]
 
 
+async def test_list_filters_orders_and_pages_and_connect_never_shortens(e2b_env: Api) -> None:
+    from e2b import Sandbox, SandboxQuery
+
+    def ids(**kwargs: Any) -> list[str]:
+        return [s.sandbox_id for s in Sandbox.list(**kwargs).next_items()]
+
+    def flow() -> dict[str, Any]:
+        first = Sandbox.create(metadata={"suite": "list"}, timeout=600)
+        second = Sandbox.create("other-template", metadata={"suite": "list"})
+        try:
+            mine = SandboxQuery(metadata={"suite": "list"})
+            started = first.get_info().started_at
+            pages = Sandbox.list(query=mine, limit=1)
+            paged = [pages.next_items(), pages.has_next, pages.next_items(), pages.has_next]
+            end = first.get_info().end_at
+            Sandbox.connect(first.sandbox_id, timeout=60)  # E2B: never shortens a running one
+            return {
+                "first": first.sandbox_id, "second": second.sandbox_id, "paged": paged,
+                "asc": ids(query=mine, order="asc"), "desc": ids(query=mine, order="desc"),
+                "base": ids(query=SandboxQuery(metadata={"suite": "list"}, template="base")),
+                "unknown": ids(query=SandboxQuery(template="unknown-template")),
+                "after": ids(query=SandboxQuery(metadata={"suite": "list"},
+                                                started_after=started + timedelta(seconds=1))),
+                "kept": first.get_info().end_at >= end}
+        finally:
+            first.kill()
+            second.kill()
+
+    out = await sdk(flow)
+    assert out["asc"] == [out["first"], out["second"]] and out["desc"] == out["asc"][::-1]
+    assert [s.sandbox_id for s in out["paged"][0]] == [out["second"]] and out["paged"][1]
+    assert [s.sandbox_id for s in out["paged"][2]] == [out["first"]] and not out["paged"][3]
+    assert out["base"] == [out["first"]] and out["unknown"] == []
+    assert out["first"] not in out["after"]
+    assert out["kept"]
+
+
 async def test_files_write_read_list_remove_make_dir(e2b_env: Api) -> None:
     from e2b import Sandbox
     from e2b.exceptions import InvalidArgumentException, NotFoundException
@@ -86,6 +124,7 @@ async def test_files_write_read_list_remove_make_dir(e2b_env: Api) -> None:
             sbx.files.remove("/home/user/notes/a.txt")
             out["after"] = sorted(e.name for e in sbx.files.list("/home/user/notes"))
             out["gone"] = sbx.files.exists("/home/user/notes/a.txt")
+            sbx.files.remove("/home/user/notes/a.txt")  # gone already: as envd, no error
             with pytest.raises(NotFoundException):
                 sbx.files.read("/home/user/missing.txt")
             with pytest.raises(InvalidArgumentException, match="outside the sandbox's home"):

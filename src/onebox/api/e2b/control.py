@@ -3,8 +3,8 @@ set timeout, kill. A sandbox is a session of the caller's tenant (runtime/e2b_sa
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote
 
 from fastapi import APIRouter, Query, Request, Response
@@ -86,7 +86,7 @@ async def connect(sandbox_id: SandboxId, body: ConnectBody, request: Request, st
                   caller: Caller) -> dict[str, Any]:
     if body.timeout is not None:
         sandbox = await sandboxes.set_timeout(state.db, sandbox_id, caller.tenant_id,
-                                              body.timeout)
+                                              body.timeout, extend_only=True)
     else:
         sandbox = await sandboxes.require(state.db, sandbox_id, caller.tenant_id)
     return await _created(sandbox, request, state)
@@ -102,16 +102,26 @@ async def info(sandbox_id: SandboxId, request: Request, state: State,
 @router.get("/v2/sandboxes", summary="E2B: the tenant's running sandboxes")
 @router.get("/sandboxes", include_in_schema=False)
 async def list_sandboxes(
-    request: Request, state: State, caller: Caller,
+    request: Request, response: Response, state: State, caller: Caller,
     metadata: Annotated[str | None, Query(max_length=4096)] = None,
     sandbox_state: Annotated[str | None, Query(alias="state", max_length=64)] = None,
+    template: Annotated[str | None, Query(max_length=200)] = None,
+    started_after: Annotated[datetime | None, Query(alias="startedAfter")] = None,
+    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
+    limit: Annotated[int, Query(ge=1, le=sandboxes.LIST_MAX)] = sandboxes.LIST_MAX,
+    next_token: Annotated[str | None, Query(alias="nextToken", max_length=200)] = None,
 ) -> list[dict[str, Any]]:
     if sandbox_state and "running" not in sandbox_state.split(","):
         return []  # onebox never pauses a sandbox
     wanted = {unquote(k): unquote(v)
               for k, v in sandboxes.parse_metadata_query(metadata).items()}
-    found = await sandboxes.list_for(state.db, caller.tenant_id, wanted)
-    return [_detail(s, state) for s in found]
+    if started_after is not None and started_after.tzinfo is None:
+        started_after = started_after.replace(tzinfo=UTC)
+    query = sandboxes.ListQuery(wanted, template, started_after, order, limit, next_token)
+    page, token = await sandboxes.list_page(state.db, caller.tenant_id, query)
+    if token is not None:
+        response.headers["x-next-token"] = token
+    return [_detail(s, state) for s in page]
 
 
 @router.post("/sandboxes/{sandbox_id}/timeout", status_code=204, response_class=Response,
