@@ -286,8 +286,8 @@ async def test_code_contexts_are_refused_with_a_clear_error(e2b_env: Api) -> Non
 
 
 async def test_unsupported_control_calls_raise_a_clear_error(e2b_env: Api) -> None:
-    """Pause, metrics, logs and network updates are refused by name: never a silent success
-    (the SDK reads 409 on pause as "already paused") nor "sandbox not found"."""
+    """Pause, metrics, logs, network updates and template builds are refused by name: never
+    a silent success (the SDK reads 409 on pause as "already paused") nor "not found"."""
     from e2b import Sandbox
     from e2b.exceptions import SandboxException, SandboxNotFoundException
 
@@ -310,6 +310,16 @@ async def test_unsupported_control_calls_raise_a_clear_error(e2b_env: Api) -> No
     refused, running = await sdk(flow)
     assert "does not pause" in refused[0] and "metrics" in refused[1]
     assert "network" in refused[2] and running
+
+    def build() -> str:
+        from e2b import Template
+        from e2b.exceptions import BuildException
+
+        with pytest.raises(BuildException) as exc:
+            Template.build(Template().from_python_image("3.11"), "mine")
+        return str(exc.value)
+
+    assert "onebox env build" in await sdk(build)
 
 
 async def test_a_sandbox_past_its_timeout_is_deleted(e2b_env: Api) -> None:

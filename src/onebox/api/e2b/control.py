@@ -168,3 +168,12 @@ async def unsupported(sandbox_id: SandboxId, request: Request, state: State,
     if action == "pause":  # the SDK reads a 409 on pause as "already paused", and goes on
         raise ValidationError(message, field="sandbox_id")
     raise Conflict(message, field="sandbox_id")
+
+
+@router.post("/v3/templates", include_in_schema=False)
+@router.post("/v2/templates", include_in_schema=False)
+@router.post("/templates", include_in_schema=False)
+async def build_template(request: Request, state: State, caller: Caller) -> None:
+    raise Conflict("onebox does not build E2B templates: build a onebox environment "
+                   "(`onebox env build NAME`, docs/environments.md) and pass NAME as the "
+                   "template of Sandbox.create()", field="template")
