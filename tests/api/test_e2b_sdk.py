@@ -62,6 +62,7 @@ async def test_lifecycle_create_info_list_timeout_connect_kill(e2b_env: Api) -> 
 
 async def test_list_filters_orders_and_pages_and_connect_never_shortens(e2b_env: Api) -> None:
     from e2b import Sandbox, SandboxQuery
+    from e2b.exceptions import SandboxException
 
     def ids(**kwargs: Any) -> list[str]:
         return [s.sandbox_id for s in Sandbox.list(**kwargs).next_items()]
@@ -76,6 +77,9 @@ async def test_list_filters_orders_and_pages_and_connect_never_shortens(e2b_env:
             paged = [pages.next_items(), pages.has_next, pages.next_items(), pages.has_next]
             end = first.get_info().end_at
             Sandbox.connect(first.sandbox_id, timeout=60)  # E2B: never shortens a running one
+            for token in ("2020-01-01T00:00:00|api-0", "not a token"):
+                with pytest.raises(SandboxException, match="nextToken"):
+                    Sandbox.list(query=mine, next_token=token).next_items()
             return {
                 "first": first.sandbox_id, "second": second.sandbox_id, "paged": paged,
                 "asc": ids(query=mine, order="asc"), "desc": ids(query=mine, order="desc"),

@@ -182,10 +182,13 @@ def _list_key(sandbox: E2bSandbox) -> tuple[datetime, str]:
 def _token_key(token: str) -> tuple[datetime, str]:
     started, _, sandbox_id = token.partition("|")
     try:
-        return datetime.fromisoformat(started), sandbox_id
+        moment = datetime.fromisoformat(started)
     except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:  # the tokens onebox gives carry their zone
         raise ValidationError(f"nextToken {token[:80]!r} is not one onebox gave: pass the "
-                              "x-next-token of the previous page", field="nextToken") from None
+                              "x-next-token of the previous page", field="nextToken")
+    return moment, sandbox_id
 
 
 def parse_metadata_query(query: str | None) -> dict[str, str]:
