@@ -1,7 +1,9 @@
 """onebox: one agent, one sandbox, one database.
 
 The public API is the SDK (``Client``, ``AsyncClient``) and the error tree. Both load on first
-use, so ``import onebox`` (and the ``onebox`` command) stays light.
+use, so ``import onebox`` (and the ``onebox`` command) stays light. This file, errors.py and
+client/ are also the client-only distribution (clients/python, ``onebox-client``): they import
+only each other, the standard library and httpx (tests/unit/test_layers.py).
 """
 
 from __future__ import annotations

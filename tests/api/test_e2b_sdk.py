@@ -11,6 +11,7 @@ import asyncio
 import io
 import threading
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import pytest
@@ -59,6 +60,47 @@ async def test_lifecycle_create_info_list_timeout_connect_kill(e2b_env: Api) -> 
     assert out["id"] not in [s.sandbox_id for s in out["after"]]
 
 
+async def test_list_filters_orders_and_pages_and_connect_never_shortens(e2b_env: Api) -> None:
+    from e2b import Sandbox, SandboxQuery
+    from e2b.exceptions import SandboxException
+
+    def ids(**kwargs: Any) -> list[str]:
+        return [s.sandbox_id for s in Sandbox.list(**kwargs).next_items()]
+
+    def flow() -> dict[str, Any]:
+        first = Sandbox.create(metadata={"suite": "list"}, timeout=600)
+        second = Sandbox.create("other-template", metadata={"suite": "list"})
+        try:
+            mine = SandboxQuery(metadata={"suite": "list"})
+            started = first.get_info().started_at
+            pages = Sandbox.list(query=mine, limit=1)
+            paged = [pages.next_items(), pages.has_next, pages.next_items(), pages.has_next]
+            end = first.get_info().end_at
+            Sandbox.connect(first.sandbox_id, timeout=60)  # E2B: never shortens a running one
+            for token in ("2020-01-01T00:00:00|api-0", "not a token"):
+                with pytest.raises(SandboxException, match="nextToken"):
+                    Sandbox.list(query=mine, next_token=token).next_items()
+            return {
+                "first": first.sandbox_id, "second": second.sandbox_id, "paged": paged,
+                "asc": ids(query=mine, order="asc"), "desc": ids(query=mine, order="desc"),
+                "base": ids(query=SandboxQuery(metadata={"suite": "list"}, template="base")),
+                "unknown": ids(query=SandboxQuery(template="unknown-template")),
+                "after": ids(query=SandboxQuery(metadata={"suite": "list"},
+                                                started_after=started + timedelta(seconds=1))),
+                "kept": first.get_info().end_at >= end}
+        finally:
+            first.kill()
+            second.kill()
+
+    out = await sdk(flow)
+    assert out["asc"] == [out["first"], out["second"]] and out["desc"] == out["asc"][::-1]
+    assert [s.sandbox_id for s in out["paged"][0]] == [out["second"]] and out["paged"][1]
+    assert [s.sandbox_id for s in out["paged"][2]] == [out["first"]] and not out["paged"][3]
+    assert out["base"] == [out["first"]] and out["unknown"] == []
+    assert out["first"] not in out["after"]
+    assert out["kept"]
+
+
 async def test_files_write_read_list_remove_make_dir(e2b_env: Api) -> None:
     from e2b import Sandbox
     from e2b.exceptions import InvalidArgumentException, NotFoundException
@@ -86,6 +128,7 @@ async def test_files_write_read_list_remove_make_dir(e2b_env: Api) -> None:
             sbx.files.remove("/home/user/notes/a.txt")
             out["after"] = sorted(e.name for e in sbx.files.list("/home/user/notes"))
             out["gone"] = sbx.files.exists("/home/user/notes/a.txt")
+            sbx.files.remove("/home/user/notes/a.txt")  # gone already: as envd, no error
             with pytest.raises(NotFoundException):
                 sbx.files.read("/home/user/missing.txt")
             with pytest.raises(InvalidArgumentException, match="outside the sandbox's home"):
@@ -206,9 +249,81 @@ async def test_run_code_state_streams_errors_and_rich_results(e2b_env: Api) -> N
     html = [r for r in out["rich"].results if r.html]
     assert html[0].html == "<b>hi</b>" and not html[0].is_main_result
     assert out["rich"].results[-1].is_main_result and out["rich"].text == "{'a': 1}"
-    assert out["reads"].text == "'from the SDK'"
-    assert out["envs"].text == "'teal'"
+    assert out["reads"].text == "from the SDK"  # a string's quotes dropped, as E2B's server does
+    assert out["envs"].text == "teal"
     assert out["live"].logs.stdout[-1] == "go seen\n"  # 'ready' reached the SDK mid-cell
+
+
+async def test_code_contexts_are_refused_with_a_clear_error(e2b_env: Api) -> None:
+    """The SDK's context calls send no access token; each still gets the documented answer."""
+    from e2b.exceptions import SandboxException
+    from e2b_code_interpreter import AsyncSandbox, Sandbox
+
+    def flow() -> list[str]:
+        sbx = Sandbox.create()
+        try:
+            calls: list[Callable[[], object]] = [
+                sbx.create_code_context, sbx.list_code_contexts,
+                lambda: sbx.create_code_context(language="r", cwd="/home/user"),
+                lambda: sbx.restart_code_context("default"),
+                lambda: sbx.remove_code_context("default")]
+            refused = []
+            for call in calls:
+                with pytest.raises(SandboxException) as exc:
+                    call()
+                refused.append(str(exc.value))
+            return refused
+        finally:
+            sbx.kill()
+
+    refused = await sdk(flow)
+    sbx = await AsyncSandbox.create()
+    try:
+        with pytest.raises(SandboxException) as exc:
+            await sbx.create_code_context()
+        refused.append(str(exc.value))
+    finally:
+        await sbx.kill()
+    for message in refused:
+        assert "code contexts are not supported" in message, message
+        assert "E2B_API_KEY" not in message
+
+
+async def test_unsupported_control_calls_raise_a_clear_error(e2b_env: Api) -> None:
+    """Pause, metrics, logs, network updates and template builds are refused by name: never
+    a silent success (the SDK reads 409 on pause as "already paused") nor "not found"."""
+    from e2b import Sandbox
+    from e2b.exceptions import SandboxException, SandboxNotFoundException
+
+    def flow() -> tuple[list[str], bool]:
+        sbx = Sandbox.create()
+        try:
+            calls: list[Callable[[], object]] = [
+                sbx.pause, sbx.get_metrics,
+                lambda: sbx.update_network({"deny_out": ["0.0.0.0/0"]})]
+            refused = []
+            for call in calls:
+                with pytest.raises(SandboxException) as exc:
+                    call()
+                assert not isinstance(exc.value, SandboxNotFoundException), exc.value
+                refused.append(str(exc.value))
+            return refused, sbx.is_running()
+        finally:
+            sbx.kill()
+
+    refused, running = await sdk(flow)
+    assert "does not pause" in refused[0] and "metrics" in refused[1]
+    assert "network" in refused[2] and running
+
+    def build() -> str:
+        from e2b import Template
+        from e2b.exceptions import BuildException
+
+        with pytest.raises(BuildException) as exc:
+            Template.build(Template().from_python_image("3.11"), "mine")
+        return str(exc.value)
+
+    assert "onebox env build" in await sdk(build)
 
 
 async def test_a_sandbox_past_its_timeout_is_deleted(e2b_env: Api) -> None:
@@ -243,7 +358,7 @@ async def test_the_async_sdk_and_sandbox_envs(e2b_env: Api) -> None:
         await sbx.kill()
     assert area.text is not None and area.text.startswith("12.566")
     assert ran.stdout == "async test call\n"  # the sandbox's envs, the call's win
-    assert cell.text == "'test'"
+    assert cell.text == "test"
 
 
 async def test_a_file_object_over_the_json_bound_uploads(e2b_env: Api) -> None:

@@ -3,7 +3,8 @@ itself back through others (no import circle, counting imports inside functions)
 
     api/ cli/ mcp/  ->  runtime/  ->  knowledge/ snapshots/  ->  sandbox/ store/ objects/ llm/
                                     agent/ (pure)
-    client/ (the SDK): HTTP only
+    client/ (the SDK): HTTP only; with onebox/__init__.py and errors.py it is also the
+    client-only distribution (clients/python), so those files import only each other
 
 Inside runtime/, the rooms (each package's docstring says what it owns):
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,6 +97,27 @@ def forbidden_imports(layer: str, src: Path = SRC) -> list[str]:
 def test_layer_imports_nothing_above_it(layer: str) -> None:
     assert len(list((SRC / layer).rglob("*.py"))) >= 3
     assert forbidden_imports(layer) == []
+
+
+def test_the_client_distribution_ships_a_closed_set_of_files() -> None:
+    """clients/python links __init__.py, errors.py, py.typed and client/: what they import is
+    the standard library, httpx and each other, so the wheel works without the server."""
+    shipped = SRC.parents[1] / "clients" / "python" / "onebox"
+    links = {p.name: p.resolve() for p in shipped.iterdir()}
+    assert links == {"__init__.py": SRC / "__init__.py", "errors.py": SRC / "errors.py",
+                     "py.typed": SRC / "py.typed", "client": SRC / "client"}
+    files = [SRC / "__init__.py", SRC / "errors.py", *sorted((SRC / "client").glob("*.py"))]
+    inside = {"onebox", "onebox.errors", "onebox.client",
+              *(f"onebox.client.{p.stem}" for p in files[2:])}
+    def other_module(name: str) -> bool:  # `from onebox.client import Client` names a class
+        path = SRC.parent / name.replace(".", "/")
+        return name not in inside and (path.is_dir() or path.with_suffix(".py").is_file()
+                                       or not name.startswith("onebox"))
+
+    outside = sorted(f"{p.relative_to(SRC)} imports {m}" for p in files
+                     for m in imported_modules(p) if other_module(m)
+                     and m.split(".")[0] not in (*sys.stdlib_module_names, "httpx"))
+    assert outside == []
 
 
 def test_the_checker_sees_every_import_form(tmp_path: Path) -> None:

@@ -3,8 +3,8 @@ set timeout, kill. A sandbox is a session of the caller's tenant (runtime/e2b_sa
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote
 
 from fastapi import APIRouter, Query, Request, Response
@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from onebox.api.auth import Caller, State
 from onebox.api.e2b.deps import e2b_state
-from onebox.errors import Conflict, NotFound
+from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.runtime.e2b import sandboxes
 from onebox.runtime.e2b import tokens as sandbox_tokens
 from onebox.runtime.e2b.sandboxes import E2bSandbox
@@ -86,7 +86,7 @@ async def connect(sandbox_id: SandboxId, body: ConnectBody, request: Request, st
                   caller: Caller) -> dict[str, Any]:
     if body.timeout is not None:
         sandbox = await sandboxes.set_timeout(state.db, sandbox_id, caller.tenant_id,
-                                              body.timeout)
+                                              body.timeout, extend_only=True)
     else:
         sandbox = await sandboxes.require(state.db, sandbox_id, caller.tenant_id)
     return await _created(sandbox, request, state)
@@ -102,16 +102,26 @@ async def info(sandbox_id: SandboxId, request: Request, state: State,
 @router.get("/v2/sandboxes", summary="E2B: the tenant's running sandboxes")
 @router.get("/sandboxes", include_in_schema=False)
 async def list_sandboxes(
-    request: Request, state: State, caller: Caller,
+    request: Request, response: Response, state: State, caller: Caller,
     metadata: Annotated[str | None, Query(max_length=4096)] = None,
     sandbox_state: Annotated[str | None, Query(alias="state", max_length=64)] = None,
+    template: Annotated[str | None, Query(max_length=200)] = None,
+    started_after: Annotated[datetime | None, Query(alias="startedAfter")] = None,
+    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
+    limit: Annotated[int, Query(ge=1, le=sandboxes.LIST_MAX)] = sandboxes.LIST_MAX,
+    next_token: Annotated[str | None, Query(alias="nextToken", max_length=200)] = None,
 ) -> list[dict[str, Any]]:
     if sandbox_state and "running" not in sandbox_state.split(","):
         return []  # onebox never pauses a sandbox
     wanted = {unquote(k): unquote(v)
               for k, v in sandboxes.parse_metadata_query(metadata).items()}
-    found = await sandboxes.list_for(state.db, caller.tenant_id, wanted)
-    return [_detail(s, state) for s in found]
+    if started_after is not None and started_after.tzinfo is None:
+        started_after = started_after.replace(tzinfo=UTC)
+    query = sandboxes.ListQuery(wanted, template, started_after, order, limit, next_token)
+    page, token = await sandboxes.list_page(state.db, caller.tenant_id, query)
+    if token is not None:
+        response.headers["x-next-token"] = token
+    return [_detail(s, state) for s in page]
 
 
 @router.post("/sandboxes/{sandbox_id}/timeout", status_code=204, response_class=Response,
@@ -129,15 +139,41 @@ async def kill(sandbox_id: SandboxId, request: Request, state: State, caller: Ca
     return Response(status_code=204)
 
 
+LIFECYCLE = ("a sandbox runs until its timeout or kill(); its workspace can be snapshotted "
+             "through /v1/snapshots")
+UNSUPPORTED = {  # the last segment of the path: (what onebox does not do, what to do instead)
+    "pause": ("pause", LIFECYCLE), "resume": ("resume", LIFECYCLE),
+    "snapshots": ("snapshot", LIFECYCLE), "fork": ("fork", LIFECYCLE),
+    "metrics": ("report metrics of", "measure inside the sandbox with commands.run()"),
+    "logs": ("keep logs of", "each command's output comes back from commands.run()"),
+    "network": ("update the network of", "the sandbox's egress is onebox's policy, set when "
+                "the server starts (docs/e2b.md)")}
+
+
 @router.post("/sandboxes/{sandbox_id}/pause", include_in_schema=False)
 @router.post("/sandboxes/{sandbox_id}/resume", include_in_schema=False)
 @router.post("/sandboxes/{sandbox_id}/snapshots", include_in_schema=False)
 @router.post("/sandboxes/{sandbox_id}/fork", include_in_schema=False)
+@router.get("/sandboxes/{sandbox_id}/metrics", include_in_schema=False)
+@router.get("/sandboxes/{sandbox_id}/logs", include_in_schema=False)
+@router.get("/v2/sandboxes/{sandbox_id}/logs", include_in_schema=False)
+@router.put("/sandboxes/{sandbox_id}/network", include_in_schema=False)
 async def unsupported(sandbox_id: SandboxId, request: Request, state: State,
                       caller: Caller) -> None:
     # another tenant's sandbox is "not found" here too, as on every other route
     await sandboxes.require(state.db, sandbox_id, caller.tenant_id)
     action = request.url.path.rsplit("/", 1)[-1]
-    raise Conflict(f"onebox does not {action} E2B sandboxes: a sandbox runs until its timeout "
-                   "or kill(); its workspace can be snapshotted through /v1/snapshots",
-                   field="sandbox_id")
+    verb, instead = UNSUPPORTED[action]
+    message = f"onebox does not {verb} E2B sandboxes: {instead}"
+    if action == "pause":  # the SDK reads a 409 on pause as "already paused", and goes on
+        raise ValidationError(message, field="sandbox_id")
+    raise Conflict(message, field="sandbox_id")
+
+
+@router.post("/v3/templates", include_in_schema=False)
+@router.post("/v2/templates", include_in_schema=False)
+@router.post("/templates", include_in_schema=False)
+async def build_template(request: Request, state: State, caller: Caller) -> None:
+    raise Conflict("onebox does not build E2B templates: build a onebox environment "
+                   "(`onebox env build NAME`, docs/environments.md) and pass NAME as the "
+                   "template of Sandbox.create()", field="template")

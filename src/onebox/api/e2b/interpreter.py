@@ -26,6 +26,8 @@ MIME_FIELDS = {"text/plain": "text", "text/html": "html", "text/markdown": "mark
                "application/pdf": "pdf", "text/latex": "latex",
                "application/javascript": "javascript", "application/json": "json"}
 PYTHON = ("python", "python3")
+NO_CONTEXTS = ("code contexts are not supported: each onebox sandbox has one python "
+               "interpreter; run_code without a context uses it")
 
 
 class ExecuteBody(BaseModel):
@@ -42,8 +44,7 @@ def check_body(body: ExecuteBody) -> None:
                               "interpreter runs python; run other code with commands.run()",
                               field="language")
     if body.context_id is not None:
-        raise ValidationError("code contexts are not supported: each onebox sandbox has one "
-                              "python interpreter; omit context", field="context_id")
+        raise ValidationError(NO_CONTEXTS, field="context_id")
 
 
 def result_line(data: dict[str, str], is_main_result: bool) -> dict[str, Any]:
@@ -54,6 +55,8 @@ def result_line(data: dict[str, str], is_main_result: bool) -> dict[str, Any]:
         name = MIME_FIELDS.get(mime)
         if name == "json":
             line["json"] = _json_or_text(value)
+        elif name == "text":
+            line["text"] = _unquoted(value)
         elif name is not None:
             line[name] = value
         else:
@@ -61,6 +64,13 @@ def result_line(data: dict[str, str], is_main_result: bool) -> dict[str, Any]:
     if extra:
         line["extra"] = extra
     return line
+
+
+def _unquoted(text: str) -> str:
+    """A string's repr without its quotes (``'teal'`` -> ``teal``), as E2B's server gives it."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
 
 
 def _json_or_text(value: str) -> Any:
@@ -118,7 +128,10 @@ async def execute(body: ExecuteBody, request: Request) -> Response:
 
 
 @router.post("/contexts")
-async def contexts(request: Request) -> JSONResponse:
-    await target(request, INTERPRETER_PORT)
-    raise ValidationError("code contexts are not supported: each onebox sandbox has one python "
-                          "interpreter; run_code without a context uses it", field="context")
+@router.get("/contexts")
+@router.delete("/contexts/{context_id}")
+@router.post("/contexts/{context_id}/restart")
+async def contexts() -> JSONResponse:
+    """Every context call gets the same refusal, before auth: the SDK sends these calls no
+    access token, and the answer names no sandbox, reads nothing and changes nothing."""
+    raise ValidationError(NO_CONTEXTS, field="context")

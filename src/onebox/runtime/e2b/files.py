@@ -126,7 +126,7 @@ async def write(db: Database, backend: SandboxBackend, session_id: str, rel: str
 
 
 _MAKE_DIR = f'[ -e "$P" ] && exit {EXISTS_EXIT}; mkdir -p -- "$P"'
-_REMOVE = f'[ -e "$P" ] || [ -L "$P" ] || exit {MISSING_EXIT}; rm -rf -- "$P"'
+_REMOVE = 'rm -rf -- "$P"'
 _RENAME = (f'[ -e "$P" ] || [ -L "$P" ] || exit {MISSING_EXIT}; '
            'mkdir -p -- "$(dirname -- "$Q")" && mv -T -- "$P" "$Q"')
 
@@ -155,11 +155,10 @@ async def make_dir(db: Database, backend: SandboxBackend, session_id: str, rel: 
 
 
 async def remove(db: Database, backend: SandboxBackend, session_id: str, rel: str) -> None:
+    """Remove a file or a tree; a path that is already gone is no error (as E2B's envd)."""
     if not rel:
         raise ValidationError(f"{HOME} (the workspace) cannot be removed", field="path")
-    code = await _in_sandbox(db, backend, session_id, _REMOVE, {"P": rel}, "remove a file")
-    if code == MISSING_EXIT:
-        raise NotFound(f"{to_e2b(rel)} does not exist", field="path")
+    await _in_sandbox(db, backend, session_id, _REMOVE, {"P": rel}, "remove a file")
 
 
 async def rename(db: Database, backend: SandboxBackend, session_id: str, src: str,

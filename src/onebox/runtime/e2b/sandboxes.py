@@ -35,6 +35,7 @@ DEFAULT_TIMEOUT_S = 300
 MAX_TIMEOUT_S = 24 * 3600
 MAX_METADATA_KEYS = 64
 MAX_METADATA_CHARS = 1024
+LIST_MAX = 500  # sandboxes one Sandbox.list() sees, over all its pages
 SWEEP_S = 1.0
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -122,10 +123,12 @@ def _from_row(row: dict[str, Any]) -> E2bSandbox:
                       dict(row["e2b_envs"] or {}))
 
 
-async def set_timeout(db: Database, sandbox_id: str, tenant_id: str,
-                      timeout_s: int) -> E2bSandbox:
-    """E2B semantics: the sandbox now ends ``timeout_s`` from now (shorter or longer)."""
-    row = await tenant_sessions.set_end_at(db, sandbox_id, tenant_id, check_timeout(timeout_s))
+async def set_timeout(db: Database, sandbox_id: str, tenant_id: str, timeout_s: int,
+                      extend_only: bool = False) -> E2bSandbox:
+    """E2B semantics: the sandbox now ends ``timeout_s`` from now (shorter or longer);
+    ``extend_only`` (connect's timeout) never makes a running sandbox end sooner."""
+    row = await tenant_sessions.set_end_at(db, sandbox_id, tenant_id, check_timeout(timeout_s),
+                                           extend_only)
     if row is None:
         raise NotFound(f"session {sandbox_id} does not exist (or was deleted)",
                        field="session_id")
@@ -140,7 +143,52 @@ async def kill(db: Database, backend: SandboxBackend, sandbox_id: str, tenant_id
 async def list_for(db: Database, tenant_id: str, metadata: dict[str, str]) -> list[E2bSandbox]:
     """The tenant's live sandboxes whose metadata holds every ``metadata`` pair."""
     return [_from_row(row) for row in
-            await tenant_sessions.e2b_sessions(db, tenant_id, metadata, limit=500)]
+            await tenant_sessions.e2b_sessions(db, tenant_id, metadata, limit=LIST_MAX)]
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """E2B's ``Sandbox.list`` filters, order and page (``next_token`` from the last page)."""
+
+    metadata: dict[str, str] = field(default_factory=dict)
+    template: str | None = None
+    started_after: datetime | None = None
+    order: str = "desc"  # by start time, newest first as on E2B
+    limit: int = LIST_MAX
+    next_token: str | None = None
+
+
+async def list_page(db: Database, tenant_id: str,
+                    query: ListQuery) -> tuple[list[E2bSandbox], str | None]:
+    """One page of the tenant's sandboxes and the token of the next (None on the last). The
+    token names the last sandbox given, so one started or ended meanwhile shifts nothing."""
+    found = [s for s in await list_for(db, tenant_id, query.metadata)
+             if (query.template is None or s.template == query.template)
+             and (query.started_after is None or s.started_at >= query.started_after)]
+    found.sort(key=_list_key, reverse=query.order == "desc")
+    if query.next_token:
+        last = _token_key(query.next_token)
+        found = [s for s in found
+                 if (_list_key(s) < last if query.order == "desc" else _list_key(s) > last)]
+    page = found[:query.limit]
+    more = len(found) > query.limit
+    return page, (f"{page[-1].started_at.isoformat()}|{page[-1].sandbox_id}" if more else None)
+
+
+def _list_key(sandbox: E2bSandbox) -> tuple[datetime, str]:
+    return sandbox.started_at, sandbox.sandbox_id
+
+
+def _token_key(token: str) -> tuple[datetime, str]:
+    started, _, sandbox_id = token.partition("|")
+    try:
+        moment = datetime.fromisoformat(started)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:  # the tokens onebox gives carry their zone
+        raise ValidationError(f"nextToken {token[:80]!r} is not one onebox gave: pass the "
+                              "x-next-token of the previous page", field="nextToken")
+    return moment, sandbox_id
 
 
 def parse_metadata_query(query: str | None) -> dict[str, str]:

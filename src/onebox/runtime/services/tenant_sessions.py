@@ -99,10 +99,13 @@ async def e2b_sessions(db: Database, tenant_id: str, metadata: dict[str, str],
                                               "metadata": Jsonb(metadata)})
 
 
-async def set_end_at(db: Database, session_id: str, tenant_id: str, timeout_s: int) -> Row | None:
-    """The session now ends ``timeout_s`` from now; its row, or None when it is gone."""
-    return await db.fetchone(Q["set_end_at"], {"id": session_id, "tenant_id": tenant_id,
-                                               "timeout_s": timeout_s})
+async def set_end_at(db: Database, session_id: str, tenant_id: str, timeout_s: int,
+                     extend_only: bool = False) -> Row | None:
+    """The session now ends ``timeout_s`` from now (``extend_only``: or later, when it already
+    would); its row, or None when it is gone."""
+    query = Q["extend_end_at"] if extend_only else Q["set_end_at"]
+    return await db.fetchone(query, {"id": session_id, "tenant_id": tenant_id,
+                                     "timeout_s": timeout_s})
 
 
 async def expired_sessions(db: Database, me: str | None, lease_s: float) -> list[Row]:

@@ -73,6 +73,14 @@ UPDATE onebox.sessions SET end_at = now() + make_interval(secs => %(timeout_s)s)
 WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND status = 'ACTIVE'
 RETURNING id, tenant_id, created_at, e2b_template, e2b_metadata, e2b_envs, end_at;
 
+-- name: extend_end_at
+-- E2B's connect(timeout): the session ends no sooner than %(timeout_s)s from now, never sooner
+-- than it already would.
+UPDATE onebox.sessions
+SET end_at = GREATEST(end_at, now() + make_interval(secs => %(timeout_s)s))
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND status = 'ACTIVE'
+RETURNING id, tenant_id, created_at, e2b_template, e2b_metadata, e2b_envs, end_at;
+
 -- name: expired_sessions
 -- Live sessions past their deadline that this server may end: its own, unheld ones, and
 -- those whose holder stopped heartbeating (their row is released; that holder's sweep

@@ -1,0 +1,1 @@
+../../../src/onebox/__init__.py

@@ -1,0 +1,1 @@
+../../../src/onebox/errors.py
