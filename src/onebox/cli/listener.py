@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from onebox.client.spec import ADDRESS_FILE, recorded_url
 from onebox.errors import ConfigError
+from onebox.sandbox.hostfs import file_identity as _identity
 
 BACKLOG = 2048  # uvicorn's default
 
@@ -80,9 +81,4 @@ def recorded_address(home: Path, url: str) -> Iterator[None]:
                 path.unlink()
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
+

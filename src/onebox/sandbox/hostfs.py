@@ -90,6 +90,16 @@ _libc.syscall.restype = ctypes.c_long
 _openat2_ok: bool | None = None
 
 
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path`` (None when it is gone): the same file, not only the same
+    name (a workspace replaced under its path, a record another process rewrote)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int:
     how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, RESOLVE)
     fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dir_fd),

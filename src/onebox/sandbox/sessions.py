@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onebox.sandbox.hostfs import file_identity as _identity
 from onebox.sandbox.workspace import check_session_id
 
 logger = logging.getLogger(__name__)
@@ -35,14 +36,6 @@ class Session:
     def intact(self) -> bool:
         """The workspace is still the directory (device, inode) this session created."""
         return _identity(self.path) == self.identity
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
 
 
 class SessionTable:
