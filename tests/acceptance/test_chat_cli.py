@@ -129,8 +129,8 @@ def test_two_turns_recall_the_first_ones_file_and_the_thread_resumes(
     thread_id = thread_of(out)
 
     server.add(*READ)
-    resumed = onebox(env, "chat", "--thread", thread_id, stdin="and once more?\n")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    resumed = onebox(env, "chat", "--thread", thread_id[:8], stdin="and once more?\n")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]  # a prefix, as `thread list` prints
     assert f"thread {thread_id} (turn 2)" in resumed.stdout
     assert "the code is 4417" in resumed.stdout  # the same workspace, a later process
     assert "code was read back" in request_with(server, "and once more?")  # the summary
@@ -140,7 +140,7 @@ def test_two_turns_recall_the_first_ones_file_and_the_thread_resumes(
 
 
 @pytest.mark.parametrize(("args", "code", "words"), [
-    (["--thread", "not-a-thread"], 2, ["--thread", "not a UUID"]),
+    (["--thread", "not-a-thread"], 2, ["--thread", "is not a thread id"]),
     (["--thread", MISSING], 1, ["--thread", MISSING, "does not exist"]),
     (["--profile", "nope"], 1, ["--profile", "'nope' does not exist"]),
     (["--thread", MISSING, "--profile", "p"], 2, ["--profile", "--thread"]),

@@ -29,6 +29,7 @@ from onebox.errors import Conflict, NotFound, ValidationError
 from onebox.knowledge.service import Knowledge
 from onebox.llm.embedding import embedding_model_from_settings
 from onebox.llm.registry import chat_model_from_settings
+from onebox.runtime.services.runs import prefix_range, resolve_id
 from onebox.runtime.services.service import Runtime
 from onebox.runtime.threads import service as threads
 
@@ -55,12 +56,13 @@ def chat_cmd(thread_id: str | None, profile: str | None, title: str) -> None:
     settings = common.settings()
     if profile is None and thread_id is None:
         common.run_sync(lambda: chat_model_from_settings(settings.llm))  # says what to set
-    tid = common.run_sync(lambda: _thread_id(thread_id)) if thread_id else None
-    code = common.run(_chat(settings, tid, profile, title))
+    if thread_id is not None:
+        common.run_sync(lambda: _thread_id(thread_id))  # the form, before anything starts
+    code = common.run(_chat(settings, thread_id, profile, title))
     raise click.exceptions.Exit(code)
 
 
-async def _chat(settings: Settings, thread_id: uuid.UUID | None, profile: str | None,
+async def _chat(settings: Settings, thread_id: str | None, profile: str | None,
                 title: str) -> int:
     async with await Runtime.open(settings) as rt:
         model = embedding_model_from_settings(settings)
@@ -74,20 +76,23 @@ async def _chat(settings: Settings, thread_id: uuid.UUID | None, profile: str | 
             await model.close()
 
 
-def _thread_id(value: str) -> uuid.UUID:
+def _thread_id(value: str) -> None:
+    """A whole thread id or a hex prefix of one (as ``onebox thread list`` prints them)."""
     try:
-        return threads.parse_thread_id(value)
+        prefix_range(value, "thread")
     except ValidationError as exc:
         raise ValidationError(f"--thread: {exc.message}", field="thread") from None
 
 
-async def _open_thread(rt: Runtime, settings: Settings, thread_id: uuid.UUID | None,
+async def _open_thread(rt: Runtime, settings: Settings, thread_id: str | None,
                        profile: str | None, title: str) -> threads.Thread:
-    """The thread continued (``--thread``) or a new one; errors name the flag."""
+    """The thread continued (``--thread``, a whole id or a unique prefix) or a new one;
+    errors name the flag."""
     flag = "--thread" if thread_id else "--profile"
     try:
         if thread_id is not None:
-            thread = await threads.get_thread(rt.db, TENANT, thread_id)
+            tid = await resolve_id(rt.db, thread_id, kind="thread", tenant_id=TENANT)
+            thread = await threads.get_thread(rt.db, TENANT, tid)
             if thread.profile is None:  # its turns use this machine's model: say what to set
                 chat_model_from_settings(settings.llm)
             return thread
@@ -95,6 +100,8 @@ async def _open_thread(rt: Runtime, settings: Settings, thread_id: uuid.UUID | N
                                            profile=profile)
     except NotFound as exc:
         raise NotFound(f"{flag}: {exc.message}", field=flag.lstrip("-")) from None
+    except ValidationError as exc:  # an ambiguous prefix
+        raise ValidationError(f"{flag}: {exc.message}", field=flag.lstrip("-")) from None
 
 
 async def _converse(rt: Runtime, settings: Settings, knowledge: Knowledge,
