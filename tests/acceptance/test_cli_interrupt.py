@@ -181,12 +181,16 @@ def test_waiting_for_approval_prints_the_approve_command(home: Path, tmp_path: P
     assert "SUCCEEDED" in fg.output()
 
 
-def test_runs_prints_whole_ids_on_a_narrow_terminal(home: Path) -> None:
+def test_runs_prints_ids_that_work_as_input_on_a_narrow_terminal(home: Path) -> None:
+    """At 80 columns a run is listed by a unique prefix of its id (8 characters or more, so
+    name and error keep their room), and that prefix is what `show` takes."""
     onebox(home, "run", "examples/quickstart.yaml", "--detach")
     ids = [r["id"] for r in json.loads(onebox(home, "runs", "--json").stdout)["runs"]]
     listed = onebox(home, "runs", columns=80)
     assert listed.returncode == 0, listed.stderr
-    assert ids and all(run_id in listed.stdout for run_id in ids)
+    assert ids and all(run_id[:8] in listed.stdout for run_id in ids)
+    shown = onebox(home, "show", ids[0][:8], "--json")
+    assert shown.returncode == 0 and ids[0] in shown.stdout, shown.stderr
 
 
 def _db_url(home: Path) -> str:
