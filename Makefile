@@ -9,15 +9,10 @@ demo: setup
 	-$(BIN)/onebox doctor --brief
 	$(BIN)/onebox run examples/quickstart.yaml
 
-# Two pytest workers (one per core on the reference machine) over every tier but chaos, each
-# with its own embedded PostgreSQL and homes; the chaos tier (killed hosts, leftovers, 120 s
-# waits on the whole machine) then runs alone.
-TEST_WORKERS ?= 2
 test: setup-dev
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not chaos"
-	$(BIN)/pytest -q -m chaos
+	$(BIN)/pytest -q
 
 # The fast tier, for every change: lint, types, and the unit and contract tests (no
 # database and no sandbox started per test). The slow tiers run alone with
