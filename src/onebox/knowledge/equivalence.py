@@ -99,11 +99,12 @@ _EN_FORMS: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
     (r"\b(has|have|had) (\w+) (ever )?been to\b", r"\1 \2 \3visited"),
     (r"\bhow much (?:does|do|did) (.+?) cost\b", r"what is the price of \1"),
     (r"\bhave (\w+) got\b", r"do \1 have"), (r"\bhow much time\b", "how long"),
+    # X's height = the height of X (for every noun the forms below read)
+    (r"\bwhat('s| is| was) (.+?)'s (height|age|depth|length|weight|width|size|population|"
+     r"birthplace|place of birth)\?", r"what\1 the \3 of \2?"),
     # a measure asked as a noun is its adjective: the height of X = how tall X is
     (r"\bwhat(?:'s| is| was) the (height|age|depth|length|weight|width|size) of (.+?)\?",
      lambda m: f"how {EN_MEASURES[m.group(1)]} is {m.group(2)}?"),
-    (r"\bwhat(?:'s| is| was) (.+?)'s (height|age|depth|length|weight|width|size)\?",
-     lambda m: f"how {EN_MEASURES[m.group(2)]} is {m.group(1)}?"),
     (r"\bwhat does (.+?) weigh\b", r"how heavy is \1"),
     (r"^is there (an? |any )?(.+?) (?:at|in) (the )?(.+?)\?$", r"does \3\4 have \1\2?"),
     # a cause asked for: "what caused X to V" = "why did X V", "what makes X Y" = "why is X Y"
@@ -113,7 +114,6 @@ _EN_FORMS: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
     (r"\bwhat (made|makes) (.+?) (\w+)\?$",
      lambda m: f"why {'was' if m.group(1) == 'made' else 'is'} {m.group(2)} {m.group(3)}?"),
     (r"\bwhat(?:'s| is| was) the population of (.+?)\?", r"how many people live in \1?"),
-    (r"\bwhat(?:'s| is| was) (.+?)'s population\?", r"how many people live in \1?"),
     # a distance asked either way round: "how far is X from Y" = "the distance from Y to X"
     (r"\b(?:how far (?:away )?is (.+?) from|what(?:'s| is) the distance (?:from|between) "
      r"(.+?) (?:to|and)) (.+?)\?", lambda m: "how far apart are {} and {}?".format(
@@ -125,7 +125,6 @@ _EN_FORMS: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
     (r"\bwhat(?:'s| is) the (?:best )?way to (the|a|an)\b", r"how do i get to \1"),
     (r"\bwhat(?:'s| is| are) the (?:best )?(?:way|steps) to\b", "how do i"),
     (r"\b(?:in |on )?what (?:year|date)\b", "when"),
-    (r"\bwhat(?:'s| is| was) (.+?)'s (?:birthplace|place of birth)\?", r"where was \1 born?"),
     (r"\bwhat(?:'s| is| was) the (?:birthplace|place of birth) of (.+?)\?", r"where was \1 born?"),
     (r"^how (?:(?:do|can|should) (?:i|you|we|one)|to) ", "how do i "),
 )
