@@ -10,6 +10,7 @@ from onebox.store.queries import load_queries
 from onebox.store.runs import Conn, Row
 
 Q = load_queries("profiles")
+ENVIRONMENTS = load_queries("environments")
 
 
 async def upsert(conn: Conn, tenant_id: str, name: str, spec: dict[str, Any]) -> Row:
@@ -66,5 +67,7 @@ async def delete_provider(conn: Conn, name: str) -> bool:
 
 
 async def environment_names(conn: Conn, tenant_id: str) -> list[str]:
-    cur = await conn.execute(Q["environment_names"], {"tenant_id": tenant_id})
+    """The tenant's environments a profile may name (any status: one still building counts),
+    read with the environments' own listing."""
+    cur = await conn.execute(ENVIRONMENTS["list_environments"], {"tenant_id": tenant_id})
     return [r["name"] for r in await cur.fetchall()]

@@ -41,7 +41,3 @@ SELECT name, spec FROM onebox.providers ORDER BY name;
 
 -- name: delete_provider
 DELETE FROM onebox.providers WHERE name = %(name)s RETURNING name;
-
--- name: environment_names
--- The tenant's environments a profile may name (any status: one still building counts).
-SELECT DISTINCT name FROM onebox.environments WHERE tenant_id = %(tenant_id)s ORDER BY name;
