@@ -92,16 +92,16 @@ def _assert_clean(made: Cluster) -> None:
         marks = sandbox / "workspace-marks"
         notes = sorted(str(p.relative_to(marks)) for p in marks.rglob("*") if p.is_file()) \
             if marks.exists() else []
-        assert not notes, f"{host.name} keeps workspace notes or locks {notes}"
+        assert not notes, f"{host.name} keeps workspace notes or locks {notes}\n{host.log()}"
         assert f" {sandbox}/" not in mounts, f"{host.name} keeps mounts under {sandbox}"
         pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True,
                               text=True).stdout.split()
         assert not pids, f"{host.name} keeps processes {pids}"
         registry = load_settings(home=host.home).sandbox.uid_registry
-        held = [m.name for m in registry.iterdir() if m.is_file()
-                and m.read_text(errors="replace").startswith(f"{sandbox}/")] \
+        held = [f"{m.name}: {m.read_text(errors='replace')}" for m in registry.iterdir()
+                if m.is_file() and m.read_text(errors="replace").startswith(f"{sandbox}/")] \
             if registry.exists() else []
-        assert not held, f"{host.name} keeps session uid markers {held}"
+        assert not held, f"{host.name} keeps session uid markers {held}\n{host.log()}"
 
 
 PLAN = {"name": "across", "steps": [

@@ -145,6 +145,13 @@ class SessionIdentities:
                     return
                 marker.unlink()
 
+    def free_removed(self, workspace: Path, uids: list[int]) -> None:
+        """``workspace`` was just removed: free ``uids`` (read before, :meth:`uids_of`) and any
+        uid whose marker still records it (a create that raced the removal may have marked
+        one after the owner was read)."""
+        for uid in sorted(set(uids).union(self.recording(workspace))):
+            self.free(workspace, uid)
+
     def uids_of(self, workspace: Path) -> list[int]:
         """The uids to free once ``workspace`` is removed: its owner's, or, when its owner
         is not a session uid (an image that is not mounted here leaves a bare mount point,
@@ -152,9 +159,13 @@ class SessionIdentities:
         owner = uid_of(workspace)
         if owner is not None and self.in_range(owner):
             return [owner]
+        return self.recording(workspace)
+
+    def recording(self, workspace: Path) -> list[int]:
+        """The uids whose marker records exactly ``workspace``."""
         if not self.per_session:
             return []
-        return [uid for uid, path in self.uids_below(workspace).items() if path == workspace]
+        return sorted(uid for uid, path in self.uids_below(workspace).items() if path == workspace)
 
     def uids_below(self, root: Path) -> dict[int, Path]:
         """The uids whose marker records a workspace below ``root`` (a dir being removed)."""

@@ -274,8 +274,7 @@ class BwrapSandbox(SandboxBackend):
             async with self.disk.mounting():
                 await self.disk.detach(path)
         await asyncio.to_thread(shutil.rmtree, path, True)
-        for uid in uids:
-            await asyncio.to_thread(self.identities.free, path, uid)
+        await asyncio.to_thread(self.identities.free_removed, path, uids)
 
     # -- one execution ---------------------------------------------------------
 

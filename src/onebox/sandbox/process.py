@@ -35,7 +35,6 @@ from onebox.sandbox.identity import (
     SessionIdentities,
     ensure_reachable,
     make_run_dir,
-    uid_of,
 )
 from onebox.sandbox.sessions import SessionTable
 from onebox.sandbox.workspace import Changes, changes_since, state, write_files
@@ -124,9 +123,9 @@ class ProcessSandbox(SandboxBackend):
         await asyncio.to_thread(self.identities.claim, path)
 
     async def _drop_ws(self, path: Path) -> None:
-        uid = uid_of(path)
+        uids = await asyncio.to_thread(self.identities.uids_of, path)
         await asyncio.to_thread(shutil.rmtree, path, True)
-        await asyncio.to_thread(self.identities.free, path, uid)
+        await asyncio.to_thread(self.identities.free_removed, path, uids)
 
     def _run_as(self, workspace: Path) -> Owner | None:
         return self.identities.owner_of(workspace) if self.identities.per_session else None

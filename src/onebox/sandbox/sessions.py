@@ -51,7 +51,7 @@ class SessionTable:
         self._create = create
         self._destroy = destroy
         self._sessions: dict[str, Session] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # lock, holders and waiters
         self._reaper: asyncio.Task[None] | None = None
         self._reaping: asyncio.Future[list[str]] | None = None
         self._gone: dict[str, None] = {}
@@ -66,8 +66,22 @@ class SessionTable:
     def ids(self) -> list[str]:
         return list(self._sessions)
 
-    def _lock(self, session_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(session_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _lock(self, session_id: str) -> AsyncIterator[None]:
+        """The session's own lock. It is dropped only when no one holds or waits for it: a
+        caller waiting on a dropped lock would run beside one that took a new one (a remove
+        beside a create leaves a workspace's uid marked after its files are gone)."""
+        lock, users = self._locks.get(session_id) or (asyncio.Lock(), 0)
+        self._locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[session_id]
+            if users <= 1:
+                del self._locks[session_id]
+            else:
+                self._locks[session_id] = (lock, users - 1)
 
     @contextlib.asynccontextmanager
     async def hold(self, session_id: str) -> AsyncIterator[None]:
@@ -120,7 +134,6 @@ class SessionTable:
             await self._destroy(path)
             if self._sessions.pop(session_id, None) is not None:
                 self._remember_gone(session_id)
-        self._locks.pop(session_id, None)
 
     def was_removed(self, session_id: str) -> bool:
         return session_id in self._gone

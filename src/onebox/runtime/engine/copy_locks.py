@@ -76,6 +76,25 @@ class CopyLocks:
             os.close(use)
             os.close(gate)
 
+    @contextlib.asynccontextmanager
+    async def if_free(self, session_id: str) -> AsyncIterator[bool]:
+        """The copy alone, if no step or restore of this host holds or waits for it now;
+        never waits: yields False (holding nothing) when it is in use. For removing a
+        released run's copy, which the next sweep retries."""
+        use_path, gate_path = self._paths(session_id)
+        gate, use = _open(gate_path), _open(use_path)
+        try:
+            try:
+                fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                free = True
+            except BlockingIOError:
+                free = False
+            yield free
+        finally:
+            os.close(use)
+            os.close(gate)
+
     def forget(self, session_id: str) -> None:
         """The copy is gone (its run was released): its lock files go too."""
         for path in self._paths(session_id):

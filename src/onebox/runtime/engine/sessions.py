@@ -7,8 +7,10 @@ a run that is interrupted or waiting keeps them, so its workspace survives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from onebox.errors import OneboxError
@@ -36,11 +38,14 @@ async def release_finished_sessions(
         sessions = await store.fetch_all(conn, "finished_sessions", {"run_id": run_id})
     released = 0
     for s in sessions:
-        if keep is not None:
-            await keep.keep_outputs(s)
-        await backend.cleanup(s["id"])
-        if keep is not None:
-            keep.forget(s["id"])
+        async with _alone(keep, s["id"]) as free:
+            if not free:
+                continue  # a step of this host still uses the copy: the next pass releases it
+            if keep is not None:
+                await keep.keep_outputs(s)
+            await backend.cleanup(s["id"])
+            if keep is not None:
+                keep.forget(s["id"])
         async with db.transaction() as conn:
             if await store.fetch_one(conn, "release_session", {"id": s["id"]}) is None:
                 continue
@@ -84,17 +89,36 @@ async def release_copies_left_here(db: Database, backend: SandboxBackend, *,
     step; the other hosts' copies would stay). Returns the session ids removed."""
     root = backend.workspace("run-probe").parent
     try:
-        here = sorted(p.name for p in root.iterdir() if p.name.startswith("run-"))
+        here = {p.name for p in root.iterdir() if p.name.startswith("run-")}
     except FileNotFoundError:
-        return []
+        here = set()
+    if keep is not None:  # notes a fenced step wrote after its copy was removed
+        here.update(keep.noted())
     if not here:
         return []
     async with db.connection() as conn:
-        released = [r["id"] for r in await store.fetch_all(conn, "released_of", {"ids": here})]
+        released = [r["id"] for r in await store.fetch_all(conn, "released_of",
+                                                              {"ids": sorted(here)})]
+    removed = []
     for session_id in released:
-        await backend.cleanup(session_id)
-        if keep is not None:
-            keep.forget(session_id)
-    if released:
-        log.info("removed %d workspace copies of runs released elsewhere", len(released))
-    return released
+        async with _alone(keep, session_id) as free:
+            if not free:
+                continue  # a (fenced) step of this host still uses it: the next sweep
+            await backend.cleanup(session_id)
+            if keep is not None:
+                keep.forget(session_id)
+        removed.append(session_id)
+    if removed:
+        log.info("removed %d workspace copies of runs released elsewhere", len(removed))
+    return removed
+
+
+@contextlib.asynccontextmanager
+async def _alone(keep: StepWorkspace | None, session_id: str) -> AsyncIterator[bool]:
+    """Whether this host's copy of the session may be removed now: no step or restore of
+    this host uses it (without step workspaces, nothing here shares copies)."""
+    if keep is None:
+        yield True
+        return
+    async with keep.locks.if_free(session_id) as free:
+        yield free

@@ -208,14 +208,32 @@ class StepWorkspace:
 
     def _note(self, session_id: str, kind: str, snapshot_id: Any) -> None:
         """Append one line (``ours ID``: this host is taking it; ``seen ID``: the copy here
-        matches it); a small O_APPEND write, so the workers of a host can share the file."""
+        matches it); a small O_APPEND write, so the workers of a host can share the file.
+        The file starts with ``session ID``, so notes left without a copy (a fenced step
+        that wrote one after the copy was removed) can be found and removed."""
         self.marks.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self._mark_path(session_id),
                      os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
+            if os.fstat(fd).st_size == 0:  # two writers may both add it: the first line counts
+                os.write(fd, f"session {session_id}\n".encode())
             os.write(fd, f"{kind} {snapshot_id}\n".encode())
         finally:
             os.close(fd)
+
+    def noted(self) -> list[str]:
+        """The sessions this host keeps notes of (whether or not their copy is here)."""
+        found = []
+        try:
+            entries = list(self.marks.iterdir())
+        except FileNotFoundError:
+            return []
+        for path in entries:
+            with contextlib.suppress(OSError), open(path, "rb") as fh:
+                first = fh.readline(200).decode(errors="replace")
+                if first.startswith("session ") and first.endswith("\n"):
+                    found.append(first[8:-1])
+        return sorted(found)
 
     def _mark(self, session_id: str, snapshot_id: Any) -> None:
         self._note(session_id, "seen", snapshot_id)
