@@ -7,7 +7,9 @@ bench/data/cache_pairs_v3.jsonl holds English and Chinese pairs ({"id", "a", "b"
 pairs written with the previous rules), ``issue`` (the rewordings an outside test refused
 and the wrong answers it got, issue 27), ``new`` to ``new5`` (pairs written before each
 round of rules and held out until it was measured: splits "heldout" to "heldout5"; the
-newest was never tuned on) and ``probe`` (must-miss pairs of rare WordNet senses).
+newest of those was never tuned on), ``new6`` (200 pairs written by another author
+without seeing the rules or the other pairs: split "heldout6", never tuned on) and
+``probe`` (must-miss pairs of rare WordNet senses).
 Each pair is run through the real cache (ONEBOX_HOME's database, the configured embedding
 model):
 - one scope per pair: put ``a``, look up ``b``;
@@ -41,7 +43,7 @@ from onebox.store.db import Database
 
 HERE = Path(__file__).resolve().parent
 SWEEP = (0.80, 0.85, 0.88, 0.90, 0.92, 0.95)
-SPLITS = ("heldout5", "heldout4", "heldout3", "heldout2", "heldout", "dev")  # newest first
+SPLITS = ("heldout6", "heldout5", "heldout4", "heldout3", "heldout2", "heldout", "dev")  # newest first
 Pair = dict[str, Any]
 
 
@@ -77,7 +79,8 @@ async def per_pair(cache: AnswerCache, pairs: list[Pair]) -> list[Pair]:
         similarity = result.similarity if isinstance(result, CacheHit) else result.best_similarity
         judge = await cache.word_judge(p["a"], p["b"])
         rows.append({**p, "cache_hit": hit, "similarity": round(float(similarity or 0), 4),
-                     "guard": different_question(p["a"], p["b"], judge),
+                     "guard": different_question(p["a"], p["b"], judge, cache.sentence_judge()),
+                     "guard_wordnet_only": different_question(p["a"], p["b"], judge),
                      "guard_v2": strict_reason(p["a"], p["b"]),
                      "contradiction": contradiction(p["a"], p["b"])})
     return rows
@@ -183,6 +186,10 @@ async def run(pairs: list[Pair]) -> dict[str, Any]:
     return {
         "threshold": threshold, "embedding_model": model.name,
         "per_pair_scope": breakdown(rows, {r["id"]: r["cache_hit"] for r in rows}),
+        "per_pair_scope_without_paraphrase_model": {
+            "by_split": breakdown(rows, {r["id"]: r["similarity"] >= threshold
+                                         and r["guard_wordnet_only"] is None
+                                         for r in rows})["by_split"]},
         "one_scope": one_scope_figures(rows, outcome),
         "threshold_sweep": sweep(rows),
         "failures": failures(rows),

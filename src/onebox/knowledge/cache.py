@@ -27,9 +27,10 @@ from typing import Any
 from onebox.errors import ValidationError
 from onebox.knowledge.cache_verify import CacheVerifier
 from onebox.knowledge.embedder import CachedEmbedder, content_hash, vector_literal
-from onebox.knowledge.equivalence import Judge, zh_words_to_judge
+from onebox.knowledge.equivalence import Judge, SentenceJudge, zh_words_to_judge
 from onebox.knowledge.guard import different_question
 from onebox.knowledge.queries import sql
+from onebox.llm import minilm
 from onebox.store.db import Database
 
 
@@ -66,6 +67,7 @@ class AnswerCache:
         self, db: Database, embedder: CachedEmbedder, min_similarity: float = 0.92,
         ttl_s: float = 7 * 24 * 3600.0, candidates: int = 5,
         verifier: CacheVerifier | None = None, word_similarity: float = 0.92,
+        paraphrase_similarity: float = 0.975,
     ) -> None:
         self.db = db
         self.embedder = embedder
@@ -74,6 +76,7 @@ class AnswerCache:
         self.candidates = candidates
         self.verifier = verifier
         self.word_similarity = word_similarity
+        self.paraphrase_similarity = paraphrase_similarity
 
     async def put(
         self, question: str, answer: str, scope: str = "default",
@@ -117,12 +120,21 @@ class AnswerCache:
     async def _refusal(self, text: str, row: dict[str, Any]) -> str | None:
         judge = await self.word_judge(row["question"], text)
         # WordNet and jieba load on first use (seconds): never on the event loop
-        reason = await asyncio.to_thread(different_question, row["question"], text, judge)
+        reason = await asyncio.to_thread(different_question, row["question"], text, judge,
+                                         self.sentence_judge())
         if reason is None and self.verifier is not None:
             similarity = float(row["similarity"])
             if not await self.verifier.confirm(row["question"], text, similarity):
                 return "the verification model did not confirm the same question"
         return reason
+
+    def sentence_judge(self) -> SentenceJudge | None:
+        """The English paraphrase model (:mod:`onebox.llm.minilm`) at
+        ``paraphrase_similarity``; None when it is turned off or not installed (then
+        English words pair only through WordNet)."""
+        if self.paraphrase_similarity > 1 or minilm.model_dir() is None:
+            return None
+        return SentenceJudge(minilm.similarity, self.paraphrase_similarity)
 
     async def word_judge(self, a: str, b: str) -> Judge:
         """Whether two differing Chinese words of ``a`` and ``b`` read as one: the cosine of

@@ -40,6 +40,15 @@ from onebox.knowledge.question import stem
 Judge = Callable[[str, str], bool]  # are these two Chinese words the same here?
 
 
+@dataclass(frozen=True)
+class SentenceJudge:
+    """A sentence model's similarity of two whole English questions (``similarity``) and
+    the least that reads them as one (see :func:`reconcile`)."""
+
+    similarity: Callable[[str, str], float]
+    threshold: float
+
+
 def _words(text: str) -> list[str]:
     return text.split()
 
@@ -90,7 +99,7 @@ EN_MEASURES = {"height": "tall", "age": "old", "depth": "deep", "length": "long"
                "weight": "heavy", "width": "wide", "size": "big"}
 _EN_FORMS: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
     (r"\bhow often\b", "how many times"), (r"\bwhat time\b", "when"),
-    (r"\bwhich\b", "what"), (r"\bhas (\w+) got\b", r"does \1 have"), (r"\bwhom\b", "who"),
+    (r"\bwhich\b", "what"), (r"\bhas ((?:\w+ ){0,3}\w+) got\b", r"does \1 have"), (r"\bwhom\b", "who"),
     (r"\b(how|where|what|when|why) (can|could) (i|we|you)\b", r"\1 do \3"),
     (r"^could (you|i|we)\b", r"can \1"), (r"^might (i|we)\b", r"may \1"),
     (r"^(?:please )?(?:explain|describe|tell me) (how|what|why|where|when|who)\b", r"\1"),
@@ -98,7 +107,7 @@ _EN_FORMS: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
     (r"^by who (was|were) (.+?) (\w+ed)\b", r"who \3 \2"),
     (r"\b(has|have|had) (\w+) (ever )?been to\b", r"\1 \2 \3visited"),
     (r"\bhow much (?:does|do|did) (.+?) cost\b", r"what is the price of \1"),
-    (r"\bhave (\w+) got\b", r"do \1 have"), (r"\bhow much time\b", "how long"),
+    (r"\bhave ((?:\w+ ){0,3}\w+) got\b", r"do \1 have"), (r"\bhow much time\b", "how long"),
     # X's height = the height of X (for every noun the forms below read)
     (r"\bwhat('s| is| was) (.+?)'s (height|age|depth|length|weight|width|size|population|"
      r"birthplace|place of birth)\?", r"what\1 the \3 of \2?"),
@@ -164,6 +173,14 @@ _ZH_OPPOSITE_WORDS = [frozenset(p.split("/")) for p in _words(
     # two ends of one trip or act: the embedding model scores them alike (出发/到达 0.93)
     "出发/到达 出发/抵达 起飞/降落 上车/下车 入住/退房 登录/退出 加入/退出 上班/下班 "
     "上学/放学 开门/关门 开业/倒闭 进口/出口 存款/取款 发送/接收 上传/下载 买入/卖出")]
+# words a sentence model is never asked to bridge: question words (the slot asked for),
+# ordinals, words of amount or order (first / second CEO, most / least favourite), and of
+# how often (daily / weekly, usually / always)
+EN_CLOSED = _set("what when where who whom whose which why how first second third fourth "
+                 "fifth last next previous final former latter least most more less much "
+                 "many few only same other another own hourly daily nightly weekly monthly "
+                 "quarterly yearly annually always usually often sometimes occasionally "
+                 "rarely seldom never frequently regularly normally generally typically")
 EN_FILLER_WORDS = _set("ever just really actually exactly please")
 EN_NEGATIONS = _set("not no never none nobody nothing neither nor without cannot")
 ZH_NEGATION_CHARS = "不没未别勿"
@@ -172,7 +189,7 @@ ZH_LIGHT = _set("的 了 吗 呢 吧 啊 呀 一下 请问 请 是 在 有 到 �
                 "主要 具体 一般 通常")
 EN_LIGHT = _set("a an the is are was were be been being am do does did done of in on "
                 "at to for with by about as it its this that there please just really "
-                "actually exactly ever have has had get got per")
+                "actually exactly ever have has had get got per will shall")
 
 
 @dataclass(frozen=True)
@@ -232,6 +249,27 @@ def en_tense(text: str) -> str | None:
     return None
 
 
+def _verb_tense(text: str, other: str | None) -> str | None:
+    """The tense of an English question without an auxiliary, read from its verbs, against
+    a future one only: "who won" is past and "who wins" present beside "who will win"
+    ("will" is no content word, so the tense is what tells them apart). Elsewhere a
+    question without an auxiliary keeps no tense: "who painted X" is asked as "who was the
+    painter of X", whose form drops the verb's tense."""
+    found = _EN_WORD.findall(text.lower())
+    if other != "future" or not found:
+        return None
+    return "past" if any(word_sense.verb_past(w) for w in found) else "present"
+
+
+_EN_FUTURE_TIME = re.compile(r"\b(tomorrow|tonight|next (?:\w+))\b")
+
+
+def _future_time(text: str) -> set[str]:
+    """The future times an English question names (``tomorrow``, ``next week``): with one
+    of them, a present-tense question asks about the future."""
+    return set(_EN_FUTURE_TIME.findall(text.lower()))
+
+
 def zh_aspects(text: str) -> tuple[str, ...]:
     """The Chinese tense and aspect words (过, 会, 曾经...), as a sorted tuple."""
     if not _CJK.search(text):
@@ -259,8 +297,12 @@ def strict_difference(a: str, b: str) -> str | None:
     the one form of each question: 会不会 is 会)."""
     a, b = canonical(a), canonical(b)
     ta, tb = en_tense(a), en_tense(b)
-    if ta and tb and ta != tb and {ta, tb} != {"past", "perfect"}:
-        return f"tense differs: {ta} vs {tb}"  # "did you ever" asks what "have you ever" does
+    ta, tb = ta or _verb_tense(a, tb), tb or _verb_tense(b, ta)
+    if ta and tb and ta != tb and {ta, tb} != {"past", "perfect"} and not (
+            {ta, tb} == {"present", "future"} and _future_time(a) & _future_time(b)):
+        # "did you ever" asks what "have you ever" does; "is it open tomorrow" what "will
+        # it be open tomorrow" does
+        return f"tense differs: {ta} vs {tb}"
     if set(zh_aspects(a)) != set(zh_aspects(b)):
         return (f"tense differs: {sorted(set(zh_aspects(a))) or 'none'} vs "
                 f"{sorted(set(zh_aspects(b))) or 'none'}")
@@ -407,8 +449,16 @@ def _en_units(ws: list[Word], text: str) -> list[Unit]:
     return units
 
 
-def reconcile(a: str, b: str, judge: Judge | None = None) -> Reconciled | str:
-    """``a`` and ``b`` rewritten so that their differing words agree, or why they cannot."""
+def reconcile(a: str, b: str, judge: Judge | None = None,
+              sentences: SentenceJudge | None = None) -> Reconciled | str:
+    """``a`` and ``b`` rewritten so that their differing words agree, or why they cannot.
+
+    English words WordNet does not pair may still be read as one wording by ``sentences``
+    (a sentence model over the two whole questions): only when what is left on each side is
+    one or two open-class words (verbs, adjectives, adverbs by WordNet's counts; never a
+    noun, a name, a measure or time, a question word, an ordinal or a word of amount), so a
+    different thing, person, time or slot is never bridged, and the strict reading still
+    compares numbers, negations, tense and roles afterwards."""
     ca, cb = canonical(a), canonical(b)
     da, db = differing(ca, cb)
     pairs: list[tuple[str, str, str]] = []
@@ -450,14 +500,45 @@ def reconcile(a: str, b: str, judge: Judge | None = None) -> Reconciled | str:
                 pairs.append((light, word.text, "synonym"))
                 used.add(id(word))
                 out.append((word.start, word.end, light))
-    left_a = [w.text for w in da if id(w) not in used_a]
-    left_b = [w.text for w in db if id(w) not in used_b]
+    left_a = [w for w in da if id(w) not in used_a]
+    left_b = [w for w in db if id(w) not in used_b]
     if left_a or left_b:
-        return (f"terms differ: {' '.join(left_a) or '-'!r} vs {' '.join(left_b) or '-'!r}"
-                + _protection(da + db))
+        verdict = _sentence_verdict(a, b, left_a, left_b, sentences)
+        if verdict is not True:
+            return (f"terms differ: {' '.join(w.text for w in left_a) or '-'!r} vs "
+                    f"{' '.join(w.text for w in left_b) or '-'!r}" + _protection(da + db)
+                    + (verdict or ""))
+        said_a, said_b = (" ".join(w.text for w in side) for side in (left_a, left_b))
+        pairs.append((said_a, said_b, "paraphrase"))
+        edits.extend((w.start, w.end, said_a if i == 0 else "") for i, w in enumerate(left_b))
+        edits_a.extend((w.start, w.end, "") for w in left_a[1:])
+        edits_a.append((left_a[0].start, left_a[0].end, said_a))
     ra, rb = _rewrite(ca, edits_a), _rewrite(cb, edits)
     extra_a, extra_b = _extra_light(ra, rb)
     return Reconciled(_rewrite(ra, extra_a), _rewrite(rb, extra_b), tuple(pairs))
+
+
+def _sentence_verdict(a: str, b: str, left_a: list[Word], left_b: list[Word],
+                      sentences: SentenceJudge | None) -> bool | str | None:
+    """True when the sentence model reads ``a`` and ``b`` as one question and the words
+    left unpaired are ones it may bridge; otherwise what to add to the refusal (None when
+    the model was not asked)."""
+    if sentences is None or not (1 <= len(left_a) <= 2 and 1 <= len(left_b) <= 2):
+        return None
+    if not all(_bridgeable(w) for w in left_a + left_b):
+        return None
+    score = sentences.similarity(a, b)
+    if score >= sentences.threshold:
+        return True
+    return f" (paraphrase model {score:.3f} < {sentences.threshold:.3f})"
+
+
+def _bridgeable(word: Word) -> bool:
+    low = word.text.lower()
+    if word.lang != "en" or word.protected or low in EN_CLOSED or not low.isalpha():
+        return False
+    return (word_sense.part_of_speech(low) in ("v", "a", "r")
+            and not word_sense.names_a_measure(low))
 
 
 def _extra_light(a: str, b: str) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]:

@@ -24,7 +24,13 @@ from __future__ import annotations
 import difflib
 import re
 
-from onebox.knowledge.equivalence import Judge, canonical, reconcile, strict_difference
+from onebox.knowledge.equivalence import (
+    Judge,
+    SentenceJudge,
+    canonical,
+    reconcile,
+    strict_difference,
+)
 from onebox.knowledge.question import normalise, parse_question, possessors_differ, roles_differ
 from onebox.knowledge.text import numbers_in
 
@@ -159,15 +165,17 @@ def small_edit(a: str, b: str, max_words: int = 4) -> bool:
     return 0 < len(diff) <= max_words
 
 
-def different_question(a: str, b: str, judge: Judge | None = None) -> str | None:
+def different_question(a: str, b: str, judge: Judge | None = None,
+                       sentences: SentenceJudge | None = None) -> str | None:
     """Why ``a`` and ``b`` are not the same question, or None when they are.
 
     The answer cache's rule (:mod:`onebox.knowledge.equivalence`): tense and modals agree;
     each question in one form per shape (a question word as the slot it asks for, an
     A-not-A question as a yes/no one); the same numbers (normalised), negations (an antonym
     counts as one), and roles (who did what to whom), with the words that differ paired
-    up as meaning the same (WordNet for English; ``judge``, the embedding model, for
-    Chinese words). Without a judge, differing Chinese words pair only as listed.
+    up as meaning the same (WordNet for English, then ``sentences``, a paraphrase model,
+    for open-class English words it leaves; ``judge``, the embedding model, for Chinese
+    words). Without a judge, differing Chinese words pair only as listed.
     """
     strict = strict_difference(a, b)
     if strict is not None:
@@ -177,7 +185,7 @@ def different_question(a: str, b: str, judge: Judge | None = None) -> str | None
     if reason is None or not reason.startswith(("terms differ", "roles differ",
                                                 "negation differs")):
         return reason
-    found = reconcile(a, b, judge)
+    found = reconcile(a, b, judge, sentences)
     if isinstance(found, str):
         return reason if reason.startswith("negation") else found
     flips = sum(1 for *_, how in found.pairs if how == "antonym")

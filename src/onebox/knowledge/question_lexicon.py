@@ -57,11 +57,12 @@ EN_FILLERS: tuple[tuple[str, ...], ...] = tuple(_words(p) for p in (
     "located",
 ))
 # Words that carry no content of their own (auxiliaries, articles, pronouns,
-# prepositions without direction). Question words, modals, comparatives and
+# prepositions without direction; tense auxiliaries, "will" among them: the tense is compared
+# on its own). Question words, modals, comparatives and
 # directional prepositions (to, from, before...) are content and stay.
 EN_STOPWORDS = frozenset(_words("""a an the is are was were be been being am do does did done
 of in on at for with by about as and or it its this that these those there here i me my
-we us our you your he him his she her they them their have has had"""))
+we us our you your he him his she her they them their have has had will shall"""))
 EN_NEGATIONS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither",
                           "nor", "without", "cannot", "nowhere", "lack", "lacks", "lacking",
                           "lacked"})

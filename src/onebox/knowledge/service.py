@@ -49,6 +49,8 @@ class Knowledge:
             cache=AnswerCache(db, embedder, min_similarity=ks.cache_similarity if ks else 0.92,
                               ttl_s=ks.cache_ttl_s if ks else 7 * 24 * 3600.0,
                               word_similarity=ks.cache_word_similarity if ks else 0.92,
+                              paraphrase_similarity=(ks.cache_paraphrase_similarity if ks
+                                                     else 0.975),
                               verifier=cache_verifier(db, settings)),
         )
 

@@ -199,6 +199,40 @@ def antonyms(a: str, b: str) -> bool:
     return _opposed(sa, sb) or _opposed(sb, sa)
 
 
+@functools.lru_cache(maxsize=65536)
+def part_of_speech(word: str) -> str | None:
+    """The part of speech (``n``, ``v``, ``a``, ``r``) most of ``word``'s tagged uses have
+    (WordNet's counts; satellite adjectives are adjectives), or None when unknown."""
+    totals: dict[str, float] = {}
+    for synset, share in _net().shares(word.lower()).items():
+        pos = "a" if synset[0] == "s" else synset[0]
+        totals[pos] = totals.get(pos, 0.0) + share
+    return max(totals, key=lambda pos: totals[pos]) if totals else None
+
+
+@functools.lru_cache(maxsize=65536)
+def verb_past(word: str) -> bool:
+    """Whether ``word`` is a past form of a verb (WordNet's exception list: "won", "wrote";
+    or a verb with -ed / -d detached: "founded", "moved")."""
+    net = _net()
+    low = word.lower()
+    if any(pos == "v" and base != low for pos, base in net.exceptions.get(low, ())):
+        return True
+    return low.endswith("ed") and any(pos == "v" and base != low
+                                      for base, pos in net.bases(low))
+
+
+@functools.lru_cache(maxsize=65536)
+def names_a_measure(word: str) -> bool:
+    """Whether most of ``word``'s tagged uses are senses of a measure, unit or span of time
+    (``MEASURE_FILES``: "yesterday", "week" and "kg" are; "start", a verb with one such
+    noun sense, is not)."""
+    net = _net()
+    shares = net.shares(word.lower())
+    measured = sum(share for synset, share in shares.items() if synset in net.measures())
+    return measured > 0 and measured >= sum(shares.values()) / 2
+
+
 def _near(synsets: frozenset[str]) -> set[str]:
     net = _net()
     near = set(synsets)

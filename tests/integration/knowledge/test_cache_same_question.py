@@ -61,3 +61,22 @@ async def test_a_clear_hit_and_a_guard_refusal_make_no_model_call(knowledge: Kno
     assert await cache.lookup("did james offer john the job", scope="verify2") is not None
     assert await cache.lookup("Did John offer James the job?", scope="verify2") is None
     assert model.requests == []
+
+
+async def test_the_paraphrase_model_answers_a_reworded_english_question(
+        knowledge: Knowledge) -> None:
+    """The real cache (e5 candidates, then the guard with all-MiniLM-L6-v2): 'open' a shop is
+    'start' it; 'bake' is refused, and explain names the two words and the model's score."""
+    cache = knowledge.cache
+    await cache.put("When did Maria start her flower shop?", "in 2019", scope="para")
+    hit = await cache.lookup("When did Maria open her flower shop?", scope="para")
+    assert hit is not None and hit.answer == "in 2019"
+    await cache.put("What kind of muffins did Caroline make for the party?", "blueberry",
+                    scope="para")
+    miss = await cache.explain("What kind of muffins did Caroline bake for the party?",
+                               scope="para")
+    assert isinstance(miss, CacheMiss)
+    assert "'make' vs 'bake'" in (miss.refused_by_guard or "")
+    assert "(paraphrase model 0.96" in (miss.refused_by_guard or ""), miss.refused_by_guard
+    off = AnswerCache(knowledge.db, knowledge.embedder, paraphrase_similarity=1.01)
+    assert await off.lookup("When did Maria open her flower shop?", scope="para") is None
