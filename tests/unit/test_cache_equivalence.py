@@ -102,6 +102,7 @@ def test_the_rewordings_still_refused_name_the_words_that_differ(a: str, b: str)
     ("Is the restaurant open today?", "Will the restaurant be open tomorrow?", "tense differs"),
     ("Does the train leave next Monday?", "Will the train leave next Friday?", "tense differs"),
     ("Will Tom come to the party?", "Does Tom come to the party?", "tense differs"),
+    ("每天跑步多少公里比较合适？", "每周跑步多少公里比较合适？", "terms differ"),
     ("Is John married?", "Was John married?", "tense differs"),
     ("Has Anna finished the marathon?", "Will Anna finish the marathon?", "tense differs"),
     ("他去过日本吗？", "他会去日本吗？", "tense differs"),

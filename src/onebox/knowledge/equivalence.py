@@ -356,8 +356,8 @@ def _zh_protected(word: str, pos: str) -> str | None:
         return "a name or a time"
     if word in ZH_ASPECT:
         return "a tense"
-    if word in ZH_QUANTIFIERS:
-        return "a quantifier"
+    if word in ZH_QUANTIFIERS or (len(word) > 1 and word[0] in "每各"):
+        return "a quantifier"  # 每天 / 每周: every day is not every week (jieba: pronouns)
     return None
 
 
