@@ -65,6 +65,10 @@ REFUSED_BEFORE = [
     ("How many legs does a spider have?", "How many legs has a spider got?"),
     ("Is the restaurant open tomorrow?", "Will the restaurant be open tomorrow?"),
     ("Does the train leave next Monday?", "Will the train leave next Monday?"),
+    # any A-not-A question is a yes/no one (V不V, A不AB)
+    ("北京明天下雨吗？", "北京明天下不下雨？"),
+    ("你喜欢吃辣吗？", "你喜不喜欢吃辣？"),
+    ("这家店开门吗？", "这家店开不开门？"),
 ]
 # Still refused: the reason names the two spans (the list; work left). The verb
 # and the verb above it in WordNet (open/start, collaborate/work, pick/take) would also
@@ -103,6 +107,8 @@ def test_the_rewordings_still_refused_name_the_words_that_differ(a: str, b: str)
     ("Does the train leave next Monday?", "Will the train leave next Friday?", "tense differs"),
     ("Will Tom come to the party?", "Does Tom come to the party?", "tense differs"),
     ("每天跑步多少公里比较合适？", "每周跑步多少公里比较合适？", "terms differ"),
+    ("这家店关门吗？", "这家店开不开门？", "negation differs"),
+    ("他来不来？", "他不来吗？", "negation differs"),
     ("Is John married?", "Was John married?", "tense differs"),
     ("Has Anna finished the marathon?", "Will Anna finish the marathon?", "tense differs"),
     ("他去过日本吗？", "他会去日本吗？", "tense differs"),
