@@ -18,15 +18,26 @@ VNNI/AMX integer kernels (``QAttention``, ``DynamicQuantizeMatMul``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onebox.llm.e5_weights import F32, E5Weights
+from onebox.llm.e5_weights import F32, E5Config
 
 OPSET = 17  # LayerNormalization
+
+
+class EncoderWeights(Protocol):
+    """What the graph is built from: e5's file (``E5Weights``), or another BERT encoder's
+    tensors under e5's names (``emb.ln.w``, ``l0.q.w``... ``l0.oln.b``)."""
+
+    @property
+    def config(self) -> E5Config: ...
+
+    @property
+    def tensors(self) -> dict[str, F32]: ...
 
 
 class _Graph:
@@ -56,7 +67,7 @@ class _Graph:
                        axis=-1, epsilon=eps)
 
 
-def build_graph(weights: E5Weights) -> onnx.ModelProto:
+def build_graph(weights: EncoderWeights, name: str = "e5_small") -> onnx.ModelProto:
     cfg, t = weights.config, weights.tensors
     g = _Graph()
     x = g.layer_norm("embeddings", t["emb.ln.w"], t["emb.ln.b"], "emb.ln", cfg.eps)
@@ -65,7 +76,7 @@ def build_graph(weights: E5Weights) -> onnx.ModelProto:
         x = _block(g, weights, index, x, key_mask)
     _mean_pool(g, x, g.op("Cast", ["mask"], to=TensorProto.FLOAT))
     graph = helper.make_graph(
-        g.nodes, "e5_small", [
+        g.nodes, name, [
             helper.make_tensor_value_info("embeddings", TensorProto.FLOAT,
                                           ["batch", "length", cfg.hidden]),
             helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "length"])],
@@ -77,7 +88,7 @@ def build_graph(weights: E5Weights) -> onnx.ModelProto:
     return model
 
 
-def _block(g: _Graph, weights: E5Weights, index: int, x: str, key_mask: str) -> str:
+def _block(g: _Graph, weights: EncoderWeights, index: int, x: str, key_mask: str) -> str:
     t, eps, p = weights.tensors, weights.config.eps, f"l{index}"
     qkv_w = np.concatenate([_matrix(weights, f"{p}.{n}.w") for n in "qkv"], axis=1)
     qkv_b = np.concatenate([t[f"{p}.{n}.b"] for n in "qkv"])
@@ -92,7 +103,7 @@ def _block(g: _Graph, weights: E5Weights, index: int, x: str, key_mask: str) -> 
     return g.layer_norm(out, t[f"{p}.oln.w"], t[f"{p}.oln.b"], f"{p}.oln", eps)
 
 
-def _matrix(weights: E5Weights, name: str) -> F32:
+def _matrix(weights: EncoderWeights, name: str) -> F32:
     """A ``[out, in]`` weight as the ``[in, out]`` operand of ``x @ w``."""
     rows = weights.tensors[name.replace(".w", ".b")].size
     return weights.tensors[name].reshape(rows, -1).T

