@@ -1,4 +1,4 @@
-"""The numpy all-MiniLM-L6-v2 gives the model's own vectors: the token ids and figures below
+"""onebox's all-MiniLM-L6-v2 (its WordPiece tokenizer and ONNX graph) gives the model's own vectors: the token ids and figures below
 were computed once by Hugging Face transformers 5.25 (BertTokenizer, BertModel, mean pooling,
 L2 norm) on torch 2.13 from the same model files, outside this repository."""
 
