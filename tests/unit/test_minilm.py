@@ -1,6 +1,7 @@
-"""onebox's all-MiniLM-L6-v2 (its WordPiece tokenizer and ONNX graph) gives the model's own vectors: the token ids and figures below
-were computed once by Hugging Face transformers 5.25 (BertTokenizer, BertModel, mean pooling,
-L2 norm) on torch 2.13 from the same model files, outside this repository."""
+"""onebox's all-MiniLM-L6-v2 (its WordPiece tokenizer and ONNX graph) gives the model's own
+vectors: the token ids and figures below were computed once by Hugging Face transformers 5.25
+(BertTokenizer, BertModel, mean pooling, L2 norm) on torch 2.13 from the same model files,
+outside this repository."""
 
 from __future__ import annotations
 
