@@ -246,9 +246,9 @@ class KnowledgeSettings(BaseModel):
         0.92, gt=0, le=1.0001, description="cosine at which two differing Chinese words of "
         "two cached questions read as the same word (chosen on the development pairs)")
     cache_paraphrase_similarity: float = Field(
-        0.975, gt=0, le=1.0001, description="all-MiniLM-L6-v2 cosine at which two English "
+        0.975, gt=0, le=2, description="all-MiniLM-L6-v2 cosine at which two English "
         "questions whose remaining differing words are verbs, adjectives or adverbs read as "
-        "one question (chosen on the development pairs; above 1 turns the model off)")
+        "one question (chosen on the development pairs; above 1, e.g. 2, turns the model off)")
     cache_ttl_s: float = Field(7 * 24 * 3600.0, gt=0)
     cache_verify: bool = Field(False, description="confirm a borderline cache hit with one "
                                "recorded call to the configured chat model (llm.model)")

@@ -128,8 +128,8 @@ def check_embeddings(settings: Settings) -> Check:
 
 def check_paraphrase_model(settings: Settings) -> Check:
     if settings.knowledge.cache_paraphrase_similarity > 1:
-        return Check("paraphrase model", True, "turned off (KNOWLEDGE__CACHE_PARAPHRASE_SIMILARITY "
-                     "above 1): English cache hits pair words through WordNet only")
+        return Check("paraphrase model", True, "turned off (ONEBOX_KNOWLEDGE__CACHE_PARAPHRASE_"
+                     "SIMILARITY above 1): English cache hits pair words through WordNet only")
     found = minilm.model_dir()
     if found is None:
         return Check("paraphrase model", False, f"{minilm.DISTRIBUTION} is not installed: the "

@@ -1,0 +1,26 @@
+"""`onebox doctor` says whether the answer cache's English paraphrase model is there, off, or
+missing (then with the install line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from onebox.config import load_settings
+from onebox.llm import minilm
+from onebox.runtime.services.doctor import check_paraphrase_model
+
+
+def test_installed_off_and_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings(home=tmp_path)
+    if minilm.model_dir() is not None:
+        found = check_paraphrase_model(settings)
+        assert found.ok and "all-MiniLM-L6-v2" in found.detail
+    monkeypatch.setenv("ONEBOX_KNOWLEDGE__CACHE_PARAPHRASE_SIMILARITY", "2")
+    off = check_paraphrase_model(load_settings(home=tmp_path))
+    assert off.ok and "turned off" in off.detail
+    monkeypatch.delenv("ONEBOX_KNOWLEDGE__CACHE_PARAPHRASE_SIMILARITY")
+    monkeypatch.setattr(minilm, "model_dir", lambda: None)
+    missing = check_paraphrase_model(settings)
+    assert not missing.ok and missing.fix == minilm.INSTALL
