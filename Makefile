@@ -9,10 +9,13 @@ demo: setup
 	-$(BIN)/onebox doctor --brief
 	$(BIN)/onebox run examples/quickstart.yaml
 
+# The suite on two pytest-xdist workers, a test file per worker at a time (files share their
+# module fixtures); the chaos tier after, alone: it kills processes and restarts PostgreSQL.
 test: setup-dev
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile --ignore=tests/chaos
+	$(BIN)/pytest -q tests/chaos
 
 # The fast tier, for every change: lint, types, and the unit and contract tests (no
 # database and no sandbox started per test). The slow tiers run alone with
