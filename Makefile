@@ -9,10 +9,15 @@ demo: setup
 	-$(BIN)/onebox doctor --brief
 	$(BIN)/onebox run examples/quickstart.yaml
 
+# The suite on two pytest-xdist workers, a test file per worker at a time (files share their
+# module fixtures); then, alone, the chaos tier (it kills processes and restarts PostgreSQL)
+# and the API fuzzing, whose 70 tests share one node id: --dist loadfile would run one.
+FUZZ := tests/api/test_fuzz_openapi.py
 test: setup-dev
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile --ignore=tests/chaos --ignore=$(FUZZ)
+	$(BIN)/pytest -q tests/chaos $(FUZZ)
 
 # The fast tier, for every change: lint, types, and the unit and contract tests (no
 # database and no sandbox started per test). The slow tiers run alone with

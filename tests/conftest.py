@@ -28,7 +28,17 @@ TIERS = ("unit", "contract", "api", "integration", "security", "chaos", "accepta
 
 def pytest_configure(config: pytest.Config) -> None:
     """Every test home (and every onebox the tests start) shares one built int8 e5 model
-    file: it is derived from the installed weights only, and building it takes seconds."""
+    file: it is derived from the installed weights only, and building it takes seconds.
+
+    A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment (execnet
+    sets them); a plain pytest has neither. The CLI's consoles (``cli.common.out``) are built
+    at import and keep a COLUMNS they find then for good, so in a worker every in-process
+    CLI run printed at 80 columns whatever COLUMNS its test gave (the terminal-escape probe
+    found no whole snapshot id in a folded table). A worker runs with the environment a
+    plain pytest has."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for name in ("COLUMNS", "LINES"):
+            os.environ.pop(name, None)
     shared = Path(tempfile.gettempdir()) / "onebox-test-models"
     os.environ.setdefault("ONEBOX_EMBEDDING__MODELS_DIR", str(shared))
     for tier in TIERS:

@@ -14,6 +14,8 @@ from api_helpers import Api, wait_status
 from test_console_api import add_call
 from test_console_browser import ARTIFACTS, browser, open_console  # noqa: F401 (fixture)
 
+from onebox.store.runs import append_event
+
 PHONE = {"width": 390, "height": 844}
 FAILING = {"name": "fails", "steps": [
     {"id": "fetch", "tool": "bash", "code": "echo fetched"},
@@ -127,6 +129,12 @@ async def test_runs_list_usage_paging_and_model_calls(api_no_worker: Api,
     await page.click(f"button[data-call='{call}']")
     await page.wait_for_selector("pre.call-prompt:has-text('which step is risky?')")
     await page.wait_for_selector("pre.call-reply:has-text('hi')")
+    # the page is drawn again on every event of the run: the opened call stays open
+    await page.evaluate("document.querySelector('#run-id').dataset.old = 'yes'")
+    async with api_no_worker.rt.db.transaction() as conn:
+        await append_event(conn, uuid.UUID(first), "note", {}, trace_id=None)
+    await page.wait_for_selector("#run-id:not([data-old])")
+    assert await page.is_visible("pre.call-reply:has-text('hi')")
     assert page.errors == []
 
 

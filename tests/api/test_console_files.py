@@ -22,7 +22,7 @@ WRITER = {"name": "writer", "steps": [
 TALKER = {"name": "talker", "steps": [
     {"id": "talk", "tool": "bash",
      "code": "for i in $(seq 1 300); do echo line $i; done; echo 'warming up' >&2; "
-             "sleep 8; echo done"},
+             "while [ ! -e go ]; do sleep 0.1; done; echo done"},
 ]}
 REVIEWED = {"name": "reviewed", "steps": [
     {"id": "draft", "tool": "bash", "code": "echo 'Q3 numbers' > q3-report.txt"},
@@ -94,6 +94,7 @@ async def test_running_step_shows_its_live_output(api: Api, browser: Any) -> Non
     lines = (await page.text_content(live) or "").split("\n")
     assert len(lines) <= 200, f"{len(lines)} lines kept in the page"
     assert "line 300" in lines and "line 50" not in lines
+    (api.rt.backend.workspace(f"run-{run_id}") / "go").write_text("")  # the step may end
     await page.wait_for_selector("[data-attempt='talk#1'] pre.stdout:has-text('done')",
                                  timeout=30_000)
     assert await page.query_selector(live) is None

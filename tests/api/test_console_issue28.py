@@ -150,9 +150,13 @@ async def shot(page: Any, name: str) -> None:
 
 
 async def within_width(page: Any, selector: str) -> dict[str, float]:
-    """The element is shown and lies inside the viewport's width (not scrolled off)."""
-    box = await page.locator(selector).bounding_box()
-    assert box is not None and await page.locator(selector).is_visible(), selector
+    """The element is shown and lies inside the viewport's width (not scrolled off). Read
+    in one call in the page: a run page is drawn again on every event of its run, and an
+    element found by one call can be gone by the next (its box was then None)."""
+    box = await page.locator(selector).evaluate(
+        "e => { const r = e.getBoundingClientRect();"
+        " return {x: r.x, y: r.y, width: r.width, height: r.height, shown: e.checkVisibility()}; }")
+    assert box["shown"] and box["width"] > 0 and box["height"] > 0, (selector, box)
     width = page.viewport_size["width"]
     assert box["x"] >= 0 and box["x"] + box["width"] <= width + 0.5, (selector, box, width)
     return box

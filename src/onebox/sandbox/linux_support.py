@@ -85,11 +85,18 @@ def close_all(fds: Iterable[int]) -> None:
             os.close(fd)
 
 
+PROBE_DIRS = ("/bin", "/lib", "/lib64")  # beside /usr: symlinks into it on a merged /usr
+
+
 def probe_bwrap(bwrap: str) -> list[str]:
     """Empty when bubblewrap can create a user namespace here, else what is wrong and the fix."""
     if not os.path.exists(bwrap):
         return ["bubblewrap is not installed: apt-get install bubblewrap"]
-    argv = [bwrap, "--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "true"]
+    # Only the dirs `true` needs: binding "/" remounts every mount below it read-only, and a
+    # mount another process removes meanwhile (a onebox's pool slot) failed the probe, so
+    # `auto` fell back to the unisolated backend on a busy machine.
+    argv = [bwrap, "--unshare-user", "--unshare-net", "--ro-bind", "/usr", "/usr",
+            *(arg for top in PROBE_DIRS for arg in ("--ro-bind-try", top, top)), "true"]
     try:
         proc = subprocess.run(argv, capture_output=True, timeout=10, env={})
     except (OSError, subprocess.TimeoutExpired) as exc:

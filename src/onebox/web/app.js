@@ -259,7 +259,7 @@ async function uploadFiles(fileList, signal) {
 // ---------------------------------------------------------------- run page
 
 function runPage(runId, signal) {
-  const state = { detail: null, version: null, selected: null, live: "connecting…", calls: [], inputs: [], artifacts: [], liveOut: new Map(), diff: null, diffFrom: "", diffTo: "", replay: null, runDiff: null };
+  const state = { detail: null, version: null, selected: null, live: "connecting…", calls: [], inputs: [], artifacts: [], liveOut: new Map(), openCalls: new Map(), diff: null, diffFrom: "", diffTo: "", replay: null, runDiff: null };
   view.replaceChildren(el("p", { class: "muted" }, "loading run…"));
   let pending = null;
   const ticker = setInterval(tickElapsed, 1000);
@@ -338,7 +338,7 @@ function runPage(runId, signal) {
       d.model_calls.length ? el("div", { class: "card", id: "agent-decisions" }, el("h2", {}, "Agent decisions"),
         ...d.model_calls.map((c) => el("details", {}, el("summary", {}, `${c.purpose || "call"} · ${c.model} · ${fmtMs(c.latency_ms)}${c.error ? ` · error: ${c.error}` : ""}`),
           el("pre", { class: "decision" }, JSON.stringify(c.response, null, 2))))) : "",
-      s.calls.length ? modelCallsView(runId, s.calls, signal) : "");
+      s.calls.length ? modelCallsView(runId, s.calls, s.openCalls, signal) : "");
   }
 }
 
@@ -385,31 +385,38 @@ function stepSpec(d, attempt) {
   return null;
 }
 
-function modelCallsView(runId, calls, signal) {
+function modelCallsView(runId, calls, opened, signal) {
   const total = (k) => calls.reduce((n, c) => n + (c[k] || 0), 0);
   const priced = calls.filter((c) => c.cost_usd !== null);
   return el("div", { class: "card", id: "model-calls" },
     el("h2", {}, `Model calls · ${fmtTokens(total("prompt_tokens") + total("completion_tokens"))} tokens · ${priced.length ? fmtCost(total("cost_usd")) : "cost unknown"}`),
     el("div", { class: "table-wrap" }, el("table", {},
       el("thead", {}, el("tr", {}, ...["purpose", "model", "tokens in/out", "cost", "latency", ""].map((h) => el("th", {}, h)))),
-      el("tbody", {}, ...calls.map((c) => callRow(runId, c, signal))))));
+      el("tbody", {}, ...calls.map((c) => callRow(runId, c, opened, signal))))));
 }
 
-function callRow(runId, c, signal) {
-  const cell = el("td", {});
+// An opened call stays open: the run page is drawn again on every event of the run.
+function callRow(runId, c, opened, signal) {
+  const cell = el("td", { class: "call-cell" });
   const show = el("button", { class: "show-call", "data-call": c.id, onclick: async () => {
     show.disabled = true;
     try {
-      const full = await api(`/v1/runs/${runId}/model-calls/${c.id}`, { signal });
-      cell.replaceChildren(el("h2", {}, "Prompt"), el("pre", { class: "call-prompt" }, (full.messages || []).map((m) => `[${m.role}]\n${typeof m.content === "string" ? m.content : JSON.stringify(m.content, null, 2)}`).join("\n\n")),
-        el("h2", {}, "Reply"), el("pre", { class: "call-reply" }, full.error ? `error: ${full.error}` : JSON.stringify(full.response, null, 2)));
+      opened.set(c.id, await api(`/v1/runs/${runId}/model-calls/${c.id}`, { signal }));
+      const now = document.querySelector(`#model-calls tr[data-call-row="${c.id}"] td.call-cell`);
+      showCall(now || cell, opened.get(c.id));  // drawn again while it loaded: the new row
     } catch (err) { cell.replaceChildren(errorBox(err)); }
   } }, "prompt & reply");
-  cell.append(show);
+  if (opened.has(c.id)) showCall(cell, opened.get(c.id));
+  else cell.append(show);
   return el("tr", { "data-call-row": c.id },
     el("td", {}, c.purpose || "call", c.error ? el("span", { class: "muted" }, ` · error`) : null), el("td", { class: "mono" }, c.model),
     el("td", { class: "num" }, `${c.prompt_tokens}/${c.completion_tokens}`), el("td", { class: "num" }, fmtCost(c.cost_usd)),
     el("td", { class: "num" }, fmtMs(c.latency_ms)), cell);
+}
+
+function showCall(cell, full) {
+  cell.replaceChildren(el("h2", {}, "Prompt"), el("pre", { class: "call-prompt" }, (full.messages || []).map((m) => `[${m.role}]\n${typeof m.content === "string" ? m.content : JSON.stringify(m.content, null, 2)}`).join("\n\n")),
+    el("h2", {}, "Reply"), el("pre", { class: "call-reply" }, full.error ? `error: ${full.error}` : JSON.stringify(full.response, null, 2)));
 }
 
 function latestAttempts(steps, plan) {
