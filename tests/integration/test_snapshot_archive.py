@@ -385,3 +385,42 @@ async def test_a_capture_waiting_for_the_gc_does_not_trust_what_the_gc_just_dele
     record = await capture
     await archive.restore_snapshot(db, store, record.id, tmp_path / "out")
     assert (tmp_path / "out/data.bin").read_bytes() == b"shared by an old snapshot"
+
+
+async def test_a_file_changed_while_copied_makes_the_snapshot_start_again(
+        db: Database, store: FsObjectStore, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parallel step of the session writes between the scan and the copy (the quickstart's
+    two middle steps): the snapshot is taken again, and holds the file as it is now. A file
+    that never stops changing still fails, naming it."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "revenue.json").write_text("{}")
+    real_capture = archive.capture
+    writes = iter(['{"north": 1}', '{"north": 1, "south": 2}'])
+
+    async def a_sibling_writes_once(*args: Any, **kwargs: Any) -> Any:
+        text = next(writes, None)
+        if text is not None and len(text) < 20:
+            (workspace / "revenue.json").write_text(text)  # after the scan, before the copy
+        return await real_capture(*args, **kwargs)
+
+    monkeypatch.setattr(archive, "capture", a_sibling_writes_once)
+    exec_id = await insert_execution(db, "parallel")
+    taken = await archive.snapshot_step(db, store, workspace, session_id="parallel",
+                                        execution_id=exec_id, policy="always", failed=False)
+    assert taken is not None and (await execution_links(db, exec_id))[1] == taken
+    restored = tmp_path / "restored"
+    await archive.restore_snapshot(db, store, taken, restored)
+    assert (restored / "revenue.json").read_text() == '{"north": 1}'
+
+    async def never_settles(*args: Any, **kwargs: Any) -> Any:
+        (workspace / "revenue.json").write_text(os.urandom(8).hex())
+        return await real_capture(*args, **kwargs)
+
+    monkeypatch.setattr(archive, "capture", never_settles)
+    (workspace / "revenue.json").write_text(os.urandom(8).hex())  # a blob not stored yet
+    with pytest.raises(StorageError, match="revenue.json changed while"):
+        await archive.snapshot_step(db, store, workspace, session_id="restless",
+                                    execution_id=await insert_execution(db, "restless"),
+                                    policy="always", failed=False)

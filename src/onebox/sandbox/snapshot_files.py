@@ -67,8 +67,9 @@ def scan(workspace_dir: Path, *, max_entries: int = MAX_ENTRIES,
             f"{exc.bound} = {limit}); not snapshotting it. Fix: have the step clean up "
             "temporary files, or raise the bound.") from exc
     except OSError as exc:
-        raise StorageError(f"cannot snapshot the workspace of session {root.name}: "
-                           f"{exc.strerror or exc}") from exc
+        kind = WorkspaceChanged if exc.errno in (errno.EAGAIN, errno.ENOENT) else StorageError
+        raise kind(f"cannot snapshot the workspace of session {root.name}: "
+                   f"{exc.strerror or exc}") from exc
     return Manifest(tuple(sorted(entries, key=lambda e: e.path)))
 
 
@@ -235,8 +236,13 @@ def _runs_verified(root: Path, entry: Entry) -> Iterator[bytes]:
     yield held
 
 
+class WorkspaceChanged(StorageError):
+    """A file changed between the scan and the copy (a parallel step of the same session
+    writing): the snapshot may be taken again."""
+
+
 def changed(entry: Entry) -> StorageError:
-    return StorageError(
+    return WorkspaceChanged(
         f"{entry.path} changed while the workspace was being snapshotted; "
         "snapshot a workspace only while no code runs in it"
     )

@@ -30,6 +30,7 @@ from typing import Literal
 
 from onebox.errors import Conflict
 from onebox.objects.base import BLOB_PREFIX, MANIFEST_PREFIX, ObjectStore, manifest_key
+from onebox.sandbox.snapshot_files import WorkspaceChanged
 from onebox.sandbox.snapshot_manifest import Manifest, merge
 from onebox.sandbox.snapshots import (
     RestoreReport,
@@ -43,6 +44,8 @@ from onebox.store import snapshots as rows
 from onebox.store.db import Database
 
 log = logging.getLogger(__name__)
+CHANGED_TRIES = 4  # a snapshot whose files change while it is copied is taken again
+CHANGED_PAUSE_S = 0.05  # before the second try; twice that before the third...
 
 Policy = Literal["always", "on_failure", "never"]
 DELETE_CONCURRENCY = 8
@@ -80,7 +83,28 @@ async def record_snapshot(
 ) -> SnapshotRecord:
     """Capture ``workspace_dir``, store it, write its row and link the execution (if any).
     ``snapshot_id``: the new row's id, when the caller must know it before the row exists
-    (an identical snapshot already stored is reused under its own id)."""
+    (an identical snapshot already stored is reused under its own id). A file that changes
+    while it is copied (a parallel step of the session writing) makes the snapshot start
+    again, up to ``CHANGED_TRIES`` times in all."""
+    for attempt in range(1, CHANGED_TRIES + 1):
+        try:
+            return await _record_once(db, store, workspace_dir, session_id=session_id,
+                                      execution_id=execution_id, kind=kind, reuse=reuse,
+                                      snapshot_id=snapshot_id)
+        except WorkspaceChanged as exc:
+            if attempt == CHANGED_TRIES:
+                raise
+            log.info("snapshot of session %s taken again (%d of %d): %s", session_id,
+                     attempt + 1, CHANGED_TRIES, exc)
+            await asyncio.sleep(CHANGED_PAUSE_S * attempt)
+    raise AssertionError("unreachable")
+
+
+async def _record_once(
+    db: Database, store: ObjectStore, workspace_dir: Path, *, session_id: str,
+    execution_id: uuid.UUID | None, kind: rows.Kind, reuse: bool,
+    snapshot_id: uuid.UUID | None,
+) -> SnapshotRecord:
     manifest = await asyncio.to_thread(_scan_and_digest, workspace_dir)
     pre = kind == "pre"
     if reuse:
