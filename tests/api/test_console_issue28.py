@@ -150,13 +150,16 @@ async def shot(page: Any, name: str) -> None:
 
 
 async def within_width(page: Any, selector: str) -> dict[str, float]:
-    """The element is shown and lies inside the viewport's width (not scrolled off). Read
-    in one call in the page: a run page is drawn again on every event of its run, and an
-    element found by one call can be gone by the next (its box was then None)."""
-    box = await page.locator(selector).evaluate(
-        "e => { const r = e.getBoundingClientRect();"
-        " return {x: r.x, y: r.y, width: r.width, height: r.height, shown: e.checkVisibility()}; }")
-    assert box["shown"] and box["width"] > 0 and box["height"] > 0, (selector, box)
+    """The element is shown and lies inside the viewport's width (not scrolled off). Found
+    and measured in one task of the page: a run page is drawn again on every event of its
+    run, and an element found by one call can be detached by the next (its box was then
+    empty)."""
+    found = await page.wait_for_function(
+        "sel => { const e = document.querySelector(sel);"
+        " if (!e || !e.checkVisibility()) return null; const r = e.getBoundingClientRect();"
+        " return r.width > 0 && r.height > 0 ? {x: r.x, width: r.width} : null; }",
+        arg=selector, timeout=10_000)  # the query and the box in one task: no redraw between
+    box = await found.json_value()
     width = page.viewport_size["width"]
     assert box["x"] >= 0 and box["x"] + box["width"] <= width + 0.5, (selector, box, width)
     return box
@@ -273,8 +276,9 @@ async def test_a_running_step_shows_its_elapsed_time_ticking(world: World, chrom
         await within_width(page, row)
         shown = await page.inner_text(card)
         assert shown.endswith(" s"), shown
-        await page.wait_for_function("([sel, was]) => document.querySelector(sel).textContent "
-                                     "!== was", arg=[card, shown])  # it ticks
+        await page.wait_for_function("([sel, was]) => { const e = document.querySelector(sel);"
+                                     " return e !== null && e.textContent !== was; }",
+                                     arg=[card, shown])  # it ticks (across redraws)
     await shot(page, "elapsed-390")
     workspace = world.rt.backend.workspace(f"run-{run_id}")
     (workspace / "go").write_text("")
