@@ -40,10 +40,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import onnx
 
 from onebox.errors import ConfigError
-from onebox.llm.e5_onnx_graph import build_graph
 from onebox.llm.e5_weights import E5Config
 
 F32 = npt.NDArray[np.float32]
@@ -224,7 +222,10 @@ def _session(encoder: _Encoder) -> Any:
     """The graph, built, written to a temporary file and loaded from it: from a file the
     session holds about 50 MB; from bytes in memory, or with the builder's copies kept,
     130-200 MB (so those are freed, and the heap trimmed, before the session is made)."""
+    import onnx  # on first use only: a worker that never asks the model never loads them
     import onnxruntime as ort
+
+    from onebox.llm.e5_onnx_graph import build_graph
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1  # a question is a few dozen tokens: threads cost more
