@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,8 +109,20 @@ class Host:
         return proc
 
     def serve(self) -> None:
-        self.start("serve", "serve", "--host", self.address, "--port", str(API_PORT))
+        """Start the API server and wait until it answers /readyz, as a balancer's health
+        check would: its port listens (and queues requests) before its startup is done."""
+        proc = self.start("serve", "serve", "--host", self.address, "--port", str(API_PORT))
         wait_port(self.address, API_PORT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{self.name}'s server exited ({proc.returncode})\n{self.log()}")
+            with contextlib.suppress(OSError), \
+                    urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+            time.sleep(0.2)
+        raise TimeoutError(f"{self.name}'s server never answered /readyz\n{self.log()}")
 
     def work(self, concurrency: int = 4) -> None:
         self.start("worker", "worker", "--concurrency", str(concurrency), "--drain-s", "5")

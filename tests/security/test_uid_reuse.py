@@ -153,3 +153,32 @@ def test_dirs_of_deleted_homes_are_reclaimed_with_their_uids(tmp_path: Path) -> 
     assert survivors == [], "the gone home's session process was not ended"
     assert all(d.exists() for d in [*kept, no_record]), "a dir that may be live was removed"
     assert (root / homes.dir_name(me) / "home").read_text() == str(me)
+
+
+def test_a_dir_another_server_reclaims_first_does_not_stop_this_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts sharing /var/lib/onebox/homes start together and reclaim the same gone homes;
+    the one that comes second finds the dir (or its record) removed under it. That start
+    must go on (it crashed: the server's port was open and its first requests were cut)."""
+    root, ids = tmp_path / "homes", SessionIdentities(tmp_path / "registry", UID, UID + 8)
+    orphans = []
+    for n in range(3):
+        home = tmp_path / f"gone-{n}"
+        state_dir = root / homes.dir_name(home)
+        state_dir.mkdir(parents=True)
+        homes.record(state_dir, home)
+        os.utime(state_dir / "home", (time.time() - 3600, time.time() - 3600))
+        orphans.append(state_dir)
+    seen = homes._orphaned
+
+    def peer_first(state_dir: Path) -> bool:
+        found = seen(state_dir)
+        if found and state_dir == orphans[1]:
+            shutil.rmtree(state_dir)  # the other server got there between the two looks
+        return found
+    monkeypatch.setattr(homes, "_orphaned", peer_first)
+    me = tmp_path / "me"
+    (root / homes.dir_name(me)).mkdir()
+    removed = homes.start(root / homes.dir_name(me), me, ids, homes=root)
+    assert not any(d.exists() for d in orphans)
+    assert orphans[0] in removed and orphans[2] in removed

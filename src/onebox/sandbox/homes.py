@@ -7,7 +7,9 @@ backend starts, sibling dirs whose recorded home no longer exists are removed wi
 workspaces, and the session uids those workspaces held are freed (their processes killed
 first). A dir is left alone while any onebox process holds one of its owner locks, while
 anything is mounted below it, when its record is missing (an older onebox: nothing says
-whose it is), does not match its name, or is younger than a minute.
+whose it is), does not match its name, or is younger than a minute. Hosts that share the
+dir start together and may reclaim the same one: a dir another start removed first is
+skipped, never a reason for this start to fail.
 """
 
 from __future__ import annotations
@@ -65,8 +67,11 @@ def reclaim(homes: Path, identities: SessionIdentities) -> list[Path]:
         return removed
     for name in names:
         state_dir = homes / name
-        if _orphaned(state_dir) and _reclaim_one(state_dir, identities):
-            removed.append(state_dir)
+        try:
+            if _orphaned(state_dir) and _reclaim_one(state_dir, identities):
+                removed.append(state_dir)
+        except OSError as exc:  # another host's start reclaimed it first: never stop a start
+            logger.warning("not reclaiming %s: %s", state_dir, exc)
     return removed
 
 
@@ -92,8 +97,9 @@ def _reclaim_one(state_dir: Path, identities: SessionIdentities) -> bool:
             logger.warning("not reclaiming %s: processes of session uid %s outlive SIGKILL",
                            state_dir, uid)
             return False
-    logger.info("reclaiming %s: its home %s is gone", state_dir,
-                (state_dir / RECORD).read_text(errors="replace"))
+    with contextlib.suppress(FileNotFoundError):  # gone meanwhile: another start took it
+        logger.info("reclaiming %s: its home %s is gone", state_dir,
+                    (state_dir / RECORD).read_text(errors="replace"))
     shutil.rmtree(state_dir, ignore_errors=True)
     for uid, workspace in held.items():
         identities.free(workspace, uid)
