@@ -8,8 +8,10 @@ pairs written with the previous rules), ``issue`` (the rewordings an outside tes
 and the wrong answers it got, issue 27), ``new`` to ``new5`` (pairs written before each
 round of rules and held out until it was measured: splits "heldout" to "heldout5"; the
 newest of those was never tuned on), ``new6`` (200 pairs written by another author
-without seeing the rules or the other pairs: split "heldout6", never tuned on) and
-``probe`` (must-miss pairs of rare WordNet senses).
+without seeing the rules or the other pairs: split "heldout6", measured once, then tuned
+on), ``blind8`` (480 pairs another blind author wrote to tune on: split "train8"),
+``blind7`` (200 pairs a third blind author wrote: split "heldout7", never tuned on but for
+the one false hit it showed) and ``probe`` (must-miss pairs of rare WordNet senses).
 Each pair is run through the real cache (ONEBOX_HOME's database, the configured embedding
 model):
 - one scope per pair: put ``a``, look up ``b``;
@@ -43,7 +45,8 @@ from onebox.store.db import Database
 
 HERE = Path(__file__).resolve().parent
 SWEEP = (0.80, 0.85, 0.88, 0.90, 0.92, 0.95)
-SPLITS = ("heldout6", "heldout5", "heldout4", "heldout3", "heldout2", "heldout", "dev")  # newest first
+SPLITS = ("heldout7", "train8", "heldout6", "heldout5", "heldout4", "heldout3", "heldout2",
+          "heldout", "dev")  # newest first
 Pair = dict[str, Any]
 
 
@@ -86,16 +89,17 @@ async def per_pair(cache: AnswerCache, pairs: list[Pair]) -> list[Pair]:
     return rows
 
 
-async def one_scope(cache: AnswerCache, pairs: list[Pair]) -> dict[int, bool | None]:
-    """All questions in one scope: pair id -> hit was right (True), wrong (False), none (None)."""
+async def one_scope(cache: AnswerCache, pairs: list[Pair]) -> dict[int, tuple[bool, str] | None]:
+    """All questions in one scope: pair id -> (hit was right, the stored question that
+    answered), or None when nothing did."""
     same = same_as(pairs)
     for question in sorted({normalise_question(p["a"]) for p in pairs}):
         await cache.put(question, question, scope="bench-pairs-all")
-    outcome: dict[int, bool | None] = {}
+    outcome: dict[int, tuple[bool, str] | None] = {}
     for p in pairs:
         hit = await cache.lookup(p["b"], scope="bench-pairs-all")
         right = same[normalise_question(p["b"])]
-        outcome[p["id"]] = None if hit is None else hit.answer in right
+        outcome[p["id"]] = None if hit is None else (hit.answer in right, hit.answer)
     return outcome
 
 
@@ -123,8 +127,10 @@ def breakdown(rows: list[Pair], hit_of: dict[int, bool]) -> dict[str, Any]:
             "by_language": by_lang, "by_kind": by_kind}
 
 
-def one_scope_figures(rows: list[Pair], outcome: dict[int, bool | None]) -> dict[str, Any]:
+def one_scope_figures(rows: list[Pair], answered: dict[int, tuple[bool, str] | None]
+                      ) -> dict[str, Any]:
     """A false hit here is any answer given for a question not labelled the same as ``b``."""
+    outcome = {k: None if v is None else v[0] for k, v in answered.items()}
     must_hit = [r for r in rows if r["label"] == "hit"]
     wrong = [r for r in rows if outcome[r["id"]] is False]
     true_hits = sum(outcome[r["id"]] is True for r in must_hit)
@@ -142,7 +148,9 @@ def one_scope_figures(rows: list[Pair], outcome: dict[int, bool | None]) -> dict
             "false_hits": len(wrong),
             "right_hits_for_must_miss_pairs": sum(
                 outcome[r["id"]] is True for r in rows if r["label"] == "miss"),
-            "wrong_answers": [{"id": r["id"], "b": r["b"]} for r in wrong]}
+            "wrong_answers": [{"id": r["id"], "b": r["b"],
+                               "answered_from": (answered[r["id"]] or (False, ""))[1]}
+                              for r in wrong]}
 
 
 def sweep(rows: list[Pair]) -> dict[str, Any]:

@@ -13,12 +13,15 @@ which still compares numbers, negations and roles:
 2. **Never relaxed:** tense (``does``/``did``, ``is``/``was``, ``will``; 过, 会, 曾), modals
    (``can``/``must``; 可以/必须), quantifiers (``everyone``/``anyone``; 所有/有), names
    (capitalised words; Chinese names, places, organisations and time words by their part
-   of speech), kinship words (爸爸/妈妈), and words opposed in meaning.
+   of speech: a name pairs only with a name WordNet gives the same main sense, UK /
+   United Kingdom), kinship words (爸爸/妈妈), and words opposed in meaning.
 3. **Words that differ must pair up:** English by WordNet (a shared sense, never two
    measures or units: :mod:`onebox.knowledge.word_sense`), multi-word verbs joined
    (``get rid of``, ``take in``); Chinese, cut by jieba, by the Tongyici Cilin (a synonym
    group pairs, a group of related words never does), else by the embedding model's
-   similarity of the two words (``judge``; a threshold chosen on the development pairs).
+   similarity of the two words (``judge``; a threshold chosen on the development pairs;
+   two words that begin or end alike are judged by what differs: 坐飞机 / 坐火车 as 飞机 /
+   火车).
    An antonym pair (``like``/``dislike``) becomes a negation, so "does not like" and
    "dislikes" agree and "likes" and "dislikes" do not. Light words (particles, 是, 有,
    ``ever``) stay out of the pairing and are cut where one side has more of them.
@@ -29,6 +32,7 @@ which still compares numbers, negations and roles:
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -70,7 +74,11 @@ _ZH_FORMS: tuple[tuple[str, str], ...] = (
     (r"叫什么名字", "叫什么"), (r"(?:是)?做什么工作的?", "的职业是什么"),
     (r"去([\u4e00-\u9fff]+?)怎么走", r"怎么去\1"), (r"^([\u4e00-\u9fff]+?)怎么走", r"怎么去\1"),
     (r"多长时间|多少时间", "多久"),
-    (r"为什么", "\ue100"), (r"什么地方|何处|何地|哪儿|哪里", "\ue101"),
+    (r"为什么", "\ue100"), (r"(?:是)?(?:什么原因|怎么回事)", "\ue100"),
+    (r"(?:有|用)什么(?:好)?(?:办法|方法)(?:可以|能够|能)?", "\ue103"),
+    (r"(要|需要|得)(?:几|多少)个?(?:小时|钟头)", r"\1多久"),
+    (r"的?(?:售价|票价|费用|收费)(?:是|为)?多少", "多少钱"),
+    (r"什么地方|何处|何地|哪儿|哪里", "\ue101"),
     (r"什么时候|何时|哪一?天|几月几[号日]", "\ue102"), (r"(.+?)的原因是什么", "\ue100\\1"),
     (r"什么样|怎么样|怎样|如何|怎么", "\ue103"),
     (r"([\u4e00-\u9fff]+?)的([\u4e00-\u9fff]{1,4}?)有多少", r"\1有多少\2"),
@@ -165,7 +173,7 @@ ZH_SAME_KIN = (frozenset({"爸爸", "父亲", "爸"}), frozenset({"妈妈", "母
 _ZH_OPPOSITE = [tuple(p) for p in _words(
     "大小 多少 高低 长短 宽窄 深浅 上下 涨跌 升降 增减 开关 买卖 借还 来去 进出 早晚 快慢 "
     "新旧 好坏 冷热 贵贱 胜负 赢输 前后 左右 内外 男女 老少 难易 轻重 厚薄 远近 强弱 生死 "
-    "真假 正反 东西 南北 免收 爱恨 喜厌 加减 存取 入出 昨明 去明 今明")]
+    "真假 正反 东西 南北 免收 爱恨 喜厌 加减 存取 入出 昨明 去明 今明 入离 入退 就离")]
 _ZH_OPPOSITE_WORDS = [frozenset(p.split("/")) for p in _words(
     "喜欢/讨厌 便宜/贵 免费/收费 开启/关闭 打开/关闭 成功/失败 胜利/失败 同意/反对 "
     "支持/反对 允许/禁止 接受/拒绝 出生/去世 辞职/升职 开始/结束 上涨/下跌 增加/减少 "
@@ -185,7 +193,7 @@ EN_FILLER_WORDS = _set("ever just really actually exactly please")
 EN_NEGATIONS = _set("not no never none nobody nothing neither nor without cannot")
 ZH_NEGATION_CHARS = "不没未别勿"
 ZH_NEGATIONS = _set("不 没 没有 未 无 非 别 勿 否")
-ZH_LIGHT = _set("的 了 吗 呢 吧 啊 呀 一下 请问 请 是 在 有 到 于 由 给 着 地 得 之 所 "
+ZH_LIGHT = _set("的 了 吗 呢 吧 啊 呀 一下 请问 请 是 在 有 到 于 由 从 给 着 地 得 之 所 "
                 "主要 具体 一般 通常")
 EN_LIGHT = _set("a an the is are was were be been being am do does did done of in on "
                 "at to for with by about as it its this that there please just really "
@@ -392,7 +400,9 @@ def _pick(ws: list[Word], wanted: Counter[str]) -> list[Word]:
 def zh_words_to_judge(a: str, b: str) -> list[str]:
     """The Chinese words a judge would be asked about (to embed them first)."""
     da, db = differing(canonical(a), canonical(b))
-    return sorted({w.text for w in da + db if w.lang == "zh" and w.protected is None})
+    found = [w.text for w in da + db if w.lang == "zh" and w.protected is None]
+    cores = [c for x in found for y in found for c in _cores(x, y)]
+    return sorted(set(found) | set(cores))
 
 
 def zh_opposed(x: str, y: str) -> bool:
@@ -424,9 +434,20 @@ def _zh_pair(x: Word, y: Word, judge: Judge | None) -> str | None:
         return "synonym"
     if sense == "related":
         return None  # 沸点 / 熔点: two kinds of one thing
-    if judge is not None and judge(x.text, y.text):
+    if judge is not None and judge(*_cores(x.text, y.text)):
         return "similar"
     return None
+
+
+def _cores(x: str, y: str) -> tuple[str, str]:
+    """What the embedding model compares of two Chinese words: the words that differ when
+    both begin or end alike with whole words left (坐飞机 / 坐火车: 飞机 / 火车, which it
+    scores apart, 0.88, where the joined ones read alike, 0.93), else the words (本名 /
+    真名: 本 / 真 mean nothing alone)."""
+    head = len(os.path.commonprefix([x, y]))
+    tail = len(os.path.commonprefix([x[head:][::-1], y[head:][::-1]]))
+    cx, cy = x[head : len(x) - tail], y[head : len(y) - tail]
+    return (cx, cy) if (head or tail) and len(cx) >= 2 and len(cy) >= 2 else (x, y)
 
 
 Unit = tuple[str, list[Word], int, int]  # joined words, the differing ones, span
@@ -466,13 +487,12 @@ def reconcile(a: str, b: str, judge: Judge | None = None,
     used_a: set[int] = set()
     used_b: set[int] = set()
     for unit_b, wb, b0, b1 in _en_units([w for w in db if w.lang == "en"], cb):
-        if any(id(w) in used_b for w in wb) or any(w.protected for w in wb):
+        if any(id(w) in used_b for w in wb) or not _pairable(wb):
             continue
         for unit_a, wa, a0, a1 in _en_units([w for w in da if w.lang == "en"], ca):
-            if any(id(w) in used_a for w in wa) or any(w.protected for w in wa):
+            if any(id(w) in used_a for w in wa) or not _pairable(wa):
                 continue
-            how = ("antonym" if word_sense.antonyms(unit_a, unit_b)
-                   else "synonym" if word_sense.synonyms(unit_a, unit_b) else None)
+            how = _en_pair(unit_a, unit_b, named=any(w.protected for w in wa + wb))
             if how is None:
                 continue
             pairs.append((unit_a.replace("_", " "), unit_b.replace("_", " "), how))
@@ -516,6 +536,22 @@ def reconcile(a: str, b: str, judge: Judge | None = None,
     ra, rb = _rewrite(ca, edits_a), _rewrite(cb, edits)
     extra_a, extra_b = _extra_light(ra, rb)
     return Reconciled(_rewrite(ra, extra_a), _rewrite(rb, extra_b), tuple(pairs))
+
+
+def _pairable(ws: list[Word]) -> bool:
+    """Whether WordNet may pair these words with others: none protected, but for names."""
+    return all(w.protected in (None, "a name") for w in ws)
+
+
+def _en_pair(x: str, y: str, named: bool) -> str | None:
+    """How two English words or runs agree by WordNet ("antonym", "synonym") or None. A
+    name pairs only with a name of its own sense: UK / United Kingdom, CEO / chief
+    executive officer, US / America (never an opposite or a related one)."""
+    if named:
+        return "synonym" if word_sense.synonyms(x, y, word_sense.NAME_SHARE) else None
+    if word_sense.antonyms(x, y):
+        return "antonym"
+    return "synonym" if word_sense.synonyms(x, y) else None
 
 
 def _sentence_verdict(a: str, b: str, left_a: list[Word], left_b: list[Word],

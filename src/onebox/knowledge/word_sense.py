@@ -34,6 +34,7 @@ _lock = threading.Lock()
 PROTECTED_POS = frozenset({"nr", "ns", "nt", "nz", "nrt", "nrfg", "t", "m", "mq"})
 _FILES = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
 SENSE_SHARE = 0.03  # the least share of a word's uses a shared sense must have, for each word
+NAME_SHARE = 0.25  # the same for two names: a main sense (not Queen / King as "champions")
 _SS_TYPES = {"1": "n", "2": "v", "3": "a", "4": "r", "5": "a"}  # sense keys' part of speech
 MEASURE_FILES = ("07", "23", "28")  # noun.attribute, .quantity, .time: measures, units, times
 _SUFFIXES = {  # WordNet's own detachment rules (morphy)
@@ -177,8 +178,8 @@ def senses(word: str) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=65536)
-def synonyms(a: str, b: str) -> bool:
-    """Whether ``a`` and ``b`` share a sense each uses at least ``SENSE_SHARE`` of the time.
+def synonyms(a: str, b: str, least: float = SENSE_SHARE) -> bool:
+    """Whether ``a`` and ``b`` share a sense each uses at least ``least`` of the time.
     (A verb and the verb above it, "offer" and "give", are not the same: that rule served
     "did James give John the job" for "offer".)"""
     net = _net()
@@ -186,7 +187,7 @@ def synonyms(a: str, b: str) -> bool:
     sb = net.shares(b.lower().replace(" ", "_"))
     # a measure, unit or span of time is never another (second / minute share "a moment")
     shared = (set(sa) & set(sb)) - net.measures()
-    return any(min(sa[s], sb[s]) >= SENSE_SHARE for s in shared)
+    return any(min(sa[s], sb[s]) >= least for s in shared)
 
 
 @functools.lru_cache(maxsize=65536)

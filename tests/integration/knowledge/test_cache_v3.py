@@ -25,6 +25,20 @@ async def test_chinese_synonyms_hit_and_related_words_do_not(knowledge: Knowledg
     assert isinstance(found, CacheHit) and found.answer == "羽毛球"
 
 
+async def test_two_words_that_begin_alike_are_judged_by_what_differs(
+        knowledge: Knowledge) -> None:
+    """坐飞机 / 坐火车 read as one at 0.93 (the shared 坐 pulls them together); 飞机 / 火车
+    do not (0.88): a plane is not a train (a false hit of a blind training set)."""
+    cache = knowledge.cache
+    await cache.put("从上海坐飞机到成都要多久？", "两个半小时", scope="cores")
+    miss = await cache.explain("从上海坐火车到成都要多久？", scope="cores")
+    assert isinstance(miss, CacheMiss), miss
+    assert miss.refused_by_guard is not None and "坐火车" in miss.refused_by_guard
+    await cache.put("怎么把照片迁移到新手机？", "用迁移助手", scope="cores")
+    hit = await cache.lookup("怎么把照片转移到新手机？", scope="cores")  # 迁 / 转: whole words
+    assert hit is not None and hit.answer == "用迁移助手"
+
+
 async def test_english_rewordings_hit_and_tense_or_sign_changes_do_not(
         knowledge: Knowledge) -> None:
     cache = knowledge.cache
