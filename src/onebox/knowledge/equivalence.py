@@ -111,6 +111,11 @@ _EN_FORMS: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
     (r"\b(how|where|what|when|why) (can|could) (i|we|you)\b", r"\1 do \3"),
     (r"^could (you|i|we)\b", r"can \1"), (r"^might (i|we)\b", r"may \1"),
     (r"^(?:please )?(?:explain|describe|tell me) (how|what|why|where|when|who)\b", r"\1"),
+    # a polite wrapper asks the question it wraps: "could you tell me what X is" = "what is X"
+    (r"^(?:can|would) you (?:please )?(?:tell me|explain|let me know) (how|what|why|where|when|"
+     r"who|which)\b(.+?) (is|are|was|were)\?$", r"\1 \3\2?"),
+    (r"^(?:can|would) you (?:please )?(?:tell me|explain|let me know) (how|what|why|where|when|"
+     r"who|which)\b", r"\1"),
     (r"\b(am|is|are) (i|we|you|he|she|they|it) (?:allowed|permitted) to\b", r"can \2"),
     (r"^by who (was|were) (.+?) (\w+ed)\b", r"who \3 \2"),
     (r"\b(has|have|had) (\w+) (ever )?been to\b", r"\1 \2 \3visited"),
@@ -141,6 +146,8 @@ _EN_FORMS: tuple[tuple[str, str | Callable[[re.Match[str]], str]], ...] = (
     # "how do I X" = "how to X" = "what is the (best) way to X" ("how did I" keeps its tense)
     (r"\bwhat(?:'s| is) the (?:best )?way to (the|a|an)\b", r"how do i get to \1"),
     (r"\bwhat(?:'s| is| are) the (?:best )?(?:way|steps) to\b", "how do i"),
+    (r"\bwhat(?:'s| is| are) the (?:right |best |correct |proper )?(?:way|steps|process|"
+     r"procedure) (?:to|for)\b", "how do i"),
     (r"\b(?:in |on )?what (?:year|date)\b", "when"),
     (r"\bwhat(?:'s| is| was) the (?:birthplace|place of birth) of (.+?)\?", r"where was \1 born?"),
     (r"^how (?:(?:do|can|should) (?:i|you|we|one)|to) ", "how do i "),
