@@ -112,7 +112,6 @@ class Host:
         """Start the API server and wait until it answers /readyz, as a balancer's health
         check would: its port listens (and queues requests) before its startup is done."""
         proc = self.start("serve", "serve", "--host", self.address, "--port", str(API_PORT))
-        wait_port(self.address, API_PORT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if proc.poll() is not None:

@@ -249,10 +249,7 @@ def _trim_heap() -> None:
 def similarity(a: str, b: str) -> float:
     """The shared model's cosine of two texts (opened on first use, by the calling thread:
     call it off the event loop)."""
-    model = shared_model()
-    if model is None:
-        raise ConfigError(f"the English paraphrase model ({DISTRIBUTION}) is not installed. "
-                          f"Fix: {INSTALL}")
+    model = shared_model() or ParaphraseModel.open()  # not installed: open() says the fix
     return model.similarity(a, b)
 
 
