@@ -146,8 +146,8 @@ def test_concurrent_first_use_builds_once(tmp_path: Path, caplog: pytest.LogCapt
     for t in threads:
         t.join()
     _, stderr = other.communicate(timeout=120)
-    builds = stderr.count("building the int8 e5 model") + sum(
-        "building the int8 e5 model" in r.getMessage() for r in caplog.records)
+    builds = stderr.count("building the model e5-small-int8") + sum(
+        "building the model e5-small-int8" in r.getMessage() for r in caplog.records)
     assert other.returncode == 0 and builds == 1
     assert len(set(paths)) == 1 and paths[0].exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(

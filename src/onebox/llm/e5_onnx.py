@@ -28,7 +28,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,12 +69,25 @@ def model_file(models_dir: Path, weights_path: Path | None = None) -> Path:
 
 def ensure_model(models_dir: Path, weights: E5Weights | None = None) -> Path:
     """The int8 model file, built (once, under a lock) if missing, stale or damaged."""
-    path = model_file(models_dir)
+    def build(out: Path) -> None:
+        from onebox.llm.e5_onnx_graph import build_graph, quantise_int8
+
+        quantise_int8(build_graph(weights or load_e5_weights()), out, out.parent)
+
+    path = built_file(model_file(models_dir), build)
+    remove_stale(path)
+    return path
+
+
+def built_file(path: Path, build: Callable[[Path], None]) -> Path:
+    """``path``, made by ``build(partial)`` if missing or damaged: once across threads and
+    processes (a lock file), written under a temporary name and renamed, with a ``.sha256``
+    sidecar that later opens check (a truncated or replaced file is rebuilt)."""
     if _is_intact(path):
         return path
     with _BUILD_LOCK, _file_lock(path.with_suffix(".lock")):
         if not _is_intact(path):
-            _build(path, weights or load_e5_weights())
+            _build(path, build)
     return path
 
 
@@ -107,15 +120,13 @@ def _file_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _build(path: Path, weights: E5Weights) -> None:
-    from onebox.llm.e5_onnx_graph import build_graph, quantise_int8
-
-    log.info("building the int8 e5 model %s (once per weights file; a few seconds)", path.name)
+def _build(path: Path, build: Callable[[Path], None]) -> None:
+    log.info("building the model %s (once per weights file; a few seconds)", path.name)
     started = time.monotonic()
-    with _quiet_quantiser(), tempfile.TemporaryDirectory(dir=path.parent,
-                                                         prefix=".e5-build-") as work:
+    with quiet_quantiser(), tempfile.TemporaryDirectory(dir=path.parent,
+                                                        prefix=".e5-build-") as work:
         partial = Path(work) / path.name
-        quantise_int8(build_graph(weights), partial, Path(work))
+        build(partial)
         digest = hashlib.sha256(partial.read_bytes()).hexdigest()
         _digest_file(path).unlink(missing_ok=True)  # no reader trusts the old file meanwhile
         os.replace(partial, path)
@@ -123,12 +134,12 @@ def _build(path: Path, weights: E5Weights) -> None:
         sidecar.write_text(digest + "\n")
         os.replace(sidecar, _digest_file(path))
     log.info("built %s in %.1f s", path.name, time.monotonic() - started)
-    _remove_stale(path)
 
 
-def _remove_stale(current: Path) -> None:
-    """Model files of other weights or builds, and their digests: nothing reads them."""
-    for old in current.parent.glob("e5-small-int8-*.onnx*"):
+def remove_stale(current: Path, pattern: str = "e5-small-int8-*.onnx*") -> None:
+    """Model files of other weights or builds (``pattern``), and their digests: nothing
+    reads them."""
+    for old in current.parent.glob(pattern):
         if old.name not in (current.name, _digest_file(current).name):
             old.unlink(missing_ok=True)
 
@@ -139,7 +150,7 @@ class _FromOnnxRuntime(logging.Filter):
 
 
 @contextmanager
-def _quiet_quantiser() -> Iterator[None]:
+def quiet_quantiser() -> Iterator[None]:
     """ORT's quantiser logs one root-logger line per tensor; drop those (only those)."""
     root, quiet = logging.getLogger(), _FromOnnxRuntime()
     root.addFilter(quiet)
