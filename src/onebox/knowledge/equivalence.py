@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from onebox.knowledge import word_sense
-from onebox.knowledge.question import stem
+from onebox.knowledge.question import role_swap, stem
 
 Judge = Callable[[str, str], bool]  # are these two Chinese words the same here?
 
@@ -51,6 +51,18 @@ class SentenceJudge:
 
     similarity: Callable[[str, str], float]
     threshold: float
+
+
+@dataclass(frozen=True)
+class RewordingJudge:
+    """A cross-encoder's probability that two whole questions, in any language, ask the
+    same thing (``score``: :mod:`onebox.llm.rewording`); the least that reads them as one
+    (``threshold``), and the least that lets words paired only by an embedding's similarity
+    stand (``veto``: 猫/狗, 沸点/燃点 and eat/avoid score close to alike, and far below it)."""
+
+    score: Callable[[str, str], float]
+    threshold: float
+    veto: float = 0.0
 
 
 def _words(text: str) -> list[str]:
@@ -169,6 +181,14 @@ ZH_ASPECT = {"过": "experienced", "曾": "past", "曾经": "past", "会": "futu
 ZH_MODAL_CLASSES = (_set("可以 能 能够 可"), _set("必须 必 须 得"),
                     _set("应该 应当 该"), _set("需要 要"))
 ZH_MODALS = frozenset().union(*ZH_MODAL_CLASSES)
+_END = {"from": "start", "to": "destination"}
+ZH_GOING = _set("到 去 至 往 飞往 前往 开往 飞")
+ZH_ALREADY = _set("已经 已 早已 刚 刚刚 刚才 仍 仍然 还 尚")  # what has happened, what is left
+EN_PREPOSITIONS = _set(
+    "about above across after against along among around before behind below beneath "
+    "beside besides between beyond despite down during except from inside into near off "
+    "onto outside over past since through throughout till toward towards under underneath "
+    "until up upon via within without")
 ZH_QUANTIFIERS = _set("所有 全部 都 每 每个 有些 一些 任何 部分 大多数 少数 唯一")
 ZH_KIN = _set(
     "爸爸 父亲 爸 妈妈 母亲 妈 儿子 女儿 哥哥 弟弟 姐姐 妹妹 丈夫 妻子 老婆 老公 爷爷 奶奶 "
@@ -328,7 +348,36 @@ def strict_difference(a: str, b: str) -> str | None:
     mb = {EN_MODAL_CLASS.get(w, w) for w in _EN_WORD.findall(b.lower()) if w in EN_MODALS}
     if ma and mb and ma != mb:
         return f"modal differs: {sorted(ma)} vs {sorted(mb)}"
+    return role_swap(a, b) or _zh_direction_swap(a, b)
+
+
+def _zh_direction_swap(a: str, b: str) -> str | None:
+    """A place one question goes from and the other goes to: 上海到北京 / 从北京去上海."""
+    da, db = _zh_directions(a), _zh_directions(b)
+    for place in sorted(da.keys() & db.keys()):
+        if da[place] != db[place]:
+            return (f"roles differ: {place!r} is the {_END[da[place]]} in one and the "
+                    f"{_END[db[place]]} in the other")
     return None
+
+
+def _zh_directions(text: str) -> dict[str, str]:
+    """Nouns after 从 or before 到/去/往 (gone from), and after 到/去/往 (gone to)."""
+    cut = [(w, pos) for run in re.findall(r"[\u3400-\u4dbf\u4e00-\u9fff]+", text)
+           for w, pos in word_sense.zh_words(run)]
+    found: dict[str, set[str]] = {}
+    for i, (word, _) in enumerate(cut):
+        sides = []
+        if word == "从" and i + 1 < len(cut):
+            sides.append((cut[i + 1], "from"))
+        if word in ZH_GOING and i + 1 < len(cut):
+            sides.append((cut[i + 1], "to"))
+            if i > 0:
+                sides.append((cut[i - 1], "from"))
+        for (noun, pos), side in sides:
+            if pos.startswith("n"):
+                found.setdefault(noun, set()).add(side)
+    return {noun: next(iter(s)) for noun, s in found.items() if len(s) == 1}
 
 
 def words(text: str) -> list[Word]:
@@ -478,7 +527,8 @@ def _en_units(ws: list[Word], text: str) -> list[Unit]:
 
 
 def reconcile(a: str, b: str, judge: Judge | None = None,
-              sentences: SentenceJudge | None = None) -> Reconciled | str:
+              sentences: SentenceJudge | None = None,
+              rewording: RewordingJudge | None = None) -> Reconciled | str:
     """``a`` and ``b`` rewritten so that their differing words agree, or why they cannot.
 
     English words WordNet does not pair may still be read as one wording by ``sentences``
@@ -531,15 +581,23 @@ def reconcile(a: str, b: str, judge: Judge | None = None,
     left_b = [w for w in db if id(w) not in used_b]
     if left_a or left_b:
         verdict = _sentence_verdict(a, b, left_a, left_b, sentences)
+        how = "paraphrase"
         if verdict is not True:
-            return (f"terms differ: {' '.join(w.text for w in left_a) or '-'!r} vs "
-                    f"{' '.join(w.text for w in left_b) or '-'!r}" + _protection(da + db)
-                    + (verdict or ""))
+            reworded = _rewording_verdict(a, b, left_a, left_b, rewording)
+            if reworded is not True:
+                return (f"terms differ: {' '.join(w.text for w in left_a) or '-'!r} vs "
+                        f"{' '.join(w.text for w in left_b) or '-'!r}" + _protection(da + db)
+                        + (verdict or "") + (reworded or ""))
+            how = "rewording"
         said_a, said_b = (" ".join(w.text for w in side) for side in (left_a, left_b))
-        pairs.append((said_a, said_b, "paraphrase"))
+        pairs.append((said_a, said_b, how))
+        if not (left_a and left_b):  # words one side adds: read as saying nothing more
+            said_a = ""
         edits.extend((w.start, w.end, said_a if i == 0 else "") for i, w in enumerate(left_b))
-        edits_a.extend((w.start, w.end, "") for w in left_a[1:])
-        edits_a.append((left_a[0].start, left_a[0].end, said_a))
+        edits_a.extend((w.start, w.end, said_a if i == 0 else "") for i, w in enumerate(left_a))
+    vetoed = _vetoed(a, b, pairs, rewording)
+    if vetoed is not None:
+        return vetoed
     ra, rb = _rewrite(ca, edits_a), _rewrite(cb, edits)
     extra_a, extra_b = _extra_light(ra, rb)
     return Reconciled(_rewrite(ra, extra_a), _rewrite(rb, extra_b), tuple(pairs))
@@ -574,6 +632,59 @@ def _sentence_verdict(a: str, b: str, left_a: list[Word], left_b: list[Word],
     if score >= sentences.threshold:
         return True
     return f" (paraphrase model {score:.3f} < {sentences.threshold:.3f})"
+
+
+def _rewording_verdict(a: str, b: str, left_a: list[Word], left_b: list[Word],
+                       rewording: RewordingJudge | None) -> bool | str | None:
+    """True when the rewording model reads ``a`` and ``b`` as one question and every word
+    left unpaired is one it may read; otherwise what to add to the refusal (None: not
+    asked)."""
+    if rewording is None or not all(
+            _rewordable(w) or (i > 0 and _particle(side[i - 1], w))
+            for side in (left_a, left_b) for i, w in enumerate(side)):
+        return None
+    score = rewording.score(a, b)
+    if score >= rewording.threshold:
+        return True
+    return f" (rewording model {score:.3f} < {rewording.threshold:.3f})"
+
+
+def _rewordable(word: Word) -> bool:
+    """A word left unpaired that the rewording model may read: nothing protected (a name,
+    number, time, negation, quantifier, modal); in English no closed-class word (a question
+    word, an amount, how often, an ordinal), preposition (before / after), measure, unit or
+    time; in Chinese no word that is or begins with a modal or an aspect word (能用 / 需要,
+    已经 / 还剩: what one can do or has done is not what one needs or has left)."""
+    if word.protected:
+        return False
+    low = word.text.lower()
+    if word.lang == "en":
+        return (low.isalpha() and low not in EN_CLOSED and low not in EN_PREPOSITIONS
+                and not word_sense.names_a_measure(low))
+    return not any(word.text.startswith(m) for m in ZH_MODALS | ZH_ASPECT.keys() | ZH_ALREADY)
+
+
+def _particle(verb: Word, word: Word) -> bool:
+    """``up`` in "sign up", ``after`` in "look after": a verb's particle, not a preposition
+    (WordNet lists the two as one verb)."""
+    return (word.lang == verb.lang == "en" and word.text.lower() in EN_PREPOSITIONS
+            and word_sense.part_of_speech(f"{verb.text}_{word.text}".lower()) == "v")
+
+
+def _vetoed(a: str, b: str, pairs: list[tuple[str, str, str]],
+            rewording: RewordingJudge | None) -> str | None:
+    """Why words paired only as alike ("similar": the embedding's cosine; "paraphrase": the
+    English sentence model) do not stand: the rewording model, reading both questions
+    whole, is sure they ask different things. None when they stand or nobody asked."""
+    alike = [(x, y) for x, y, how in pairs if how in ("similar", "paraphrase")]
+    if rewording is None or not alike or rewording.veto <= 0:
+        return None
+    score = rewording.score(a, b)
+    if score >= rewording.veto:
+        return None
+    x, y = alike[0]
+    return (f"terms differ: {x!r} vs {y!r} (read alike, but the rewording model reads "
+            f"another question: {score:.3f} < {rewording.veto:.3f})")
 
 
 def _bridgeable(word: Word) -> bool:

@@ -26,6 +26,7 @@ import re
 
 from onebox.knowledge.equivalence import (
     Judge,
+    RewordingJudge,
     SentenceJudge,
     canonical,
     reconcile,
@@ -166,7 +167,8 @@ def small_edit(a: str, b: str, max_words: int = 4) -> bool:
 
 
 def different_question(a: str, b: str, judge: Judge | None = None,
-                       sentences: SentenceJudge | None = None) -> str | None:
+                       sentences: SentenceJudge | None = None,
+                       rewording: RewordingJudge | None = None) -> str | None:
     """Why ``a`` and ``b`` are not the same question, or None when they are.
 
     The answer cache's rule (:mod:`onebox.knowledge.equivalence`): tense and modals agree;
@@ -175,7 +177,8 @@ def different_question(a: str, b: str, judge: Judge | None = None,
     counts as one), and roles (who did what to whom), with the words that differ paired
     up as meaning the same (WordNet for English, then ``sentences``, a paraphrase model,
     for open-class English words it leaves; ``judge``, the embedding model, for Chinese
-    words). Without a judge, differing Chinese words pair only as listed.
+    words; ``rewording``, a cross-encoder, for the unprotected words still left in either
+    language). Without a judge, differing Chinese words pair only as listed.
     """
     strict = strict_difference(a, b)
     if strict is not None:
@@ -185,7 +188,7 @@ def different_question(a: str, b: str, judge: Judge | None = None,
     if reason is None or not reason.startswith(("terms differ", "roles differ",
                                                 "negation differs")):
         return reason
-    found = reconcile(a, b, judge, sentences)
+    found = reconcile(a, b, judge, sentences, rewording)
     if isinstance(found, str):
         return reason if reason.startswith("negation") else found
     flips = sum(1 for *_, how in found.pairs if how == "antonym")

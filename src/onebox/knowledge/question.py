@@ -307,6 +307,64 @@ def roles_differ(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return False
 
 
+_SOURCE, _GOAL = frozenset({"from"}), frozenset({"to", "into", "toward", "towards"})
+_PHRASE_ENDS = _SOURCE | _GOAL | lex.EN_PP_STARTS | _WH | lex.EN_DO | frozenset(
+    {"for", "with", "by", "via", "and", "or"})
+_CASES = {"i": ("I", "subject"), "me": ("I", "object"), "we": ("we", "subject"),
+          "us": ("we", "object"), "he": ("he", "subject"), "him": ("he", "object"),
+          "they": ("they", "subject"), "them": ("they", "object")}  # "her": also whose
+
+
+def role_swap(a: str, b: str) -> str | None:
+    """Why ``a`` and ``b`` give someone or something opposite roles, or None: a place one
+    question goes from and the other goes to (``from the US to India`` / ``from India to
+    the US``), or a person one asks about as the doer and the other as the receiver
+    (``what did I get Helen`` / ``what did Helen get me``). English words only."""
+    da, db = _directions(a), _directions(b)
+    for term in sorted(da.keys() & db.keys()):
+        if da[term] != db[term]:
+            ends = {"from": "start", "to": "destination"}
+            return (f"roles differ: {term!r} is the {ends[da[term]]} in one and the "
+                    f"{ends[db[term]]} in the other")
+    ca, cb = _cases(a), _cases(b)
+    for person in sorted(ca.keys() & cb.keys()):
+        if len(ca[person]) == len(cb[person]) == 1 and ca[person] != cb[person]:
+            return (f"roles differ: {person!r} is the {next(iter(ca[person]))} of one and the "
+                    f"{next(iter(cb[person]))} of the other")
+    return None
+
+
+def _directions(text: str) -> dict[str, str]:
+    """Each term of a phrase after from / to (up to three words), and which it follows;
+    a term after both is left out."""
+    words = _EN_TOKEN.findall(normalise(text))
+    found: dict[str, set[str]] = {}
+    for i, word in enumerate(words):
+        low = word.lower()
+        if low not in _SOURCE | _GOAL:
+            continue
+        role = "from" if low in _SOURCE else "to"
+        taken = 0
+        for nxt in words[i + 1 :]:
+            if nxt in _PUNCT or nxt.lower() in _PHRASE_ENDS or taken == 3:
+                break
+            if not (nxt.isupper() and len(nxt) > 1) and nxt.lower() in lex.EN_STOPWORDS:
+                continue  # "the", "my"; but "US" is a name, not "us"
+            found.setdefault(stem(nxt.lower()), set()).add(role)
+            taken += 1
+    return {term: next(iter(roles)) for term, roles in found.items() if len(roles) == 1}
+
+
+def _cases(text: str) -> dict[str, set[str]]:
+    """Each personal pronoun's person and the cases it is used in (I: subject, me: object)."""
+    out: dict[str, set[str]] = {}
+    for word in _EN_TOKEN.findall(text):
+        if word.lower() in _CASES and not (word.isupper() and len(word) > 1):  # "US": a name
+            person, case = _CASES[word.lower()]
+            out.setdefault(person, set()).add(case)
+    return out
+
+
 def _drop(order: tuple[str, ...], term: str) -> tuple[str, ...]:
     return tuple(t for t in order if t != term)
 

