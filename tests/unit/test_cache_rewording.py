@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from onebox.errors import ConfigError
+from onebox.knowledge.cache import REWORDING_ASKS, AnswerCache
 from onebox.knowledge.equivalence import RewordingJudge, SentenceJudge
 from onebox.knowledge.guard import different_question
 from onebox.llm import rewording
@@ -42,6 +43,10 @@ class Scripted:
     ("Should I take the train?", "Can I take the train?"),  # a modal
     ("王芳在哪家公司工作？", "李娜在哪家公司工作？"),
     ("北京明天会下雨吗？", "北京后天会下雨吗？"),
+    ("周末银行上班吗？", "有的银行周末营业吗？"),  # 有的: some (jieba: 有 / 的)
+    ("What should I eat before a marathon?", "What should I eat after a marathon?"),
+    ("手机充满电能用多久？", "手机充满电需要多久？"),  # a modal's word: can last / needs
+    ("陈静今年还剩几天年假？", "陈静今年已经休了几天年假？"),  # what is left / already taken
 ])
 def test_protected_words_never_reach_the_model(a: str, b: str) -> None:
     model = Scripted(1.0)
@@ -157,3 +162,21 @@ def test_a_zero_adapter_leaves_e5_as_it_is() -> None:
 def test_a_missing_adapter_says_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="reinstall onebox"):
         rewording.RewordingModel.open(tmp_path, tmp_path / "nothing.npz")
+
+
+def test_one_lookup_lets_the_model_accept_only_its_nearest_candidate(tmp_path: Path) -> None:
+    """12 ms a run: after the first candidate it read, a lookup keeps only the veto."""
+    cache = AnswerCache(None, None, models_dir=tmp_path)  # type: ignore[arg-type]
+    asked = [0]
+    first = cache.rewording_judge(asked)
+    assert first is not None and first.threshold == THRESHOLD and first.veto == VETO
+    asked[0] = REWORDING_ASKS
+    later = cache.rewording_judge(asked)
+    assert later is not None and later.threshold > 1 and later.veto == VETO
+    model = Scripted(1.0)
+    a, b = ("What kind of muffins did Caroline make for the party?",
+            "What kind of muffins did Caroline bake for the party?")
+    reason = different_question(a, b, rewording=RewordingJudge(model.score, later.threshold,
+                                                               VETO))
+    assert reason is not None and model.asked == []  # not asked to accept
+    assert AnswerCache(None, None, rewording_similarity=2).rewording_judge() is None  # type: ignore[arg-type]

@@ -28,9 +28,13 @@ def test_installed_off_and_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_the_rewording_model_is_there_off_or_missing(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ONEBOX_EMBEDDING__MODELS_DIR", str(tmp_path / "models"))
     settings = load_settings(home=tmp_path)
     found = check_rewording_model(settings)
     assert found.ok and "built at first use" in found.detail
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "e5-rewording-int8-0123-v1.onnx").write_bytes(b"")
+    assert "built (e5-rewording-int8-0123-v1.onnx)" in check_rewording_model(settings).detail
     monkeypatch.setenv("ONEBOX_KNOWLEDGE__CACHE_REWORDING_SIMILARITY", "2")
     off = check_rewording_model(load_settings(home=tmp_path))
     assert off.ok and "turned off" in off.detail

