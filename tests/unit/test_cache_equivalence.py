@@ -249,3 +249,11 @@ def test_a_chinese_start_and_destination_swapped_are_roles(a: str, b: str) -> No
 
 def test_the_same_start_and_destination_said_otherwise_are_one_question() -> None:
     assert different_question("北京到上海坐高铁要多久？", "从北京到上海坐高铁要多久？") is None
+
+
+def test_a_country_written_in_capitals_keeps_its_role() -> None:
+    """"US" is a name, not the pronoun "us": it is the start of one and the destination of
+    the other."""
+    reason = different_question("Which documents do I need to move from the US?",
+                                "Which documents do I need to move to the US?")
+    assert reason is not None and reason.startswith("roles differ"), reason

