@@ -123,7 +123,7 @@ class AnswerCache:
         rows = await self.db.fetch(sql("cache.candidates"), {
             "q": vector_literal(vector), "scope": scope, "n": self.candidates})
         refused: str | None = None
-        asked = [0]  # the rewording model's runs for this lookup (13 ms each)
+        asked = [0]  # the rewording model's runs for this lookup (12 ms each)
         for row in rows:
             if row["similarity"] < self.min_similarity:
                 break

@@ -236,11 +236,11 @@ def _session(encoder: _Encoder) -> Any:
         path = Path(work) / "all-minilm-l6-v2.onnx"
         onnx.save_model(build_graph(encoder, name="all_minilm_l6_v2"), str(path))
         gc.collect()
-        _trim_heap()
+        trim_heap()
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def _trim_heap() -> None:
+def trim_heap() -> None:
     """Give the builder's freed memory back to the system (glibc keeps it otherwise)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -37,6 +37,7 @@ import numpy.typing as npt
 from onebox.errors import ConfigError, ProviderError
 from onebox.llm.e5_onnx import built_file, remove_stale
 from onebox.llm.e5_weights import F32, E5Config, E5Weights, dequantise_q4, load_e5_weights
+from onebox.llm.minilm import trim_heap
 
 log = logging.getLogger(__name__)
 ADAPTER = Path(__file__).parent / "data" / "rewording-adapter.npz"
@@ -83,7 +84,7 @@ class RewordingModel:
     def __init__(self, weights: E5Weights, session: Any, head_w: F32, head_b: float) -> None:
         cfg = weights.config
         self.tokenizer, self.config = weights.tokenizer, cfg
-        self._word_q4 = weights.word_q4
+        self._word_q4 = weights.word_q4.copy()  # 51 MB: not a view holding the 95 MB file
         self._pos = weights.tensors["emb.pos"].reshape(cfg.max_positions, -1).copy()
         self._type = weights.tensors["emb.type"].reshape(-1, cfg.hidden)[0].copy()
         self._session = session
@@ -91,6 +92,12 @@ class RewordingModel:
 
     @classmethod
     def open(cls, models_dir: Path, adapter_path: Path = ADAPTER) -> RewordingModel:
+        model = cls._open(models_dir, adapter_path)
+        trim_heap()  # e5's fp32 tensors, read for the merge: about 100 MB back to the system
+        return model
+
+    @classmethod
+    def _open(cls, models_dir: Path, adapter_path: Path) -> RewordingModel:
         if not adapter_path.is_file():
             raise ConfigError(f"the rewording model's adapter {adapter_path} is missing. "
                               "Fix: reinstall onebox (pip install -e .)")
