@@ -24,7 +24,6 @@ see :func:`onebox.knowledge.equivalence.reconcile`.
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 import threading
 from dataclasses import dataclass
@@ -35,11 +34,17 @@ import numpy as np
 import numpy.typing as npt
 
 from onebox.errors import ConfigError, ProviderError
-from onebox.llm.e5_onnx import built_file, remove_stale
-from onebox.llm.e5_weights import F32, E5Config, E5Weights, dequantise_q4, load_e5_weights
+from onebox.llm.e5_onnx import built_file, remove_stale, weights_digest
+from onebox.llm.e5_weights import (
+    F32,
+    E5Config,
+    E5Weights,
+    bundled_model_path,
+    dequantise_q4,
+    load_e5_weights,
+)
 from onebox.llm.minilm import trim_heap
 
-log = logging.getLogger(__name__)
 ADAPTER = Path(__file__).parent / "data" / "rewording-adapter.npz"
 PRODUCTS = ("q", "k", "v", "ao", "fi", "fo")
 MAX_TOKENS = 64  # per question: a question is a few dozen tokens
@@ -104,7 +109,8 @@ class RewordingModel:
         with np.load(adapter_path) as data:
             adapter = {name: data[name] for name in data.files}
         weights = load_e5_weights()
-        name = f"e5-rewording-int8-{adapter_digest(adapter_path)[:16]}-v{BUILD}.onnx"
+        built_from = weights_digest(bundled_model_path())[:8] + adapter_digest(adapter_path)[:8]
+        name = f"e5-rewording-int8-{built_from}-v{BUILD}.onnx"  # new e5 weights: rebuilt
         path = built_file(models_dir / name, lambda out: _build(out, weights, adapter))
         remove_stale(path, "e5-rewording-int8-*.onnx*")  # another adapter's build
         try:
@@ -112,7 +118,8 @@ class RewordingModel:
         except Exception as exc:  # ORT raises its own classes for a file it cannot load
             raise ProviderError(f"ONNX Runtime cannot load {path}: {exc}. Fix: delete the "
                                 "file (it is rebuilt), or set "
-                                "ONEBOX_KNOWLEDGE__CACHE_REWORDING=1.01 to turn it off") from exc
+                                "ONEBOX_KNOWLEDGE__CACHE_REWORDING_SIMILARITY=2 to turn the "
+                                "model off") from exc
         head = adapter["head.w"].astype(np.float32).reshape(-1)
         return cls(weights, session, head, float(np.asarray(adapter["head.b"]).reshape(-1)[0]))
 
