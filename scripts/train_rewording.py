@@ -37,7 +37,7 @@ from onebox.knowledge.guard import different_question
 from onebox.llm import minilm
 from onebox.llm.e5_onnx import OnnxE5Encoder
 from onebox.llm.e5_weights import E5Weights, load_e5_weights
-from onebox.llm.rewording import ADAPTER, MAX_TOKENS, PRODUCTS
+from onebox.llm.rewording import ADAPTER, PRODUCTS, pair_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 PAIRS = ROOT / "bench" / "data" / "cache_pairs_v3.jsonl"
@@ -76,11 +76,6 @@ class CrossEncoder(nn.Module):
         nn.init.normal_(self.head.weight, std=0.02)
         nn.init.zeros_(self.head.bias)
 
-    def ids(self, a: str, b: str) -> list[int]:
-        tok = self.weights.tokenizer
-        return [tok.bos, *tok.encode("query: " + a)[:MAX_TOKENS], tok.eos, tok.eos,
-                *tok.encode("query: " + b)[:MAX_TOKENS], tok.eos]
-
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         cfg = self.weights.config
         return F.layer_norm(x, (cfg.hidden,), self.norms[f"{name}.w"], self.norms[f"{name}.b"],
@@ -88,7 +83,7 @@ class CrossEncoder(nn.Module):
 
     def forward(self, pairs: list[tuple[str, str]]) -> torch.Tensor:
         cfg = self.weights.config
-        seqs = [self.ids(a, b) for a, b in pairs]
+        seqs = [pair_ids(self.weights.tokenizer, a, b) for a, b in pairs]
         n = max(map(len, seqs))
         ids = np.zeros((len(seqs), n), np.int64)
         mask = torch.zeros(len(seqs), n)

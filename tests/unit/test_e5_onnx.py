@@ -90,8 +90,8 @@ def test_a_padded_batch_masks_its_padding(encoder: OnnxE5Encoder, passages: list
     tok = encoder.tokenizer
     short, long_ = ([tok.bos, *tok.encode("passage: " + t), tok.eos] for t in
                     (CHINESE[0], passages[0]))
-    padded = encoder._forward([short, long_])
-    alone = np.concatenate([encoder._forward([short]), encoder._forward([long_])])
+    padded = encoder.pooled([short, long_])
+    alone = np.concatenate([encoder.pooled([short]), encoder.pooled([long_])])
     unit = padded / np.linalg.norm(padded, axis=1, keepdims=True)
     ref = alone / np.linalg.norm(alone, axis=1, keepdims=True)
     assert (unit * ref).sum(axis=1).min() >= 0.99  # int8 activation scales differ a little
@@ -104,11 +104,11 @@ def test_a_1200_token_text_is_three_windows_averaged(encoder: OnnxE5Encoder) -> 
         long_text += " " + paragraphs.pop(0)
     ids = tok.encode("passage: " + long_text)  # three windows of at most 510 content tokens
     windows = [ids[start : start + 510] for start in range(0, len(ids), 510)]
-    pooled = [len(w) * encoder._forward([[tok.bos, *w, tok.eos]])[0] for w in windows]
+    pooled = [len(w) * encoder.pooled([[tok.bos, *w, tok.eos]])[0] for w in windows]
     expected = np.sum(pooled, axis=0) / np.linalg.norm(np.sum(pooled, axis=0))
     vector = encoder.encode([long_text], False)[0]
     assert len(windows) == 3 and np.allclose(vector, expected, atol=1e-5)
-    first = encoder._forward([[tok.bos, *windows[0], tok.eos]])[0]
+    first = encoder.pooled([[tok.bos, *windows[0], tok.eos]])[0]
     assert float(vector @ first) / float(np.linalg.norm(first)) < 0.999  # every window counts
 
 

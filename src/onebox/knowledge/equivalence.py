@@ -184,6 +184,7 @@ ZH_MODALS = frozenset().union(*ZH_MODAL_CLASSES)
 _END = {"from": "start", "to": "destination"}
 ZH_GOING = _set("到 去 至 往 飞往 前往 开往 飞")
 ZH_ALREADY = _set("已经 已 早已 刚 刚刚 刚才 仍 仍然 还 尚")  # what has happened, what is left
+_ZH_NOT_REWORDABLE = tuple(ZH_MODALS | ZH_ASPECT.keys() | ZH_ALREADY)  # word beginnings
 EN_PREPOSITIONS = _set(
     "about above across after against along among around before behind below beneath "
     "beside besides between beyond despite down during except from inside into near off "
@@ -678,7 +679,7 @@ def _rewordable(word: Word) -> bool:
     if word.lang == "en":
         return (low.isalpha() and low not in EN_CLOSED and low not in EN_PREPOSITIONS
                 and not word_sense.names_a_measure(low))
-    return not any(word.text.startswith(m) for m in ZH_MODALS | ZH_ASPECT.keys() | ZH_ALREADY)
+    return not word.text.startswith(_ZH_NOT_REWORDABLE)
 
 
 def _particle(verb: Word, word: Word) -> bool:

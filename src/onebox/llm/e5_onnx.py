@@ -168,7 +168,9 @@ class OnnxE5Encoder:
         self.tokenizer, self.config = weights.tokenizer, cfg
         self.threads = threads or default_threads()
         self._runner = ThreadPoolExecutor(self.threads, thread_name_prefix="e5-onnx")
-        self._word_q4 = weights.word_q4  # the fp32 encoder tensors are not kept
+        # the fp32 encoder tensors are not kept; the 51 MB word table is copied, not a view
+        # holding the whole 95 MB weights file
+        self._word_q4 = weights.word_q4.copy()
         self._pos = weights.tensors["emb.pos"].reshape(cfg.max_positions, -1).copy()
         self._type = weights.tensors["emb.type"].reshape(-1, cfg.hidden)[0].copy()
         self._session = session
@@ -199,9 +201,9 @@ class OnnxE5Encoder:
             return np.zeros((0, self.dim), np.float32)
         try:
             if len(windows) == 1:
-                pooled = [self._forward([windows[0].ids])]
+                pooled = [self.pooled([windows[0].ids])]
             else:
-                pooled = list(self._runner.map(lambda w: self._forward([w.ids]), windows))
+                pooled = list(self._runner.map(lambda w: self.pooled([w.ids]), windows))
         except Exception as exc:  # onnxruntime's errors share no public base class
             raise ProviderError(f"the int8 e5 model failed on {len(texts)} texts: {exc}") from exc
         return combine_windows(len(texts), windows, np.concatenate(pooled))
@@ -209,7 +211,9 @@ class OnnxE5Encoder:
     def close(self) -> None:
         self._runner.shutdown(wait=True)
 
-    def _forward(self, sequences: list[list[int]]) -> F32:
+    def pooled(self, sequences: list[list[int]]) -> F32:
+        """The mean-pooled last hidden states of token id sequences (padded, masked), not
+        normalised; ONNX Runtime's errors pass through."""
         length = max(len(s) for s in sequences)
         ids = np.zeros((len(sequences), length), np.int64)
         mask = np.zeros((len(sequences), length), np.int64)

@@ -34,13 +34,13 @@ import numpy as np
 import numpy.typing as npt
 
 from onebox.errors import ConfigError, ProviderError
-from onebox.llm.e5_onnx import built_file, remove_stale, weights_digest
+from onebox.llm.e5_onnx import OnnxE5Encoder, built_file, remove_stale, weights_digest
 from onebox.llm.e5_weights import (
     F32,
     E5Config,
+    E5Tokenizer,
     E5Weights,
     bundled_model_path,
-    dequantise_q4,
     load_e5_weights,
 )
 from onebox.llm.minilm import trim_heap
@@ -83,16 +83,20 @@ def adapter_digest(path: Path = ADAPTER) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def pair_ids(tokenizer: E5Tokenizer, a: str, b: str) -> list[int]:
+    """``<s> query: a </s></s> query: b </s>``, each question cut at ``MAX_TOKENS``: the
+    sequence the model was trained on (scripts/train_rewording.py) and is run on."""
+    first = tokenizer.encode("query: " + a)[:MAX_TOKENS]
+    second = tokenizer.encode("query: " + b)[:MAX_TOKENS]
+    return [tokenizer.bos, *first, tokenizer.eos, tokenizer.eos, *second, tokenizer.eos]
+
+
 class RewordingModel:
-    """The merged encoder as an int8 ONNX Runtime session, and the head."""
+    """The merged encoder (run as e5's own encoder runs, another session) and the head."""
 
     def __init__(self, weights: E5Weights, session: Any, head_w: F32, head_b: float) -> None:
-        cfg = weights.config
-        self.tokenizer, self.config = weights.tokenizer, cfg
-        self._word_q4 = weights.word_q4.copy()  # 51 MB: not a view holding the 95 MB file
-        self._pos = weights.tensors["emb.pos"].reshape(cfg.max_positions, -1).copy()
-        self._type = weights.tensors["emb.type"].reshape(-1, cfg.hidden)[0].copy()
-        self._session = session
+        self.tokenizer = weights.tokenizer
+        self._encoder = OnnxE5Encoder(weights, session, threads=1)
         self._head_w, self._head_b = head_w, head_b
 
     @classmethod
@@ -123,23 +127,11 @@ class RewordingModel:
         head = adapter["head.w"].astype(np.float32).reshape(-1)
         return cls(weights, session, head, float(np.asarray(adapter["head.b"]).reshape(-1)[0]))
 
-    def ids(self, a: str, b: str) -> list[int]:
-        tok = self.tokenizer
-        first = tok.encode("query: " + a)[:MAX_TOKENS]
-        second = tok.encode("query: " + b)[:MAX_TOKENS]
-        return [tok.bos, *first, tok.eos, tok.eos, *second, tok.eos]
-
     def score(self, a: str, b: str) -> float:
         """P(same question), from both orders (one batch of two: the same length)."""
-        rows = np.array([self.ids(a, b), self.ids(b, a)], np.int64)
-        hidden = self.config.hidden
-        embeddings = dequantise_q4(self._word_q4[rows.reshape(-1)], rows.size, hidden)
-        embeddings = embeddings.reshape(*rows.shape, hidden) + self._pos[: rows.shape[1]]
-        embeddings += self._type
         try:
-            (pooled,) = self._session.run(["pooled"], {
-                "embeddings": embeddings.astype(np.float32),
-                "mask": np.ones(rows.shape, np.int64)})
+            pooled = self._encoder.pooled([pair_ids(self.tokenizer, a, b),
+                                           pair_ids(self.tokenizer, b, a)])
         except Exception as exc:  # onnxruntime's errors share no public base class
             raise ProviderError(f"the rewording model failed: {exc}") from exc
         logit = float(np.mean(pooled @ self._head_w)) + self._head_b
