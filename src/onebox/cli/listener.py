@@ -26,7 +26,7 @@ BACKLOG = 2048  # uvicorn's default
 def listen(host: str, port: int, home: Path) -> socket.socket:
     """A socket listening on ``host:port`` (port 0: a free one, read it from the socket)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio: TCP_NODELAY
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
