@@ -7,7 +7,9 @@
     │   └── PlanError            a plan refused before anything ran; names the step and field
     ├── NotFound                 a run, step, session, document... that does not exist
     ├── Conflict                 a state transition that is not allowed now
-    │   └── LeaseLost            a worker's fencing token is stale; its write was refused
+    │   ├── LeaseLost            a worker's fencing token is stale; its write was refused
+    │   └── WorkspaceConflict    steps that do not depend on each other changed one path,
+    │                            and the plan asks such a conflict to fail the step after them
     ├── TooManyRequests          a per-tenant bound on work at once is reached; retry later
     ├── ProviderError            an LLM / embedding provider failed
     │   ├── RateLimited
@@ -82,6 +84,10 @@ class Conflict(OneboxError):
 
 class LeaseLost(Conflict):
     code = "lease_lost"
+
+
+class WorkspaceConflict(Conflict):
+    code = "workspace_conflict"
 
 
 class TooManyRequests(OneboxError):

@@ -116,6 +116,9 @@ class Plan(BaseModel):
     name: str | None = None
     description: str | None = None
     max_parallel: int | None = Field(None, ge=1, le=64)
+    # Two steps that do not depend on each other changing one path: the step later in the
+    # plan wins ("plan_order"), or the step whose workspace would hold both fails ("fail").
+    conflicts: Literal["plan_order", "fail"] = "plan_order"
     outputs: tuple[str, ...] = Field((), max_length=MAX_OUTPUTS)
     steps: tuple[Step, ...] = Field(min_length=1)
 

@@ -110,7 +110,7 @@ class Manifest:
             doc = json.loads(data)
             if doc.get("format") != FORMAT:
                 raise ValueError(f"unknown format {doc.get('format')!r}")
-            entries = tuple(_entry(raw) for raw in doc["entries"])
+            entries = tuple(entry_from_json(raw) for raw in doc["entries"])
         except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as exc:
             raise IntegrityError(f"object {source} is not a valid snapshot manifest: {exc}") from exc
         manifest = cls(entries)
@@ -120,7 +120,8 @@ class Manifest:
         return manifest
 
 
-def _entry(raw: dict[str, Any]) -> Entry:
+def entry_from_json(raw: dict[str, Any]) -> Entry:
+    """One entry as :meth:`Entry.to_json` wrote it (ValueError, KeyError or TypeError if not)."""
     kind = raw["type"]
     if kind == "file":
         size = int(raw["size"])

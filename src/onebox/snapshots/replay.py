@@ -107,6 +107,14 @@ async def restore_into_session(
     return SessionRestore(session_id, workspace, report)
 
 
+async def restore_manifest_into_session(store: ObjectStore, backend: SandboxBackend,
+                                        manifest: Manifest, *, session_id: str) -> RestoreReport:
+    """Open the session (its workspace absent or empty) and restore ``manifest`` into it."""
+    await _open_session(backend, session_id)
+    async with backend.hold(session_id):  # no execution runs in the session meanwhile
+        return await restore(store, manifest, backend.workspace(session_id))
+
+
 async def _open_session(backend: SandboxBackend, session_id: str) -> None:
     """Let the backend create the workspace its own way (owner, disk quota), empty."""
     result = await backend.execute(ExecRequest(session_id=session_id, code=":", language="bash"))

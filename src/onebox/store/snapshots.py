@@ -245,6 +245,33 @@ async def copy_as_head(conn: Conn, session_id: str, snapshot_id: uuid.UUID) -> u
     return head
 
 
+async def record_changes(conn: Conn, row: Row, position: int, changes: dict[str, Any]) -> None:
+    """The archived attempt ``row``'s change set (migration 0036)."""
+    await conn.execute(Q["record_changes"], {
+        "execution_id": row["id"], "run_id": row["run_id"], "session_id": row["session_id"],
+        "step_id": row["step_id"], "position": position, "changes": Jsonb(changes),
+        "paths": len(changes)})
+
+
+async def run_changes(conn: Conn, run_id: uuid.UUID) -> list[Row]:
+    """Every archived attempt's change set of the run, in plan order then attempt order."""
+    cur = await conn.execute(Q["run_changes"], {"run_id": run_id})
+    return [dict(r) for r in await cur.fetchall()]
+
+
+async def step_changes(conn: Conn, run_id: uuid.UUID, step_id: str) -> list[dict[str, Any]]:
+    """Every archived attempt's change set of one step, oldest first."""
+    cur = await conn.execute(Q["step_changes"], {"run_id": run_id, "step_id": step_id})
+    return [dict(r["changes"]) for r in await cur.fetchall()]
+
+
+async def run_base(conn: Conn, session_id: str, run_id: uuid.UUID) -> Row | None:
+    """What the run's steps start from (see the query)."""
+    cur = await conn.execute(Q["run_base"], {"session_id": session_id, "run_id": run_id})
+    row = await cur.fetchone()
+    return None if row is None else dict(row)
+
+
 async def referenced_keys(conn: Conn) -> set[str]:
     cur = await conn.execute(Q["referenced_keys"], {})
     return {str(r["key"]) for r in await cur.fetchall()}

@@ -39,6 +39,8 @@ STDIO_TAIL_CHARS = 64_000
 MAX_ANSWER_CHARS = 64_000  # runs.answer (its CHECK in migration 0019 says the same)
 #: what an archive does next, in its transaction: (conn, run, finished row) -> terminal state
 Then = Callable[[store.Conn, store.Row, store.Row], Awaitable[str | None]]
+#: what the attempt's workspace commits, in the archive's transaction, after its fenced write
+Commit = Callable[[store.Conn, store.Row], Awaitable[object]]
 PIPELINE_MAX_BYTES = 256 << 10  # larger results skip the pipeline (see pipeline_if_small)
 BIG_LISTING = 500  # files_written entries past which details are serialised in a thread
 REQUEST_KEYS = ("code", "language", "limits", "allow_domains", "backend", "isolation")
@@ -62,6 +64,9 @@ class Outcome:
     blocked_network: tuple[dict[str, Any], ...] = ()
     stdout_bytes: bytes | None = None  # the exact bytes, when the text above is not them
     stderr_bytes: bytes | None = None
+    # the attempt's change set onto the run's files (onebox.snapshots.history): committed
+    # only if its fenced write is (an attempt whose lease was taken over commits nothing)
+    commit: Commit | None = field(default=None, compare=False, repr=False)
 
 
 def output_hash(result: ExecResult) -> str:
@@ -215,6 +220,8 @@ async def _archive_once(
                 f"step {claimed['step_id']} attempt {claimed['attempt']} of run {claimed['run_id']}: "
                 f"lease token {claimed['fencing_token']} is stale; another worker owns it now"
             )
+        if outcome.commit is not None:
+            await outcome.commit(conn, row)
         for blocked in outcome.blocked_network:
             await store.append_event(conn, row["run_id"], "BLOCKED_EXTERNAL_ACCESS", {
                 "step_id": row["step_id"], **blocked}, trace_id=row["trace_id"],

@@ -12,7 +12,7 @@ from typing import Any
 
 from onebox.agent.plan import Step
 from onebox.config import Settings
-from onebox.errors import OneboxError, SandboxError, ValidationError
+from onebox.errors import OneboxError, SandboxError, ValidationError, WorkspaceConflict
 from onebox.runtime.engine.archive import Outcome, outcome_from_result
 from onebox.runtime.engine.live_logs import LiveLog
 from onebox.runtime.engine.step_knowledge import StepKnowledge
@@ -109,9 +109,15 @@ class StepRunner:
         if self.workspaces is None:
             ran = await self._sandboxed(request, row, details)
         else:
-            async with self.workspaces.using(row):
-                ran = await self._sandboxed(request, row, details)
-                await self.workspaces.after(row, failed=ran.outcome.status != "SUCCESS")
+            try:
+                async with self.workspaces.using(row):
+                    ran = await self._sandboxed(request, row, details)
+                    await self.workspaces.after(row, failed=ran.outcome.status != "SUCCESS")
+            except WorkspaceConflict as exc:  # the plan fails on overwrites: nothing ran
+                return Ran(Outcome("FAILED", error=f"{exc.code}: {exc.message}",
+                                   details=details))
+            ran.outcome = dataclasses.replace(ran.outcome,
+                                              commit=self.workspaces.commit_for(row))
         if step.knowledge and ran.outcome.status == "SUCCESS":
             added = await self.knowledge.ingest(
                 row, self.backend.workspace(row["session_id"]), step.knowledge)

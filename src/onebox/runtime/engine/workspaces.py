@@ -1,36 +1,33 @@
-"""A step's workspace around its execution: brought up to date, snapshotted before and
-after, and its changes committed onto the session's newest state.
+"""A step's workspace around its execution: brought to the step's own view, snapshotted
+after, and its change set committed with the attempt's archive.
 
-All steps of a run share one sandbox session; each host that runs some of them keeps a copy
-of its workspace. The session's *head* is its newest snapshot that is not a step's 'pre'.
+A run's files are one history (:mod:`onebox.snapshots.history`): a step's *view* is the
+run's base plus the change sets of the steps it depends on, in plan order, whichever host
+ran them; its *change set* is exactly what it did to that view; the archive of the attempt
+commits it (one transaction, after the fenced write: an attempt whose lease was taken over
+commits nothing) and brings the run's head up to date.
 
-**Before a step** (:meth:`StepWorkspace.prepare`): a host with no copy restores the head. A
-host whose copy is behind the head (a newer commit another host made) restores it when the
-step needs it: when one of the steps it depends on committed elsewhere after the copy was
-last brought up to date (or, for a step whose dependencies are not known, whenever the copy
-is behind). The restore waits until no other step of the session runs on this host
-(:mod:`copy_locks`), so it never pulls files from under a running step. It is recorded as a
-``workspace_restored`` event (``reason: missing`` or ``stale``). A step that needs nothing
-the copy lacks runs on it as it is: parallel branches do not wait for each other.
+**Before a step** (:meth:`StepWorkspace.using`), on the host that runs it: the session's
+copy here is held alone (steps of one session run one at a time on a host; steps on other
+hosts run meanwhile), scanned, and brought to the step's view when it differs: a copy is
+never trusted because it exists (a killed worker's, a fenced attempt's, a sibling's writes).
+That restore is a ``workspace_restored`` event (``reason: missing`` or ``stale``). The
+view is recorded as the attempt's 'pre' snapshot, made from stored objects alone.
 
-Each host notes, per session, the snapshots it takes (before their rows exist) and the one
-its copy last matched (a file under the sandbox state dir, out of the sandbox's reach).
+**After it**: its 'post' snapshot, and its change set (view to post), handed to the archive
+(``Outcome.commit``). A snapshot that cannot be taken (a workspace past a bound: entries,
+depth, time or apparent bytes) is a ``snapshot_failed`` event naming the bound; the step
+keeps its result, and what it wrote is not part of the run's files (later steps do not see
+it, on any host).
 
-**After a step** (:func:`onebox.snapshots.archive.commit_step`): its 'post' snapshot is the
-new head when the head is what the step started from (its 'pre' has the head's content);
-otherwise (a step elsewhere committed meanwhile, or the copy was behind) the step's own
-changes, 'pre' to 'post', are merged onto the head as a 'merge' snapshot (a ``workspace_merged`` event, naming any path
-both changed: the later commit wins). So steps of one run may run in parallel on several
-hosts and a step after them sees every one's files. This holds with ``snapshot_policy:
-always``; with fewer snapshots a later host has less to restore. A snapshot that cannot be
-taken (a workspace past a bound: entries, depth, time or apparent bytes) is recorded as a
-``snapshot_failed`` event naming the bound, and does not fail the step.
+This holds with ``snapshot_policy: always`` (the default). With ``on_failure`` or ``never``
+the steps of a run share the host's copy as it is, with no history: one host only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import datetime as dt
 import hashlib
 import logging
 import os
@@ -40,19 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from onebox.config import Settings
-from onebox.errors import NotFound, OneboxError
+from onebox.errors import OneboxError, StorageError, WorkspaceConflict
 from onebox.objects.base import ObjectStore
 from onebox.runtime.engine import run_files, run_outputs
 from onebox.runtime.engine.copy_locks import CopyLocks
 from onebox.sandbox import hostfs
 from onebox.sandbox.base import SandboxBackend
-from onebox.snapshots.archive import (
-    UNKNOWN,
-    commit_step,
-    snapshot_before_step,
-    snapshot_step,
-)
-from onebox.snapshots.replay import restore_into_session
+from onebox.sandbox.snapshot_manifest import Manifest
+from onebox.sandbox.snapshots import scan
+from onebox.snapshots import history
+from onebox.snapshots.archive import record_snapshot, snapshot_before_step, snapshot_step
+from onebox.snapshots.replay import restore_manifest_into_session
 from onebox.store import runs as store
 from onebox.store import snapshots as snapshot_rows
 from onebox.store.db import Database
@@ -62,162 +57,224 @@ MARKS_DIR = "workspace-marks"
 
 
 class StepWorkspace:
-    """The snapshot and restore duties of one worker, over one object store."""
+    """The view, snapshot and commit duties of one worker, over one object store."""
 
     def __init__(self, db: Database, backend: SandboxBackend, objects: ObjectStore,
                  settings: Settings) -> None:
         self.db, self.backend, self.objects, self.settings = db, backend, objects, settings
         self.marks = settings.sandbox_dir / MARKS_DIR
         self.locks = CopyLocks(self.marks / "locks")
-        self._pre: dict[uuid.UUID, uuid.UUID | None] = {}  # execution -> its 'pre' snapshot
+        self.manifests = history.Manifests(objects)
+        self._views: dict[uuid.UUID, Manifest] = {}  # execution -> the view it started on
+        self._changes: dict[uuid.UUID, history.Changes] = {}  # execution -> its change set
+
+    @property
+    def tracked(self) -> bool:
+        """Whether steps have views and change sets (``snapshot_policy: always``)."""
+        return self.settings.snapshot_policy == "always"
 
     @contextlib.asynccontextmanager
     async def using(self, row: store.Row) -> AsyncIterator[None]:
-        """Around a step's execution: bring the copy up to date, hold it (shared with the
-        session's other steps on this host) and take the 'before' snapshot; the caller
-        takes the 'after' one (:meth:`after`) inside."""
-        await self.prepare(row)
-        try:
+        """Around a step's execution: the copy here, alone, brought to the step's view
+        (WorkspaceConflict when the plan fails on overwrites and the view holds one); the
+        caller takes the 'after' snapshot (:meth:`after`) inside."""
+        if not self.tracked:
             async with self.locks.shared(row["session_id"]):
-                await self.before(row)
+                await self._legacy_before(row)
+                yield
+            return
+        try:
+            async with self.locks.exclusive(row["session_id"]):
+                view = await self._bring_to_view(row)
+                await self._record_view(row, view)
                 yield
         finally:
-            self._pre.pop(row["id"], None)
+            self._views.pop(row["id"], None)
 
     async def prepare(self, row: store.Row) -> None:
-        """Restore the session's head if its workspace is missing here, or if the copy here
-        lacks what this step needs (see the module)."""
-        session_id = row["session_id"]
-        here = self.backend.workspace(session_id).exists()
-        latest = await self._latest(session_id)
-        if here and (latest is None or await self._current(session_id, latest)):
+        """Bring the copy here to what ``row`` would start on (an agent's model call lists
+        the workspace as its next step will see it)."""
+        if not self.tracked:
+            if not self.backend.workspace(row["session_id"]).exists():
+                await self._place_inputs(row)
             return
-        if latest is None:  # a new workspace: the run's input files go in first
-            placed = await run_files.place_inputs(self.db, self.objects, self.backend, row)
-            if placed:
-                await self._event(row, "inputs_placed", {"files": placed})
-            return
-        if here and not await self._needs_newer(row, session_id):
-            return  # behind other branches' commits, none of which this step depends on
-        async with self.locks.exclusive(session_id):  # no step of it runs here meanwhile
-            latest = await self._latest(session_id) or latest
-            here = self.backend.workspace(session_id).exists()
-            if here and await self._current(session_id, latest):
-                return  # another step of this host brought it up to date while we waited
-            if here:  # the copy here is stale
-                await self.backend.cleanup(session_id)
-            await restore_into_session(self.db, self.objects, self.backend, latest["id"],
-                                       session_id=session_id)
-            self._mark(session_id, latest["id"])
-        await self._event(row, "workspace_restored", {
-            "snapshot_id": str(latest["id"]), "sha256": str(latest["sha256"]).strip(),
-            "reason": "stale" if here else "missing"})
-        log.info("restored workspace of %s from snapshot %s%s", session_id, latest["id"],
-                 " (the copy here was stale)" if here else "")
+        async with self.locks.exclusive(row["session_id"]):
+            await self._bring_to_view(row)
 
-    async def _latest(self, session_id: str) -> store.Row | None:
+    async def _bring_to_view(self, row: store.Row) -> Manifest:
+        await self._ensure_base(row)
         async with self.db.connection() as conn:
-            return await snapshot_rows.latest_commit(conn, session_id)
+            ancestors = await self._ancestors(conn, row)
+            folded = await history.view(conn, self.manifests, row, ancestors)
+        if folded.overwrites and await self._fails_on_conflict(row):
+            first = folded.overwrites[0]
+            raise WorkspaceConflict(
+                f"steps {first.lost!r} and {first.kept!r} both changed {first.path!r} "
+                f"({len(folded.overwrites)} path(s) in all) and neither depends on the other; "
+                "the plan says conflicts: fail. Make one step depend on the other, write "
+                "different paths, or drop 'conflicts: fail' (the later step in the plan wins)",
+                field="conflicts")
+        await self._sync(row, folded.manifest)
+        return folded.manifest
 
-    async def _needs_newer(self, row: store.Row, session_id: str) -> bool:
-        """Whether a step this one depends on (directly or not) committed something the copy
-        here lacks: it ran on another host, after the copy was last brought up to date.
-        Unknown dependencies (a step not in its plan): yes."""
-        deps = await self._dependencies(row)
-        if deps is None:
-            return True
-        if not deps:
-            return False
-        ours, seen = self._notes(session_id)
-        seen_at = await self._committed_at(seen)
-        async with self.db.connection() as conn:
-            commits = await snapshot_rows.dependency_commits(conn, row["run_id"], deps)
-        for commit in commits:
-            if commit["post_id"] is not None and str(commit["post_id"]) in ours | {seen}:
-                continue  # it ran here (or its post is what this copy was restored from)
-            if seen_at is None or (commit["committed_at"] is not None
-                                   and commit["committed_at"] > seen_at):
-                return True
-        return False
+    async def _ancestors(self, conn: store.Conn, row: store.Row) -> frozenset[str] | None:
+        found = await store.fetch_one(conn, "plan_by_id", {"plan_id": row.get("plan_id")})
+        graph = history.plan_graph(found["spec"] if found is not None else None)
+        if graph is None or row["step_id"] not in graph:
+            return None
+        return history.ancestors_in(graph, row["step_id"])
 
-    async def _dependencies(self, row: store.Row) -> list[str] | None:
-        """Every step this one depends on, directly or through others (an approval between
-        two steps passes on what the first wrote); None when the step is not in its plan."""
+    async def _fails_on_conflict(self, row: store.Row) -> bool:
         async with self.db.connection() as conn:
             found = await store.fetch_one(conn, "plan_by_id", {"plan_id": row.get("plan_id")})
-        steps = (found["spec"] or {}).get("steps") if found is not None else None
-        if not isinstance(steps, list):
-            return None
-        needs = {str(s.get("id")): [str(d) for d in s.get("depends_on") or []]
-                 for s in steps if isinstance(s, dict)}
-        if row["step_id"] not in needs:
-            return None
-        ancestors: set[str] = set()
-        todo = list(needs[row["step_id"]])
-        while todo:
-            step = todo.pop()
-            if step not in ancestors:
-                ancestors.add(step)
-                todo.extend(needs.get(step, []))
-        return sorted(ancestors)
+        spec = found["spec"] if found is not None else None
+        return isinstance(spec, dict) and spec.get("conflicts") == "fail"
 
-    async def _committed_at(self, snapshot_id: str | None) -> dt.datetime | None:
-        if snapshot_id is None:
-            return None
+    async def _ensure_base(self, row: store.Row) -> None:
+        """A run with input files and no base yet: the first step to start makes it (the
+        inputs in a new workspace, captured), committed once for every host."""
         async with self.db.connection() as conn:
-            try:
-                return (await snapshot_rows.get(conn, snapshot_id))["committed_at"]
-            except NotFound:
-                return None
+            if await snapshot_rows.run_base(conn, row["session_id"], row["run_id"]) is not None:
+                return
+        if not await run_files.listed(self.db, row["run_id"], "input"):
+            return
+        if self.backend.workspace(row["session_id"]).exists():
+            await self.backend.cleanup(row["session_id"])
+        await self._place_inputs(row)
+        record = await record_snapshot(self.db, self.objects,
+                                       self.backend.workspace(row["session_id"]),
+                                       session_id=row["session_id"], kind="manual", reuse=False)
+        async with self.db.transaction() as conn:
+            await snapshot_rows.lock_session_commits(conn, row["session_id"])
+            if await snapshot_rows.run_base(conn, row["session_id"], row["run_id"]) is None:
+                await snapshot_rows.commit(conn, record.id)
 
-    async def _current(self, session_id: str, latest: store.Row) -> bool:
-        """Whether the copy here is at least as new as the session's newest snapshot: this
-        host took it (its id was noted before its row existed, so a step of this host
-        snapshotting beside this one never looks like another host's), or it is the one
-        last marked, or older than that. A copy with no notes (made before they existed),
-        or whose marked snapshot is gone (dropped by ``on_failure``, expired), is taken as
-        current."""
-        ours, seen = self._notes(session_id)
-        latest_id = str(latest["id"])
-        if latest_id in ours or latest_id == seen:
-            return True
-        if seen is not None:
-            async with self.db.connection() as conn:
-                try:
-                    marked = await snapshot_rows.get(conn, seen)
-                except NotFound:
-                    marked = None
-            if marked is not None and (marked["committed_at"] is None
-                                       or latest["committed_at"] > marked["committed_at"]):
-                return False
-        self._mark(session_id, latest["id"])
-        return True
+    async def _place_inputs(self, row: store.Row) -> None:
+        placed = await run_files.place_inputs(self.db, self.objects, self.backend, row)
+        if placed:
+            await self._event(row, "inputs_placed", {"files": placed})
+
+    async def _sync(self, row: store.Row, view: Manifest) -> None:
+        """Make the copy here hold exactly ``view``: scanned, and restored when it differs."""
+        session_id = row["session_id"]
+        workspace = self.backend.workspace(session_id)
+        here = workspace.exists()
+        if here:
+            try:
+                copy = await asyncio.to_thread(scan, workspace)
+            except (OneboxError, OSError):
+                copy = None  # past a bound, or unreadable: replaced below
+            if copy is not None and copy.sha256 == view.sha256:
+                self._note(session_id, view.sha256)
+                return
+            await self.backend.cleanup(session_id)
+        elif not view.entries:
+            return  # nothing to restore: the sandbox makes the workspace, empty
+        try:
+            await restore_manifest_into_session(self.objects, self.backend, view,
+                                                session_id=session_id)
+        except FileNotFoundError as exc:
+            raise StorageError(f"the run's files cannot be restored on this host: an object "
+                               f"of snapshot {view.sha256[:12]} is missing from the object "
+                               f"store ({exc}); `onebox doctor` lists what is missing") from exc
+        self._note(session_id, view.sha256)
+        await self._event(row, "workspace_restored", {
+            "sha256": view.sha256, "files": len(view.files()),
+            "reason": "stale" if here else "missing"})
+        log.info("brought the workspace of %s to step %s's view (%s)", session_id,
+                 row["step_id"], "the copy here was stale" if here else "no copy here")
+
+    async def _record_view(self, row: store.Row, view: Manifest) -> None:
+        try:
+            async with self.db.transaction() as conn:
+                await history.record_view(conn, self.manifests, view,
+                                          session_id=row["session_id"], execution_id=row["id"])
+        except (OneboxError, OSError) as exc:
+            log.warning("the view of step %s could not be recorded: %s", row["step_id"], exc)
+            await self._event(row, "snapshot_failed", {"when": "before", "error": str(exc)})
+            return
+        self._views[row["id"]] = view
+
+    async def after(self, row: store.Row, *, failed: bool) -> None:
+        """The attempt's 'post' snapshot and its change set (see the module)."""
+        if not self.tracked:
+            await self._legacy_after(row, failed=failed)
+            return
+        view = self._views.get(row["id"])
+        workspace = self.backend.workspace(row["session_id"])
+        if view is None:
+            return
+        try:
+            if not workspace.exists():
+                post = Manifest(())
+            else:
+                record = await record_snapshot(self.db, self.objects, workspace,
+                                               session_id=row["session_id"],
+                                               execution_id=row["id"], kind="post")
+                post = await self.manifests.get(record.sha256)
+        except (OneboxError, OSError) as exc:
+            await self._failed_snapshot(row, "after", exc)
+            return
+        self._changes[row["id"]] = await asyncio.to_thread(history.change_set, view, post)
+        self._note(row["session_id"], post.sha256)
+
+    def commit_for(self, row: store.Row) -> Any:
+        """What the archive of ``row`` commits (``Outcome.commit``), None if nothing."""
+        changes = self._changes.pop(row["id"], None)
+        if changes is None:
+            return None
+        position = int(row.get("step_number") or 0)
+
+        async def commit(conn: store.Conn, archived: store.Row) -> None:
+            await history.commit(conn, self.manifests, archived, position, changes)
+
+        return commit
+
+    async def _failed_snapshot(self, row: store.Row, when: str, exc: BaseException) -> None:
+        log.warning("snapshot of step %s failed: %s", row["step_id"], exc)
+        bound = exc.__cause__ if isinstance(exc.__cause__, hostfs.BoundExceeded) else None
+        await self._event(row, "snapshot_failed", {
+            "when": when, "error": str(exc),
+            **({"bound": bound.bound, "limit": bound.limit} if bound else {})})
+
+    # -- without history (snapshot_policy on_failure / never) --------------------
+
+    async def _legacy_before(self, row: store.Row) -> None:
+        if self.settings.snapshot_policy == "never":
+            return
+        workspace = self.backend.workspace(row["session_id"])
+        if workspace.exists():
+            with contextlib.suppress(OneboxError, OSError):
+                await snapshot_before_step(self.db, self.objects, workspace,
+                                           session_id=row["session_id"], execution_id=row["id"],
+                                           policy=self.settings.snapshot_policy)
+
+    async def _legacy_after(self, row: store.Row, *, failed: bool) -> None:
+        workspace = self.backend.workspace(row["session_id"])
+        if self.settings.snapshot_policy == "never" or not workspace.exists():
+            return
+        try:
+            await snapshot_step(self.db, self.objects, workspace, session_id=row["session_id"],
+                                execution_id=row["id"], policy=self.settings.snapshot_policy,
+                                failed=failed)
+        except (OneboxError, OSError) as exc:
+            await self._failed_snapshot(row, "after", exc)
+
+    # -- the notes of this host: which sessions have (or had) a copy here ----------
 
     def _mark_path(self, session_id: str) -> Path:
         return self.marks / hashlib.sha256(session_id.encode()).hexdigest()[:32]
 
-    def _notes(self, session_id: str) -> tuple[set[str], str | None]:
-        """The snapshots this host took of the session, and the one its copy last matched."""
-        try:
-            lines = self._mark_path(session_id).read_text().split("\n")
-        except FileNotFoundError:
-            return set(), None
-        ours = {line[5:] for line in lines if line.startswith("ours ")}
-        seen = [line[5:] for line in lines if line.startswith(("seen ", "ours "))]
-        return ours, (seen[-1] if seen else None)
-
-    def _note(self, session_id: str, kind: str, snapshot_id: Any) -> None:
-        """Append one line (``ours ID``: this host is taking it; ``seen ID``: the copy here
-        matches it); a small O_APPEND write, so the workers of a host can share the file.
-        The file starts with ``session ID``, so notes left without a copy (a fenced step
-        that wrote one after the copy was removed) can be found and removed."""
+    def _note(self, session_id: str, sha256: str) -> None:
+        """Append what the copy here holds now; the file starts with ``session ID``, so a
+        copy left without its notes (or notes without a copy) can be found and removed."""
         self.marks.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self._mark_path(session_id),
                      os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
             if os.fstat(fd).st_size == 0:  # two writers may both add it: the first line counts
                 os.write(fd, f"session {session_id}\n".encode())
-            os.write(fd, f"{kind} {snapshot_id}\n".encode())
+            os.write(fd, f"held {sha256}\n".encode())
         finally:
             os.close(fd)
 
@@ -235,9 +292,6 @@ class StepWorkspace:
                     found.append(first[8:-1])
         return sorted(found)
 
-    def _mark(self, session_id: str, snapshot_id: Any) -> None:
-        self._note(session_id, "seen", snapshot_id)
-
     def forget(self, session_id: str) -> None:
         """The session's copy here is gone (released): its notes and locks go too."""
         with contextlib.suppress(FileNotFoundError):
@@ -245,9 +299,11 @@ class StepWorkspace:
         self.locks.forget(session_id)
 
     async def keep_outputs(self, session: store.Row) -> None:
-        """Copy the finished run's outputs to the object store before its workspace goes;
-        a failure is an ``outputs_failed`` event, never a stuck release."""
+        """Copy the finished run's outputs to the object store before its workspace goes,
+        from the run's head (the copy here is brought to it first); a failure is an
+        ``outputs_failed`` event, never a stuck release."""
         try:
+            await self._bring_to_head(session)
             await run_outputs.keep_outputs(self.db, self.objects, self.backend, session,
                                            self.settings.runtime)
         except (OneboxError, OSError) as exc:
@@ -257,54 +313,17 @@ class StepWorkspace:
                                          {"error": str(exc)}, trace_id=session["trace_id"],
                                          session_id=session["id"])
 
-    async def before(self, row: store.Row) -> None:
-        await self._snapshot(row, pre=True, failed=False)
-
-    async def after(self, row: store.Row, *, failed: bool) -> None:
-        await self._snapshot(row, pre=False, failed=failed)
-
-    async def _snapshot(self, row: store.Row, *, pre: bool, failed: bool) -> None:
-        policy = self.settings.snapshot_policy
-        workspace = self.backend.workspace(row["session_id"])
-        if policy == "never":
+    async def _bring_to_head(self, session: store.Row) -> None:
+        if not self.tracked or not self.backend.workspace(session["id"]).exists():
             return
-        if not workspace.exists():
-            if pre:  # the step starts from nothing: all it leaves is its own
-                self._pre[row["id"]] = None
+        async with self.db.connection() as conn:
+            head = await snapshot_rows.latest_commit(conn, session["id"])
+        if head is None:
             return
-        ids = {"session_id": row["session_id"], "execution_id": row["id"], "policy": policy}
-        new_id = uuid.uuid4()
-        self._note(row["session_id"], "ours", new_id)  # before its row exists: see _current
-        try:
-            if pre:
-                taken = await snapshot_before_step(self.db, self.objects, workspace, **ids,
-                                                   snapshot_id=new_id)
-            else:
-                taken = await snapshot_step(self.db, self.objects, workspace, failed=failed,
-                                            snapshot_id=new_id, **ids)
-            if taken is not None and taken != new_id:  # an identical one, reused
-                self._mark(row["session_id"], taken)
-            if pre and taken is not None:
-                self._pre[row["id"]] = taken
-            elif taken is not None:
-                await self._commit(row, taken)
-        except (OneboxError, OSError) as exc:
-            log.warning("snapshot of step %s failed: %s", row["step_id"], exc)
-            bound = exc.__cause__ if isinstance(exc.__cause__, hostfs.BoundExceeded) else None
-            await self._event(row, "snapshot_failed", {
-                "when": "before" if pre else "after", "error": str(exc),
-                **({"bound": bound.bound, "limit": bound.limit} if bound else {})})
-
-    async def _commit(self, row: store.Row, post_id: uuid.UUID) -> None:
-        """Make the step's changes part of the session's head (see the module)."""
-        pre_id = self._pre.pop(row["id"], UNKNOWN)
-        session_id = row["session_id"]
-        done = await commit_step(self.db, self.objects, session_id=session_id,
-                                 execution_id=row["id"], pre_id=pre_id, post_id=post_id)
-        if done.merged_id is not None:
-            await self._event(row, "workspace_merged", {
-                "snapshot_id": str(done.merged_id), "onto": str(done.head_id),
-                "conflicts": list(done.conflicts[:50])})
+        manifest = await self.manifests.get(str(head["sha256"]))
+        row = {"session_id": session["id"], "run_id": session["run_id"], "step_id": None,
+               "trace_id": session["trace_id"], "id": None}
+        await self._sync(row, manifest)
 
     async def _event(self, row: store.Row, kind: str, payload: dict[str, Any]) -> None:
         async with self.db.transaction() as conn:

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
 from onebox.agent.plan import Plan, parse_plan
 from onebox.config import Settings
 from onebox.errors import Conflict, NotFound, ValidationError
@@ -35,6 +37,7 @@ from onebox.runtime.engine.run_files import RunFile
 from onebox.runtime.engine.schedule import StepState
 from onebox.runtime.engine.step_context import check_plan_tools
 from onebox.runtime.services.agent_forks import fork_agent_run
+from onebox.snapshots.history import compose
 from onebox.store import runs as store
 from onebox.store import snapshots as snapshot_rows
 from onebox.store.db import Database, Row
@@ -185,17 +188,26 @@ async def _store_fork(
             reason=f"forked from run {parent['id']} at step {at}",
             spec=(prep.spec_json, prep.spec_hash))
         session_id = submit.session_id_for(made.run_id)
+        history = await _has_history(conn, attempts, inherited)
         states: dict[str, StepState] = {}
         for step_id in inherited:
-            row = attempts[step_id]
+            row, new_id = attempts[step_id], uuid.uuid4()
+            params = {"id": new_id, "run_id": made.run_id, "session_id": session_id,
+                      "step_number": prep.index.numbers[step_id], "parent_id": row["id"]}
             await conn.execute(Q["inherit_attempt"], {
-                "id": uuid.uuid4(), "run_id": made.run_id, "plan_id": plan_id,
-                "session_id": session_id, "trace_id": made.trace_id,
-                "step_number": prep.index.numbers[step_id], "parent_id": row["id"],
+                **params, "plan_id": plan_id, "trace_id": made.trace_id,
                 "parent_run": parent["id"]})
+            if history:
+                changes = compose(await snapshot_rows.step_changes(conn, parent["id"], step_id))
+                await conn.execute(Q["inherit_changes"], {
+                    **params, "step_id": step_id, "position": prep.index.numbers[step_id],
+                    "changes": Jsonb(changes), "paths": len(changes)})
             states[step_id] = StepState("SUCCESS", 1, row["output_hash"])
         await conn.execute(Q["set_steps_left"], {
             "run_id": made.run_id, "steps_left": len(child.steps) - len(inherited)})
+        if history:  # the parent's base, and the kept steps' change sets on it
+            base = await snapshot_rows.run_base(conn, submit.run_session_id(parent), parent["id"])
+            pre_id = None if base is None else base["id"]
         head = None if pre_id is None else await snapshot_rows.copy_as_head(conn, session_id, pre_id)
         await store.append_event(conn, made.run_id, "run_forked", {
             "from_run_id": str(parent["id"]), "at": at, "inherited": inherited,
@@ -205,6 +217,18 @@ async def _store_fork(
             conn, settings, made.run_id, made.trace_id, plan_id, prep.index, states)
     rerun = tuple(s.id for s in child.steps if s.id not in inherited)
     return Forked(made.run_id, made.trace_id, tuple(inherited), rerun, head)
+
+
+async def _has_history(conn: store.Conn, attempts: Mapping[str, Row],
+                       inherited: list[str]) -> bool:
+    """Whether every kept attempt has a change set: the fork then starts from the parent's
+    base plus those (parallel siblings of ``at`` included); else (a run recorded before
+    change sets) from the parent's 'pre' snapshot of ``at``."""
+    ids = [attempts[s]["id"] for s in inherited]
+    if not ids:
+        return True
+    found = await (await conn.execute(Q["recorded_changes"], {"ids": ids})).fetchone()
+    return found is not None and int(found["n"]) == len(ids)
 
 
 def fork_json(forked: Forked) -> dict[str, Any]:

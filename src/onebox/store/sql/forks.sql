@@ -55,3 +55,14 @@ SELECT seq, type, payload FROM onebox.agent_events
 WHERE run_id = %(run_id)s AND seq <= %(upto)s
   AND type IN ('agent_action', 'agent_observation', 'intent', 'step_skipped')
 ORDER BY seq;
+
+-- name: inherit_changes
+-- The kept step's change set (all its attempts' composed), for its copy in the fork.
+INSERT INTO onebox.workspace_changes
+    (execution_id, run_id, session_id, step_id, position, changes, paths)
+VALUES (%(id)s, %(run_id)s, %(session_id)s, %(step_id)s, %(position)s, %(changes)s,
+        %(paths)s);
+
+-- name: recorded_changes
+-- How many of these attempts have a change set (runs before migration 0036 have none).
+SELECT count(*) AS n FROM onebox.workspace_changes WHERE execution_id = ANY(%(ids)s);

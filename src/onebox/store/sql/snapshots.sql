@@ -188,3 +188,36 @@ GROUP BY t.step_id, t.snapshot_id;
 
 -- name: object_keys
 SELECT key FROM onebox.snapshot_objects WHERE snapshot_id = %(id)s ORDER BY key;
+
+-- name: record_changes
+-- An archived attempt's change set (written again, the same, when its archive is retried).
+INSERT INTO onebox.workspace_changes
+    (execution_id, run_id, session_id, step_id, position, changes, paths)
+VALUES (%(execution_id)s, %(run_id)s, %(session_id)s, %(step_id)s, %(position)s,
+        %(changes)s, %(paths)s)
+ON CONFLICT (execution_id) DO UPDATE SET changes = EXCLUDED.changes, paths = EXCLUDED.paths;
+
+-- name: run_changes
+-- Every archived attempt's change set of the run (a fenced attempt has none).
+SELECT c.step_id, c.position, c.execution_id, c.changes, c.paths, t.attempt
+FROM onebox.workspace_changes c JOIN onebox.task_execution t ON t.id = c.execution_id
+WHERE c.run_id = %(run_id)s
+ORDER BY c.position, c.step_id, t.attempt;
+
+-- name: step_changes
+-- Every archived attempt's change set of one step of a run, oldest first.
+SELECT c.changes FROM onebox.workspace_changes c
+JOIN onebox.task_execution t ON t.id = c.execution_id
+WHERE t.run_id = %(run_id)s AND t.step_id = %(step_id)s
+ORDER BY t.attempt;
+
+-- name: run_base
+-- What the run's steps start from: the session's newest committed snapshot that none of the
+-- run's own attempts made (a fork's or a thread's starting point, the run's inputs).
+SELECT s.* FROM onebox.snapshots s
+WHERE s.session_id = %(session_id)s AND s.committed_at IS NOT NULL AND s.status = 'READY'
+  AND (s.execution_id IS NULL OR NOT EXISTS (
+      SELECT 1 FROM onebox.task_execution t
+      WHERE t.id = s.execution_id AND t.run_id = %(run_id)s))
+ORDER BY s.committed_at DESC
+LIMIT 1;
