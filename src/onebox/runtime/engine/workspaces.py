@@ -107,13 +107,14 @@ class StepWorkspace:
             ancestors = await self._ancestors(conn, row)
             folded = await history.view(conn, self.manifests, row, ancestors)
         if folded.overwrites and await self._fails_on_conflict(row):
-            first = folded.overwrites[0]
+            pairs = "; ".join(f"steps {o.lost!r} and {o.kept!r} both changed {o.path!r}"
+                              for o in folded.overwrites[:3])
+            more = len(folded.overwrites) - 3
             raise WorkspaceConflict(
-                f"steps {first.lost!r} and {first.kept!r} both changed {first.path!r} "
-                f"({len(folded.overwrites)} path(s) in all) and neither depends on the other; "
-                "the plan says conflicts: fail. Make one step depend on the other, write "
-                "different paths, or drop 'conflicts: fail' (the later step in the plan wins)",
-                field="conflicts")
+                f"{pairs}{f' (and {more} more paths)' if more > 0 else ''}, and neither step "
+                "depends on the other; the plan says conflicts: fail. Make one step depend on "
+                "the other, write different paths, or drop 'conflicts: fail' (the later step "
+                "in the plan then wins)", field="conflicts")
         await self._sync(row, folded.manifest)
         return folded.manifest
 
