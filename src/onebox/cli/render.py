@@ -130,6 +130,10 @@ def summary_text(summary: dict[str, Any]) -> Text:
     for failed in summary["failed"][:MAX_FAILED_SHOWN]:
         text.append(f"\nfailed: {failed['step_id']} (try {failed['attempt']}) "
                     f"{failed['error'] or failed['status']}", style="red")
+    for o in (summary.get("overwrites") or [])[:MAX_FAILED_SHOWN]:
+        text.append(f"\nfiles: {o['path']} changed by {o['lost']} and {o['kept']} (neither "
+                    f"depends on the other): {o['kept']}'s kept, later in the plan",
+                    style="yellow")
     return text
 
 

@@ -79,17 +79,24 @@ def _plan_decision(event: dict[str, Any]) -> dict[str, Any] | None:
         return row | {"kind": "start", "reason": f"attempt {p.get('attempt', 1)} on worker "
                       f"{p.get('worker')}"}
     if kind == "workspace_restored":
-        why = {"stale": "this host's copy lacked what an earlier step wrote on another host",
+        why = {"stale": "this host's copy was not this step's view (another host's or "
+                        "another step's writes, or a lost attempt's)",
                "missing": "this host had no copy"}.get(str(p.get("reason")), "")
-        return row | {"kind": "restore", "reason": f"workspace restored from snapshot "
-                      f"{p.get('snapshot_id')}" + (f": {why}" if why else "")}
+        return row | {"kind": "restore", "reason": f"workspace brought to this step's view "
+                      f"({p.get('files')} files)" + (f": {why}" if why else "")}
     if kind == "workspace_merged":
-        clash = p.get("conflicts") or []
-        return row | {"kind": "merge", "reason": f"its changes merged onto snapshot "
-                      f"{p.get('onto')}, which steps on other hosts committed meanwhile"
-                      + (f"; both changed {', '.join(map(str, clash[:5]))} (this step's "
-                         "version kept)" if clash else "")}
+        return row | {"kind": "merge", "reason": overwrites_text(p)}
     return None
+
+
+def overwrites_text(payload: dict[str, Any]) -> str:
+    """The overwrites of a ``workspace_merged`` event, said once for every door."""
+    pairs = payload.get("overwrites") or []
+    said = "; ".join(f"{o.get('path')}: {o.get('kept')}'s version kept over {o.get('lost')}'s"
+                     for o in pairs[:5] if isinstance(o, dict))
+    more = int(payload.get("count") or len(pairs)) - min(len(pairs), 5)
+    return ("two steps that do not depend on each other changed the same path, the one later "
+            f"in the plan wins: {said}" + (f" (and {more} more)" if more > 0 else ""))
 
 
 def _outcome(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from onebox.runtime.engine.run_files import RunFile
 from onebox.runtime.engine.submit import Submitted, run_session_id
 from onebox.runtime.services import console_views, run_views
 from onebox.runtime.services import runs as runtime_runs
+from onebox.runtime.services.explain import overwrites_text
 from onebox.runtime.services.submission import submit_plan
 from onebox.store.db import Database
 
@@ -220,14 +221,12 @@ def step_warnings(
             out.append({"kind": "blocked_network", "message": f"blocked network access to "
                         f"{where} ({payload.get('reason', 'not allowed')})"})
         elif note["type"] == "workspace_restored":
-            why = ("was behind what an earlier step wrote on another host"
-                   if payload.get("reason") == "stale" else "was gone")
-            out.append({"kind": "session_reset", "message": f"the session's workspace {why} "
-                        f"and was restored from snapshot {payload.get('snapshot_id')}"})
-        elif note["type"] == "workspace_merged" and payload.get("conflicts"):
-            out.append({"kind": "merge_conflict", "message": "a step on another host changed "
-                        f"{', '.join(map(str, payload['conflicts'][:5]))} too; this step's "
-                        "version was kept"})
+            why = ("was not this step's view" if payload.get("reason") == "stale"
+                   else "was not on this host")
+            out.append({"kind": "workspace_restored", "message": f"the workspace copy {why}: "
+                        f"brought to it ({payload.get('files')} files)"})
+        elif note["type"] == "workspace_merged" and payload.get("overwrites"):
+            out.append({"kind": "overwrite", "message": overwrites_text(payload)})
         elif note["type"] == "step_lease_expired":
             out.append({"kind": "stale", "message": "the worker running this attempt was lost; "
                         "its lease expired and the step was retried"})

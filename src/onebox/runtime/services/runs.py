@@ -147,10 +147,22 @@ async def run_summary(db: Database, run_id: uuid.UUID) -> dict[str, Any]:
         total = await store.fetch_one(conn, "run_attempt_count", {"run_id": run_id})
         failed = await store.fetch_all(conn, "run_failed_steps", {
             "run_id": run_id, "limit": MAX_FAILED_LISTED})
+        merged = await store.fetch_all(conn, "run_overwrites", {"run_id": run_id})
     return {"steps": {r["status"]: int(r["steps"]) for r in counts},
             "attempts": int(total["attempts"]) if total else 0,
             "failed": [{"step_id": r["step_id"], "attempt": r["attempt"], "status": r["status"],
-                        "error": r["error"], "execution_id": r["id"]} for r in failed]}
+                        "error": r["error"], "execution_id": r["id"]} for r in failed],
+            "overwrites": _overwrites(merged)}
+
+
+def _overwrites(merged: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Each path two independent steps changed, once, with the step whose version was kept."""
+    seen: dict[str, dict[str, str]] = {}
+    for event in merged:
+        for o in (event["payload"] or {}).get("overwrites") or []:
+            if isinstance(o, dict) and "path" in o:
+                seen[str(o["path"])] = {k: str(o.get(k)) for k in ("path", "kept", "lost")}
+    return [seen[p] for p in sorted(seen)][:MAX_FAILED_LISTED]
 
 
 async def steps_page(

@@ -263,6 +263,14 @@ FROM latest GROUP BY 1 ORDER BY 1;
 -- name: run_attempt_count
 SELECT count(*) AS attempts FROM onebox.task_execution WHERE run_id = %(run_id)s;
 
+-- name: run_overwrites
+-- Paths two steps that do not depend on each other both changed (onebox.snapshots.history),
+-- as the commits said them.
+SELECT payload FROM onebox.agent_events
+WHERE run_id = %(run_id)s AND type = 'workspace_merged'
+ORDER BY seq
+LIMIT 50;
+
 -- name: run_failed_steps
 -- Steps whose latest attempt failed, in plan order, with their error.
 SELECT * FROM (
