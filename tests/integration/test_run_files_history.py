@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from run_helpers import serve_until_ended
 
 from onebox.agent.plan import parse_plan
 from onebox.config import Settings, load_settings
@@ -27,7 +28,6 @@ from onebox.sandbox.registry import get_backend
 from onebox.sandbox.snapshots import load_manifest
 from onebox.store import snapshots as snapshot_rows
 from onebox.store.db import Database
-from run_helpers import serve_until_ended
 
 
 @pytest.fixture

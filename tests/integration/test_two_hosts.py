@@ -19,7 +19,7 @@ from onebox.runtime.engine.sessions import release_copies_left_here
 from onebox.runtime.engine.worker import Worker
 from onebox.runtime.services import runs as runs_api
 from onebox.runtime.services.submission import submit_plan
-from onebox.sandbox.base import ExecRequest, SandboxBackend
+from onebox.sandbox.base import SandboxBackend
 from onebox.sandbox.registry import get_backend
 from onebox.store.db import Database
 
