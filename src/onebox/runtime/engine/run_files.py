@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
 from onebox.config import RuntimeSettings
 from onebox.errors import NotFound, SandboxError, ValidationError
 from onebox.objects.base import ObjectStore, blob_key
@@ -50,6 +52,9 @@ class RunFile:
     path: str
     sha256: str
     size_bytes: int
+    # a sparse file: where its data runs go, and the hash of those runs (its blob's)
+    extents: tuple[tuple[int, int], ...] | None = None
+    data_sha256: str | None = None
 
 
 def check_name(path: str, *, field: str = "files") -> str:
@@ -154,7 +159,9 @@ async def insert_file(conn: store.Conn, run_id: uuid.UUID, kind: str, f: RunFile
                   step_id: str | None, execution_id: uuid.UUID | None) -> None:
     await conn.execute(Q["insert_run_file"], {
         "run_id": run_id, "kind": kind, "path": f.path, "sha256": f.sha256,
-        "size_bytes": f.size_bytes, "step_id": step_id, "execution_id": execution_id})
+        "size_bytes": f.size_bytes, "step_id": step_id, "execution_id": execution_id,
+        "extents": None if f.extents is None else Jsonb([list(x) for x in f.extents]),
+        "data_sha256": f.data_sha256})
 
 
 async def listed(db: Database, run_id: uuid.UUID, kind: str) -> list[dict[str, Any]]:

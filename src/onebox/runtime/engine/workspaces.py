@@ -300,13 +300,12 @@ class StepWorkspace:
         self.locks.forget(session_id)
 
     async def keep_outputs(self, session: store.Row) -> None:
-        """Copy the finished run's outputs to the object store before its workspace goes,
-        from the run's head (the copy here is brought to it first); a failure is an
-        ``outputs_failed`` event, never a stuck release."""
+        """Keep the finished run's outputs before its workspace goes: the entries of the
+        run's head (whichever host ran which step), stored as snapshots store them; a
+        failure is an ``outputs_failed`` event, never a stuck release."""
         try:
-            await self._bring_to_head(session)
             await run_outputs.keep_outputs(self.db, self.objects, self.backend, session,
-                                           self.settings.runtime)
+                                           self.settings.runtime, await self._head(session))
         except (OneboxError, OSError) as exc:
             log.warning("keeping the outputs of run %s failed: %s", session["run_id"], exc)
             async with self.db.transaction() as conn:
@@ -314,17 +313,14 @@ class StepWorkspace:
                                          {"error": str(exc)}, trace_id=session["trace_id"],
                                          session_id=session["id"])
 
-    async def _bring_to_head(self, session: store.Row) -> None:
-        if not self.tracked or not self.backend.workspace(session["id"]).exists():
-            return
+    async def _head(self, session: store.Row) -> Manifest | None:
+        """The run's files as one history, when it has them (else its outputs are read from
+        the copy here)."""
+        if not self.tracked:
+            return None
         async with self.db.connection() as conn:
             head = await snapshot_rows.latest_commit(conn, session["id"])
-        if head is None:
-            return
-        manifest = await self.manifests.get(str(head["sha256"]))
-        row = {"session_id": session["id"], "run_id": session["run_id"], "step_id": None,
-               "trace_id": session["trace_id"], "id": None}
-        await self._sync(row, manifest)
+        return None if head is None else await self.manifests.get(str(head["sha256"]))
 
     async def _event(self, row: store.Row, kind: str, payload: dict[str, Any]) -> None:
         async with self.db.transaction() as conn:

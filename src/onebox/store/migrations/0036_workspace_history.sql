@@ -16,3 +16,7 @@ CREATE TABLE onebox.workspace_changes (
     created_at   timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX workspace_changes_run_idx ON onebox.workspace_changes (run_id);
+
+-- A kept output that is a sparse file is stored as its snapshot entry is: the blob holds its
+-- data runs only (``data_sha256``), ``extents`` says where they go; holes read as zeros.
+ALTER TABLE onebox.run_files ADD COLUMN extents jsonb, ADD COLUMN data_sha256 text;

@@ -1,9 +1,10 @@
 -- A run's input and output files. See onebox.runtime.run_files.
 
 -- name: insert_run_file
-INSERT INTO onebox.run_files (run_id, kind, path, sha256, size_bytes, step_id, execution_id)
+INSERT INTO onebox.run_files (run_id, kind, path, sha256, size_bytes, step_id, execution_id,
+                             extents, data_sha256)
 VALUES (%(run_id)s, %(kind)s, %(path)s, %(sha256)s, %(size_bytes)s, %(step_id)s,
-        %(execution_id)s)
+        %(execution_id)s, %(extents)s, %(data_sha256)s)
 ON CONFLICT (run_id, kind, path) DO NOTHING;
 
 -- name: run_files
@@ -11,7 +12,7 @@ SELECT kind, path, sha256, size_bytes, step_id, execution_id, created_at
 FROM onebox.run_files WHERE run_id = %(run_id)s AND kind = %(kind)s ORDER BY path;
 
 -- name: run_file
-SELECT kind, path, sha256, size_bytes, step_id, execution_id, created_at
+SELECT kind, path, sha256, size_bytes, step_id, execution_id, created_at, extents, data_sha256
 FROM onebox.run_files WHERE run_id = %(run_id)s AND kind = %(kind)s AND path = %(path)s;
 
 -- name: insert_upload

@@ -122,7 +122,8 @@ LIMIT 1;
 -- name: referenced_keys
 -- Snapshot objects, and the blobs of runs' input/output files and of uploads.
 SELECT key FROM onebox.snapshot_objects
-UNION SELECT 'blobs/' || left(sha256, 2) || '/' || sha256 FROM onebox.run_files
+UNION SELECT 'blobs/' || left(coalesce(data_sha256, sha256), 2) || '/'
+             || coalesce(data_sha256, sha256) FROM onebox.run_files
 UNION SELECT 'blobs/' || left(sha256, 2) || '/' || sha256 FROM onebox.uploads;
 
 -- name: expire
