@@ -236,3 +236,42 @@ async def test_kept_outputs_of_sparse_files_store_their_data_only(rt: Runtime) -
     whole = await artifact(rt.db, rt.objects, run["id"], "s3.bin")
     assert len(whole) == (30 << 20) + 8 and whole.endswith(b"12345678")
     assert whole[:1 << 20] == bytes(1 << 20)
+
+
+async def test_an_object_the_store_lost_is_named_by_the_step_and_by_doctor(
+        rt: Runtime, tmp_path: Path) -> None:
+    """Observation 8: objects the database expects but the store lacks: a restore on
+    another host failed with a bare NotFound (the run DEAD, no cause named) and `doctor`
+    did not check it."""
+    from onebox.runtime.services.doctor import check_objects
+
+    plan = parse_plan({"steps": [
+        {"id": "make", "tool": "bash", "code": "echo precious > keep.txt"},
+        {"id": "gate", "kind": "approval", "input": {"prompt": "go?"}, "depends_on": ["make"]},
+        {"id": "read", "tool": "bash", "code": "cat keep.txt", "depends_on": ["gate"]},
+    ]})
+    other = _host(rt.settings, tmp_path / "host-b")
+    b = get_backend(other)
+    try:
+        sub = await submit_plan(rt.db, rt.settings, plan)
+        await _until(rt, sub.run_id, [Worker(rt.db, rt.backend, rt.settings, objects=rt.objects,
+                                             name="a")], "WAITING")
+        lost = [p for p in Path(rt.objects.root).rglob("*")  # type: ignore[attr-defined]
+                if p.is_file() and p.read_bytes() == b"precious\n"]
+        assert lost, "the probe's precondition: the file's blob is stored"
+        lost[0].unlink()
+        rt.settings.objects_dir.parent.mkdir(parents=True, exist_ok=True)
+        doctor_settings = load_settings(home=tmp_path / "doctor-home",
+                                        database_url=rt.settings.database_url)
+        (tmp_path / "doctor-home").mkdir(exist_ok=True)
+        (tmp_path / "doctor-home" / "objects").symlink_to(rt.objects.root)  # type: ignore[attr-defined]
+        check = await check_objects(doctor_settings)
+        assert not check.ok and lost[0].name in check.detail and check.fix
+        await runs_api.approve_step(rt.db, rt.settings, sub.run_id, "gate", approve=True, by="t")
+        await serve_until_ended([Worker(rt.db, b, other, objects=rt.objects, name="b")],
+                                rt.db, sub.run_id)
+        read = (await steps_of(rt, sub.run_id))["read"]
+        assert read["status"] == "FAILED"
+        assert lost[0].name in read["error"] and "onebox doctor" in read["error"]
+    finally:
+        await b.close()

@@ -304,6 +304,15 @@ async def expire_snapshots(
                                  pending_grace_s=pending_grace_s)
 
 
+async def missing_objects(db: Database, store: ObjectStore) -> list[str]:
+    """Objects the database says are stored that the store lacks (deleted by hand, a store
+    other hosts do not share, a bucket restored from an older backup), sorted."""
+    async with db.connection() as conn:
+        expected = await rows.expected_keys(conn)
+    listed = set(await store.list(BLOB_PREFIX)) | set(await store.list(MANIFEST_PREFIX))
+    return sorted(expected - listed)
+
+
 async def collect_garbage(db: Database, store: ObjectStore, *, dry_run: bool = False) -> GcReport:
     """Delete every blob and manifest that no snapshot row references."""
     async with db.transaction() as conn:

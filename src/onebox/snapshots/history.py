@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from onebox.errors import StorageError
+from onebox.errors import NotFound, StorageError
 from onebox.objects.base import ObjectStore, manifest_key
 from onebox.sandbox.snapshot_manifest import Entry, Manifest, entry_from_json
 from onebox.sandbox.snapshots import load_manifest
@@ -181,7 +181,7 @@ class Manifests:
         if found is None:
             try:
                 found = await load_manifest(self.store, sha256)
-            except FileNotFoundError as exc:
+            except (NotFound, FileNotFoundError) as exc:
                 raise StorageError(f"snapshot manifest {manifest_key(sha256)} is missing from "
                                    "the object store (deleted by hand, or a store other hosts "
                                    "do not share); `onebox doctor` checks every object the "

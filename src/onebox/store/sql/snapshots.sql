@@ -126,6 +126,15 @@ UNION SELECT 'blobs/' || left(coalesce(data_sha256, sha256), 2) || '/'
              || coalesce(data_sha256, sha256) FROM onebox.run_files
 UNION SELECT 'blobs/' || left(sha256, 2) || '/' || sha256 FROM onebox.uploads;
 
+-- name: expected_keys
+-- Every object the database says is stored: those of READY snapshots, and the blobs of
+-- runs' files and of uploads (onebox doctor compares them with the store).
+SELECT o.key FROM onebox.snapshot_objects o JOIN onebox.snapshots s ON s.id = o.snapshot_id
+WHERE s.status = 'READY'
+UNION SELECT 'blobs/' || left(coalesce(data_sha256, sha256), 2) || '/'
+             || coalesce(data_sha256, sha256) FROM onebox.run_files
+UNION SELECT 'blobs/' || left(sha256, 2) || '/' || sha256 FROM onebox.uploads;
+
 -- name: expire
 DELETE FROM onebox.snapshots s
 WHERE (s.status = 'PENDING' AND s.created_at < now() - make_interval(secs => %(pending_grace_s)s))
