@@ -275,3 +275,31 @@ async def test_an_object_the_store_lost_is_named_by_the_step_and_by_doctor(
         assert lost[0].name in read["error"] and "onebox doctor" in read["error"]
     finally:
         await b.close()
+
+
+async def test_a_run_cancelled_before_its_first_code_step_leaves_no_workspace(
+        rt: Runtime, tmp_path: Path) -> None:
+    """Observation 6: a task run cancelled while its model was asked kept its workspace
+    (its inputs placed for the model's listing) with no sessions row: no sweep saw it."""
+    from onebox.runtime.engine import run_files
+    from onebox.runtime.engine.sessions import release_finished_sessions
+    from onebox.runtime.engine.workspaces import StepWorkspace
+
+    (tmp_path / "in.txt").write_text("input\n")
+    inputs = await run_files.stage_local(rt.db, rt.objects, [tmp_path / "in.txt"],
+                                         rt.settings.runtime)
+    sub = await rt.submit(parse_plan({"steps": [
+        {"id": "gate", "kind": "approval", "input": {"prompt": "go?"}},
+        {"id": "s", "tool": "bash", "code": "cat in.txt", "depends_on": ["gate"]}]}),
+        inputs=inputs)
+    workspaces = StepWorkspace(rt.db, rt.backend, rt.objects, rt.settings)
+    [plan] = await rt.db.fetch("SELECT id FROM onebox.plans WHERE run_id = %s", (sub.run_id,))
+    session = f"run-{sub.run_id}"
+    model_call = {"id": uuid.uuid4(), "run_id": sub.run_id, "session_id": session,
+                  "step_id": "model-1", "plan_id": plan["id"], "trace_id": sub.trace_id,
+                  "attempt": 1}
+    await workspaces.prepare(model_call)  # what the agent does before it asks its model
+    assert (rt.backend.workspace(session) / "in.txt").exists(), "the probe's precondition"
+    await runs_api.cancel_run(rt.db, sub.run_id)
+    await release_finished_sessions(rt.db, rt.backend, keep=workspaces)
+    assert not rt.backend.workspace(session).exists()

@@ -96,6 +96,7 @@ class StepWorkspace:
         the workspace as its next step will see it)."""
         if not self.tracked:
             if not self.backend.workspace(row["session_id"]).exists():
+                await self._claim(row)
                 await self._place_inputs(row)
             return
         async with self.locks.exclusive(row["session_id"]):
@@ -139,6 +140,7 @@ class StepWorkspace:
                 return
         if not await run_files.listed(self.db, row["run_id"], "input"):
             return
+        await self._claim(row)
         if self.backend.workspace(row["session_id"]).exists():
             await self.backend.cleanup(row["session_id"])
         await self._place_inputs(row)
@@ -149,6 +151,13 @@ class StepWorkspace:
             await snapshot_rows.lock_session_commits(conn, row["session_id"])
             if await snapshot_rows.run_base(conn, row["session_id"], row["run_id"]) is None:
                 await snapshot_rows.commit(conn, record.id)
+
+    async def _claim(self, row: store.Row) -> None:
+        """The session's row, before its workspace is made here: a run that ends before its
+        first code step (cancelled while its model is asked) still has it released."""
+        async with self.db.connection() as conn:
+            await store.execute(conn, "upsert_session", {  # as sessions.touch_session
+                "id": row["session_id"], "run_id": row["run_id"], "backend": self.backend.name})
 
     async def _place_inputs(self, row: store.Row) -> None:
         placed = await run_files.place_inputs(self.db, self.objects, self.backend, row)
@@ -171,6 +180,7 @@ class StepWorkspace:
             await self.backend.cleanup(session_id)
         elif not view.entries:
             return  # nothing to restore: the sandbox makes the workspace, empty
+        await self._claim(row)
         try:
             await restore_manifest_into_session(self.objects, self.backend, view,
                                                 session_id=session_id)
