@@ -268,3 +268,42 @@ def _unless(silent: str, call: Callable[..., Any]) -> Callable[..., Any]:
             return await call(db, backend_or_me, *rest)
         return None
     return cut_off
+
+
+async def test_a_session_with_a_running_process_is_checkpointed_without_stalling_it(
+        db: Database, cluster: Cluster) -> None:
+    """Issue 36, observation 5: a session running a long process was never checkpointed
+    (every pass gave up, "stayed busy"), its calls stalled behind the pass, and its files
+    were gone when its server died."""
+    import time
+
+    from onebox.runtime.services import session_holders as holders
+    from onebox.sandbox.snapshots import load_manifest
+
+    holder = cluster.servers[0]
+    async with cluster.client(0) as one:
+        session = (await one.post("/v1/sessions")).json()["id"]
+        running = asyncio.create_task(one.post(
+            f"/v1/sessions/{session}/execute",
+            json={"code": "echo started > bg.txt; sleep 6", "language": "bash",
+                  "timeout_s": 10}))
+        for _ in range(200):
+            if (holder.backend.workspace(session) / "bg.txt").exists():
+                break
+            await asyncio.sleep(0.05)
+        await one.post(f"/v1/sessions/{session}/execute",
+                       json={"code": "echo mine > kept.txt", "language": "bash"})
+        passing = asyncio.create_task(holders.checkpoint(
+            db, cluster.objects, holder.backend, holder.state.server, wait_s=4))
+        began = time.monotonic()
+        wrote = await one.post(f"/v1/sessions/{session}/execute",
+                               json={"code": "echo during > during.txt", "language": "bash"})
+        assert wrote.status_code == 200 and time.monotonic() - began < 5, \
+            "a call waited behind the checkpoint"
+        assert await passing == [session], "the session with a running process was skipped"
+        assert not running.done(), "the probe's precondition: the process still runs"
+        running.cancel()
+    [row] = await db.fetch("SELECT sha256 FROM onebox.snapshots WHERE session_id = %s "
+                           "AND status = 'READY' ORDER BY created_at DESC LIMIT 1", (session,))
+    manifest = await load_manifest(cluster.objects, str(row["sha256"]).strip())
+    assert {"bg.txt", "kept.txt"} <= {e.path for e in manifest.files()}

@@ -36,6 +36,7 @@ from onebox.config import Settings
 from onebox.objects import ObjectStore
 from onebox.processes import pid_alive
 from onebox.sandbox.base import SandboxBackend
+from onebox.sandbox.snapshot_files import WorkspaceChanged
 from onebox.snapshots.archive import record_snapshot
 from onebox.snapshots.replay import restore_into_session
 from onebox.store.db import Database
@@ -256,7 +257,13 @@ async def checkpoint(db: Database, store: ObjectStore, backend: SandboxBackend,
                      wait_s: float = 30.0) -> list[str]:
     """Snapshot the sessions this server holds that were used since their newest snapshot
     (``all_held``: every one it holds), so a holder's death loses at most what changed since;
-    returns the ids snapshotted. An unchanged workspace reuses its stored snapshot."""
+    returns the ids snapshotted. An unchanged workspace reuses its stored snapshot.
+
+    The session's calls go on meanwhile (a background process may run for hours): each file
+    is stored as it was at one moment (one that changes while it is copied makes the
+    snapshot start again, up to ``CHANGED_TRIES`` times, as a step's snapshot does); a
+    workspace that keeps changing past them, or a pass longer than ``wait_s``, is tried
+    again at the next pass."""
     local = set(local_sessions(backend))
     query = Q["held_here"] if all_held else Q["changed_since_snapshot"]
     saved = []
@@ -265,13 +272,13 @@ async def checkpoint(db: Database, store: ObjectStore, backend: SandboxBackend,
         if session_id not in local:
             continue
         try:
-            async with asyncio.timeout(wait_s), backend.hold(session_id):
-                # no call writes into it meanwhile; a busy one waits for the next pass
+            async with asyncio.timeout(wait_s):
                 await record_snapshot(db, store, backend.workspace(session_id),
                                       session_id=session_id, kind="manual", reuse=False)
             saved.append(session_id)
-        except TimeoutError:
-            log.info("session %s stayed busy; it is snapshotted on a later pass", session_id)
+        except (TimeoutError, WorkspaceChanged) as exc:
+            log.info("session %s kept changing (%s); it is snapshotted on a later pass",
+                     session_id, exc or "timeout")
         except Exception:  # noqa: BLE001 - one session's failure must not keep the rest
             log.exception("could not snapshot session %s; the next pass retries", session_id)
     return saved
