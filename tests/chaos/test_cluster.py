@@ -83,25 +83,65 @@ async def _finish(made: Cluster) -> None:
 def _assert_clean(made: Cluster) -> None:
     """No workspace, workspace note or lock, mount, process or session uid marker left on
     any host."""
-    mounts = Path("/proc/self/mountinfo").read_text()
-    for host in made.hosts:
-        sandbox = load_settings(home=host.home).sandbox_dir
-        workspaces = sandbox / "workspaces"
-        left = sorted(p.name for p in workspaces.iterdir()) if workspaces.exists() else []
-        assert not left, f"{host.name} keeps workspaces {left}\n{host.log()}"
-        marks = sandbox / "workspace-marks"
-        notes = sorted(str(p.relative_to(marks)) for p in marks.rglob("*") if p.is_file()) \
-            if marks.exists() else []
-        assert not notes, f"{host.name} keeps workspace notes or locks {notes}\n{host.log()}"
-        assert f" {sandbox}/" not in mounts, f"{host.name} keeps mounts under {sandbox}"
-        pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True,
+    problems = [p for host in made.hosts for p in leftovers(host.name, host.home, host.netns)]
+    assert not problems, "\n".join(problems) + "\n" + "\n".join(h.log() for h in made.hosts)
+
+
+def leftovers(name: str, home: Path, netns: str | None) -> list[str]:
+    """What a host left: its workspaces (where that host keeps them: beside its home or
+    under its sandbox dir), notes and locks, mounts under either, processes in its network
+    namespace, uid markers naming one of its workspaces."""
+    settings = load_settings(home=home)
+    sandbox, workspaces = settings.sandbox_dir, settings.workspaces_dir
+    out = []
+    left = sorted(p.name for p in workspaces.iterdir()) if workspaces.exists() else []
+    if left:
+        out.append(f"{name} keeps workspaces {left} in {workspaces}")
+    marks = sandbox / "workspace-marks"
+    notes = sorted(str(p.relative_to(marks)) for p in marks.rglob("*") if p.is_file()) \
+        if marks.exists() else []
+    if notes:
+        out.append(f"{name} keeps workspace notes or locks {notes}")
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    mounted = [m for m in mounts if m.startswith((f"{sandbox}/", f"{workspaces}/"))]
+    if mounted:
+        out.append(f"{name} keeps mounts {mounted}")
+    if netns is not None:
+        pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True,
                               text=True).stdout.split()
-        assert not pids, f"{host.name} keeps processes {pids}"
-        registry = load_settings(home=host.home).sandbox.uid_registry
-        held = [f"{m.name}: {m.read_text(errors='replace')}" for m in registry.iterdir()
-                if m.is_file() and m.read_text(errors="replace").startswith(f"{sandbox}/")] \
-            if registry.exists() else []
-        assert not held, f"{host.name} keeps session uid markers {held}\n{host.log()}"
+        if pids:
+            out.append(f"{name} keeps processes {pids}")
+    registry = settings.sandbox.uid_registry
+    held = [f"{m.name}: {m.read_text(errors='replace')}" for m in registry.iterdir()
+            if m.is_file() and m.read_text(errors="replace").startswith(
+                (f"{sandbox}/", f"{workspaces}/"))] if registry.exists() else []
+    if held:
+        out.append(f"{name} keeps session uid markers {held}")
+    return out
+
+
+def test_the_leftover_checks_see_what_is_planted(tmp_path: Path) -> None:
+    """The checks above look where a host keeps things: a workspace, a note and a uid marker
+    planted there are each reported (before, they looked under the sandbox dir only and could
+    not fail)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    settings = load_settings(home=home)
+    assert leftovers("h", home, None) == []
+    (settings.workspaces_dir / "run-planted").mkdir(parents=True)
+    (settings.sandbox_dir / "workspace-marks").mkdir(parents=True)
+    (settings.sandbox_dir / "workspace-marks" / "note").write_text("session run-planted\n")
+    registry = settings.sandbox.uid_registry
+    registry.mkdir(parents=True, exist_ok=True)
+    marker = registry / f"planted-{tmp_path.name}"
+    marker.write_text(f"{settings.workspaces_dir}/run-planted\n")
+    try:
+        found = "\n".join(leftovers("h", home, None))
+    finally:
+        marker.unlink()
+    assert "workspaces ['run-planted']" in found
+    assert "notes or locks ['note']" in found
+    assert "uid markers" in found and "run-planted" in found
 
 
 PLAN = {"name": "across", "steps": [

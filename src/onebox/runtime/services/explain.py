@@ -79,8 +79,8 @@ def _plan_decision(event: dict[str, Any]) -> dict[str, Any] | None:
         return row | {"kind": "start", "reason": f"attempt {p.get('attempt', 1)} on worker "
                       f"{p.get('worker')}"}
     if kind == "workspace_restored":
-        why = {"stale": "this host's copy was not this step's view (another host's or "
-                        "another step's writes, or a lost attempt's)",
+        why = {"stale": "the copy on this host was not this step's view (steps ran on "
+                        "another host, or another step or a lost attempt wrote it)",
                "missing": "this host had no copy"}.get(str(p.get("reason")), "")
         return row | {"kind": "restore", "reason": f"workspace brought to this step's view "
                       f"({p.get('files')} files)" + (f": {why}" if why else "")}
