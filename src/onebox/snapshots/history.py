@@ -221,27 +221,56 @@ def _parse_steps(found: list[Row]) -> list[StepChanges]:
                         int(r["attempt"])) for r in found]
 
 
-async def view(conn: Conn, manifests: Manifests, row: Row,
-               ancestors: frozenset[str] | None) -> Folded:
-    """What the attempt ``row`` starts on: the base plus its ancestors' change sets (None:
-    its ancestors are not known, as for the agent's steps: every other step so far), and
-    those of its own step's earlier attempts (a retry goes on from what they left)."""
+@dataclass(frozen=True)
+class PlanShape:
+    """What the history needs of a run's plan: each step's direct dependencies (None: the
+    plan does not say, as for the agent's steps), and whether overwrites fail a step."""
+
+    graph: Mapping[str, Sequence[str]] | None
+    fail_on_conflict: bool = False
+
+    def ancestors(self, step_id: str) -> frozenset[str] | None:
+        if self.graph is None or step_id not in self.graph:
+            return None
+        return ancestors_in(self.graph, step_id)
+
+    def ancestry(self, steps: Sequence[StepChanges]) -> dict[str, frozenset[str]] | None:
+        """Each step's ancestors (None when one of them is not in the plan)."""
+        if self.graph is None or any(s.step_id not in self.graph for s in steps):
+            return None
+        return {s.step_id: ancestors_in(self.graph, s.step_id) for s in steps}
+
+
+_SHAPES: OrderedDict[str, PlanShape] = OrderedDict()  # plan versions never change
+SHAPES_KEPT = 256
+
+
+async def plan_shape(conn: Conn, plan_id: Any) -> PlanShape:
+    key = str(plan_id)
+    found = _SHAPES.get(key)
+    if found is None:
+        row = await run_rows.fetch_one(conn, "plan_by_id", {"plan_id": plan_id})
+        spec = row["spec"] if row is not None else None
+        found = PlanShape(plan_graph(spec),
+                          isinstance(spec, dict) and spec.get("conflicts") == "fail")
+        _SHAPES[key] = found
+        while len(_SHAPES) > SHAPES_KEPT:
+            _SHAPES.popitem(last=False)
+    _SHAPES.move_to_end(key)
+    return found
+
+
+async def view(conn: Conn, manifests: Manifests, row: Row, plan: PlanShape) -> Folded:
+    """What the attempt ``row`` starts on: the base plus its ancestors' change sets (every
+    other step so far when the plan does not say, as for the agent's steps), and those of
+    its own step's earlier attempts (a retry goes on from what they left)."""
     base = await base_of(conn, manifests, row["session_id"], row["run_id"])
     attempt = int(row.get("attempt") or 1)
+    ancestors = plan.ancestors(row["step_id"])
     steps = [s for s in await steps_of(conn, row["run_id"])
              if (s.step_id == row["step_id"] and s.attempt < attempt)
              or (s.step_id != row["step_id"] and (ancestors is None or s.step_id in ancestors))]
-    return await asyncio.to_thread(fold, base, steps, await _ancestry(conn, row, steps))
-
-
-async def _ancestry(conn: Conn, row: Row, steps: Sequence[StepChanges]
-                    ) -> dict[str, frozenset[str]] | None:
-    """Each step's ancestors in the run's plan (None when the plan does not say: agent)."""
-    found = await run_rows.fetch_one(conn, "plan_by_id", {"plan_id": row.get("plan_id")})
-    graph = plan_graph(found["spec"] if found is not None else None)
-    if graph is None or any(s.step_id not in graph for s in steps):
-        return None
-    return {s.step_id: ancestors_in(graph, s.step_id) for s in steps}
+    return await asyncio.to_thread(fold, base, steps, plan.ancestry(steps))
 
 
 def plan_graph(spec: Any) -> dict[str, list[str]] | None:
@@ -280,7 +309,8 @@ async def commit(conn: Conn, manifests: Manifests, row: Row, position: int,
     await rows.lock_session_commits(conn, row["session_id"])
     base = await base_of(conn, manifests, row["session_id"], row["run_id"])
     steps = await steps_of(conn, row["run_id"])
-    folded = await asyncio.to_thread(fold, base, steps, await _ancestry(conn, row, steps))
+    plan = await plan_shape(conn, row.get("plan_id"))
+    folded = await asyncio.to_thread(fold, base, steps, plan.ancestry(steps))
     mine = tuple(o for o in folded.overwrites if row["step_id"] in (o.kept, o.lost))
     head = await rows.latest_commit(conn, row["session_id"])
     head_id = None

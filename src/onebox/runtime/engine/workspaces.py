@@ -105,9 +105,9 @@ class StepWorkspace:
     async def _bring_to_view(self, row: store.Row) -> Manifest:
         await self._ensure_base(row)
         async with self.db.connection() as conn:
-            ancestors = await self._ancestors(conn, row)
-            folded = await history.view(conn, self.manifests, row, ancestors)
-        if folded.overwrites and await self._fails_on_conflict(row):
+            plan = await history.plan_shape(conn, row.get("plan_id"))
+            folded = await history.view(conn, self.manifests, row, plan)
+        if folded.overwrites and plan.fail_on_conflict:
             pairs = "; ".join(f"steps {o.lost!r} and {o.kept!r} both changed {o.path!r}"
                               for o in folded.overwrites[:3])
             more = len(folded.overwrites) - 3
@@ -118,19 +118,6 @@ class StepWorkspace:
                 "in the plan then wins)", field="conflicts")
         await self._sync(row, folded.manifest)
         return folded.manifest
-
-    async def _ancestors(self, conn: store.Conn, row: store.Row) -> frozenset[str] | None:
-        found = await store.fetch_one(conn, "plan_by_id", {"plan_id": row.get("plan_id")})
-        graph = history.plan_graph(found["spec"] if found is not None else None)
-        if graph is None or row["step_id"] not in graph:
-            return None
-        return history.ancestors_in(graph, row["step_id"])
-
-    async def _fails_on_conflict(self, row: store.Row) -> bool:
-        async with self.db.connection() as conn:
-            found = await store.fetch_one(conn, "plan_by_id", {"plan_id": row.get("plan_id")})
-        spec = found["spec"] if found is not None else None
-        return isinstance(spec, dict) and spec.get("conflicts") == "fail"
 
     async def _ensure_base(self, row: store.Row) -> None:
         """A run with input files and no base yet: the first step to start makes it (the
