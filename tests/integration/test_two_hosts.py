@@ -88,7 +88,7 @@ async def test_a_step_on_a_host_with_a_stale_copy_reads_the_newest_workspace(
 
         said = await explain(db, run)
         text = "\n".join(f"{d['step']} {d['kind']} {d['reason']}" for d in said)
-        assert "s3 restore workspace restored" in text and "on another host" in text, text
+        assert "s3 restore workspace brought to this step's view" in text and "on another host" in text, text
         starts = {d["step"]: d["reason"] for d in said if d["kind"] == "start"}
         assert starts["s1"] != starts["s2"], "explain names the worker (host) of each step"
         assert not a.workspace(session).exists(), "the host that ended the run released it"
