@@ -124,6 +124,17 @@ async def test_parallel_siblings_never_see_each_other_and_the_plan_decides_overw
     overwrites = sorted((o["path"], o["kept"], o["lost"])
                         for p in merged for o in p["overwrites"])
     assert sorted(set(overwrites)) == [("doomed.txt", "p4", "p3"), ("shared.txt", "p2", "p1")]
+    # observation 9: said by `onebox show` and the console, not only by explain and events
+    from onebox.cli.render import summary_text
+    from onebox.runtime.services.run_service import run_detail
+
+    shown = summary_text(await runs_api.run_summary(rt.db, run["id"])).plain
+    assert "files: shared.txt changed by p1 and p2" in shown and "p2's kept" in shown
+    assert "files: doomed.txt changed by p3 and p4" in shown
+    detail = await run_detail(rt.db, run["id"])
+    said = [w["message"] for s in detail["steps"] for w in s["warnings"]
+            if w["kind"] == "overwrite"]
+    assert any("shared.txt: p2's version kept over p1's" in m for m in said), said
 
 
 async def test_a_plan_can_ask_an_overwrite_to_fail_the_join(rt: Runtime) -> None:
