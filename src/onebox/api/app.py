@@ -73,9 +73,10 @@ def create_app(
             state = _state(settings, rt, embedding, owns=True)
             app.state.onebox = state
         stop = asyncio.Event()
-        await session_routing.join(state)
-        keepers = [asyncio.create_task(session_routing.keep_joined(state, stop)),
-                   asyncio.create_task(session_routing.keep_snapshotted(state, stop))]
+        keepers = []
+        if await session_routing.join(state):
+            keepers = [asyncio.create_task(session_routing.keep_joined(state, stop)),
+                       asyncio.create_task(session_routing.keep_snapshotted(state, stop))]
         if worker:
             state.worker_task = asyncio.create_task(_work(state, stop))
             state.worker_task.add_done_callback(partial(_worker_ended, stop))

@@ -7,14 +7,21 @@ the ``E2b-Sandbox-Id`` header of ``/e2b/sandbox/...``) is looked up in the sessi
 - held here, or by nobody (a run's session): served here;
 - held by a live server: forwarded to it, body and answer streamed both ways, with the
   caller's own headers (the holder authenticates the caller as usual); the forwarded request
-  carries ``Onebox-Forwarded-By`` and is never forwarded again;
+  carries ``Onebox-Forwarded-By`` and ``Onebox-Forward-Proof`` (an HMAC of the time, the
+  forwarding server, the method and the path under the cluster's secret, which only
+  processes reading the database hold) and is never forwarded again. A request that says it
+  was forwarded without a valid proof, or to a path that is not a session's, is refused
+  (403); so is every forwarded request to a server outside the cluster: a ``--no-auth``
+  server never joins one (it never registers, never accepts a forward);
 - held by a server that stopped heartbeating: the session moves here (files from its newest
   snapshot) and the answer carries ``Onebox-Session-Moved`` saying so;
 - held by a live server that does not answer: 503 with ``Retry-After``; the session moves
   only once its holder is past its lease, so two servers never both run it.
 
 The address forwarded to is only ever one a server wrote for itself in
-``onebox.api_servers``: nothing a caller sends names it.
+``onebox.api_servers``: nothing a caller sends names it. A path with a ``.`` or ``..``
+segment (percent-encoded or not) or an empty one is refused (400) before any routing: it
+would name one route here and another once a forward normalised it.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -36,6 +44,7 @@ from onebox.runtime.services import session_holders as holders
 
 log = logging.getLogger(__name__)
 FORWARDED_BY = b"onebox-forwarded-by"
+FORWARD_PROOF = b"onebox-forward-proof"
 MOVED = b"onebox-session-moved"
 _SESSION_PATH = re.compile(r"^/(?:v1/sessions|e2b(?:/v2)?/sandboxes)/([A-Za-z0-9_.-]{1,140})(?:/|$)")
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate",
@@ -66,9 +75,18 @@ class SessionRouter:
             await self.app(scope, receive, send)
             return
         state: ApiState | None = getattr(scope["app"].state, "onebox", None)
+        if _dot_segments(scope.get("path", "")):
+            await _refuse(scope, receive, send, 400, "bad_path", "a path with '.', '..' or "
+                          "empty segments is not served: name the resource directly", None)
+            return
+        session_id = session_of(scope)
+        if scope_header(scope, FORWARDED_BY) or scope_header(scope, FORWARD_PROOF):
+            why = _forward_refusal(state, session_id, scope)
+            if why is not None:
+                await _refuse(scope, receive, send, 403, "forward_refused", why, None)
+                return
         if state is not None and state.server is not None and not state.server.settled:
             await _settle(state, scope)
-        session_id = session_of(scope)
         if state is None or state.server is None or session_id is None:
             await self.app(scope, receive, send)
             return
@@ -111,8 +129,11 @@ class SessionRouter:
         client = state.forwarding_client()
         target = holding.url + scope.get("root_path", "") + scope["path"]
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP_BY_HOP
-                   and k.lower() != FORWARDED_BY]
+                   and k.lower() not in (FORWARDED_BY, FORWARD_PROOF)]
         headers.append((FORWARDED_BY, me.id.encode()))
+        assert state.cluster_key is not None, "a server that routes has joined"
+        headers.append((FORWARD_PROOF, holders.forward_proof(
+            state.cluster_key, me.id, scope["method"], scope["path"], time.time()).encode()))
         host = scope_header(scope, b"host")
         if host:
             headers.append((b"x-forwarded-host", host.encode("latin-1")))
@@ -142,6 +163,28 @@ class SessionRouter:
             await response.aclose()
 
 
+def _dot_segments(path: str) -> bool:
+    """Whether the (decoded) path has a '.', '..' or empty segment (a trailing '/' aside)."""
+    parts = path.split("/")[1:]
+    if parts and parts[-1] == "":
+        parts = parts[:-1]
+    return any(p in ("", ".", "..") for p in parts)
+
+
+def _forward_refusal(state: ApiState | None, session_id: str | None, scope: Scope) -> str | None:
+    """Why a request that says it was forwarded is refused, or None when it truly was."""
+    if state is None or state.server is None or state.cluster_key is None:
+        return ("this server takes no forwarded requests: it is not part of a cluster "
+                "(a --no-auth server never is)")
+    if session_id is None:
+        return "only a session's requests are forwarded between servers"
+    by, proof = scope_header(scope, FORWARDED_BY), scope_header(scope, FORWARD_PROOF)
+    if not holders.forward_is_valid(state.cluster_key, by, scope["method"], scope["path"],
+                                    proof, time.time()):
+        return "the request says it was forwarded by a server of this cluster, without proof"
+    return None
+
+
 async def _settle(state: ApiState, scope: Scope) -> None:
     """The first request says where this server listens: advertise that address."""
     assert state.server is not None
@@ -164,18 +207,27 @@ async def _body(receive: Receive) -> AsyncIterator[bytes]:
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, code: str,
-                  message: str, retry_after_s: int) -> None:
+                  message: str, retry_after_s: int | None) -> None:
+    headers = {} if retry_after_s is None else {"Retry-After": str(retry_after_s)}
     response = JSONResponse(body(code, message, "session_id"), status_code=status,
-                            headers={"Retry-After": str(retry_after_s)})
+                            headers=headers)
     await response(scope, receive, send)
 
 
 
-async def join(state: ApiState) -> None:
-    """Record this server in ``onebox.api_servers`` (its sessions are routed to it)."""
+async def join(state: ApiState) -> bool:
+    """Record this server in ``onebox.api_servers`` (its sessions are routed to it), with
+    the cluster's key. A server without API keys never joins: it says so, and returns False."""
+    if not state.settings.api.auth:
+        log.warning("this server runs without API keys: it serves its own sessions only and "
+                    "never joins a cluster (no other server forwards to it, it accepts no "
+                    "forwarded request)")
+        return False
+    state.cluster_key = await holders.cluster_key(state.db)
     state.server = holders.identity_for(state.settings)
     await holders.register(state.db, state.server)
     log.info("API server %s serves its sessions at %s", state.server.id, state.server.url)
+    return True
 
 
 async def keep_joined(state: ApiState, stop: asyncio.Event) -> None:

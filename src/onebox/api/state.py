@@ -31,6 +31,7 @@ class ApiState:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     worker_task: asyncio.Task[None] | None = None  # `onebox up`'s in-process worker
     server: ServerIdentity | None = None  # this server in onebox.api_servers, while it serves
+    cluster_key: bytes | None = None  # signs and checks forwarded requests (a member's only)
     _forwarding: httpx.AsyncClient | None = None
 
     def worker_problem(self) -> str | None:

@@ -22,6 +22,8 @@ Sessions without a holder (a worker's run sessions, local ``onebox exec``) are n
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import ipaddress
 import logging
 import os
@@ -44,6 +46,7 @@ from onebox.store.queries import load_queries
 
 log = logging.getLogger(__name__)
 Q = load_queries("session_holders")
+FORWARD_SKEW_S = 60.0  # a forwarded request's proof is accepted this long (clocks apart)
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,30 @@ class Moved:
                      f"of {self.snapshot_at:%Y-%m-%dT%H:%M:%SZ}")
         return (f"moved from server {self.old_holder or '(none)'} ({self.reason}); {files}; "
                 "the interpreter's state (variables, imports, running processes) was lost")
+
+
+async def cluster_key(db: Database) -> bytes:
+    """The secret the servers of this database sign forwarded requests with (made once)."""
+    await db.fetch(Q["make_cluster_secret"], {"secret": os.urandom(32)})
+    row = await db.fetchone(Q["cluster_secret"], {})
+    assert row is not None, "the cluster secret was just made"
+    return bytes(row["secret"])
+
+
+def forward_proof(key: bytes, server_id: str, method: str, path: str, at: float) -> str:
+    """What a forwarding server sends with a request: when, and an HMAC of when, who, the
+    method and the path under the cluster's key."""
+    stamp = str(int(at))
+    message = f"{stamp}\n{server_id}\n{method}\n{path}".encode("utf-8", "surrogateescape")
+    return f"{stamp}.{hmac.new(key, message, hashlib.sha256).hexdigest()}"
+
+
+def forward_is_valid(key: bytes, server_id: str, method: str, path: str, proof: str,
+                     now: float, skew_s: float = FORWARD_SKEW_S) -> bool:
+    stamp, _, _mac = proof.partition(".")
+    if not stamp.isdigit() or abs(now - int(stamp)) > skew_s:
+        return False
+    return hmac.compare_digest(forward_proof(key, server_id, method, path, int(stamp)), proof)
 
 
 async def register(db: Database, me: ServerIdentity) -> None:

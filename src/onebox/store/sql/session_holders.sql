@@ -48,3 +48,10 @@ WHERE s.holder = %(me)s AND s.status = 'ACTIVE'
   AND s.last_used_at > coalesce((SELECT max(n.created_at) FROM onebox.snapshots n
                                  WHERE n.session_id = s.id AND n.status = 'READY'),
                                 '-infinity'::timestamptz);
+
+-- name: make_cluster_secret
+INSERT INTO onebox.cluster_secret (id, secret) VALUES (1, %(secret)s) ON CONFLICT (id) DO NOTHING
+RETURNING id;
+
+-- name: cluster_secret
+SELECT secret FROM onebox.cluster_secret WHERE id = 1;
