@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from onebox.config import Settings
+from onebox.objects.fs import FsObjectStore
 from onebox.store.db import Database
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))
@@ -49,7 +50,8 @@ async def test_no_header_a_tenant_sends_picks_the_server(
     assert sorted(r["url"] for r in rows) == sorted(s.url for s in cluster.servers)
 
 
-async def _no_auth_server(db: Database, settings: Settings, home: Path, cluster: Cluster) -> Server:
+async def _no_auth_server(db: Database, settings: Settings, home: Path,
+                          objects: FsObjectStore) -> Server:
     """`onebox serve --no-auth` on the cluster's database (loopback, no keys)."""
     from api_helpers import start_server
 
@@ -61,7 +63,7 @@ async def _no_auth_server(db: Database, settings: Settings, home: Path, cluster:
     host = _host_settings(settings, home, port)
     host.api = host.api.model_copy(update={"auth": False, "host": "127.0.0.1"})
     backend = get_backend(host)
-    app = create_app(host, runtime=Runtime(host, db, backend, objects=cluster.objects))
+    app = create_app(host, runtime=Runtime(host, db, backend, objects=objects))
     server, task, url = await start_server(app, port)
     return Server("no-auth", url, backend, app, server, task)
 
@@ -74,7 +76,7 @@ async def test_a_no_auth_server_is_never_reached_through_an_authenticated_one(
     dot-segment path reached every route of the no-auth server."""
     import httpx
 
-    open_server = await _no_auth_server(db, settings, tmp_path / "open", cluster)
+    open_server = await _no_auth_server(db, settings, tmp_path / "open", cluster.objects)
     try:
         async with httpx.AsyncClient(base_url=open_server.url, timeout=30) as local:
             made = await local.post("/v1/sessions")
@@ -100,8 +102,9 @@ async def test_a_no_auth_server_is_never_reached_through_an_authenticated_one(
         rows = await db.fetch("SELECT url FROM onebox.api_servers")
         assert open_server.url not in {r["url"] for r in rows}, "the no-auth server joined"
         async with httpx.AsyncClient(base_url=open_server.url, timeout=30) as local:
+            member = cluster.servers[0].state.server.id
             forged = await local.get(f"/v1/sessions/{session}/files/s.txt",
-                                     headers={"Onebox-Forwarded-By": cluster.servers[0].state.server.id})
+                                     headers={"Onebox-Forwarded-By": member})
             assert forged.status_code == 403 and forged.json()["code"] == "forward_refused"
     finally:
         await open_server.stop()
