@@ -15,8 +15,8 @@ from onebox.errors import PolicyViolation
 
 DEFAULT_PORTS = (80, 443)
 FORMS = ("give a host name (api.example.com), its subdomains (*.example.com) or an IP "
-         "address, optionally with :port (example.com:8443; default ports 80 and 443); no "
-         "scheme, path, spaces or bare '*' (every host is never granted)")
+         "address, optionally with :port (example.com:8443, [::1]:8080; default ports 80 "
+         "and 443); no scheme, path, spaces or bare '*' (every host is never granted)")
 _LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
 
 
@@ -43,13 +43,13 @@ class DomainRule:
     def parse(cls, text: str, field: str = "network.allow_domains") -> DomainRule:
         """The rule, or a PolicyViolation naming ``field`` and the forms a grant takes."""
         raw = text.strip().lower().rstrip(".")
-        host, _, port = raw.rpartition(":") if raw.count(":") == 1 else (raw, "", "")
+        host, port = _host_and_port(raw)
         if "/" in raw or not _is_host(host):
             raise PolicyViolation(f"invalid allowed domain {text!r}: {FORMS}", field=field)
         if port and not (port.isdigit() and int(port) < 65536):
             raise PolicyViolation(f"invalid port in {text!r} (at most 65535): {FORMS}",
                                   field=field)
-        return cls(host, int(port) if port else None)
+        return cls(_canonical(host), int(port) if port else None)
 
     def matches(self, host: str, port: int) -> bool:
         if self.port is None and port not in DEFAULT_PORTS:
@@ -61,6 +61,27 @@ class DomainRule:
         return host == self.pattern
 
 
+def _host_and_port(raw: str) -> tuple[str, str]:
+    """``[v6]:port``, ``[v6]``, ``host:port``, ``host`` or a bare IPv6 address."""
+    if raw.startswith("["):
+        inside, bracket, rest = raw[1:].partition("]")
+        if not bracket or ":" not in inside or (rest and not (rest.startswith(":") and rest[1:])):
+            return raw, ""  # brackets hold an IPv6 address, closed, then nothing or :port
+        return inside, rest[1:]
+    if raw.count(":") == 1:
+        host, _, port = raw.partition(":")
+        return host, port
+    return raw, ""
+
+
+def _canonical(host: str) -> str:
+    """An IP address in its one compressed form (``0:0::1`` and ``::1`` are one host)."""
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        return host
+
+
 def allowed(rules: Sequence[DomainRule], host: str, port: int) -> bool:
-    host = host.lower().rstrip(".")
+    host = _canonical(host.lower().rstrip(".").removeprefix("[").removesuffix("]"))
     return any(rule.matches(host, port) for rule in rules)
