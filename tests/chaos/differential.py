@@ -45,6 +45,7 @@ MODES = ("one", "three", "chaos")
 ENDED = {"SUCCEEDED", "FAILED", "DEAD", "CANCELLED"}
 NAMES = ("a.txt", "b.txt", "c.txt", "d/e.txt", "d/f.txt", "g.txt")
 LEASE_S = 2.0
+CUTOFF_EVERY = 6
 SHOW = "find . -type f | LC_ALL=C sort | while read -r f; do echo \"$f $(sha256sum < \"$f\" | cut -c1-12)\"; done"
 
 
@@ -153,8 +154,9 @@ class Outcome:
 
 @dataclass
 class Chaos:
-    """SIGKILL a random worker every few seconds (it restarts half a second later) and cut
-    one off with SIGSTOP for longer than its lease, once."""
+    """SIGKILL a random worker every few seconds (it restarts at once) and, after the first
+    kill and every ``CUTOFF_EVERY`` kills, cut one off with SIGSTOP for longer than its lease
+    (it wakes up afterwards, as a host whose link comes back)."""
 
     rng: random.Random
     kills: int = 0
@@ -173,7 +175,7 @@ class Chaos:
             return
         self._next_kill = now + self.rng.uniform(1.0, 2.5)
         host = self.rng.choice([h for h in hosts if h is not self._stopped])
-        if self.cutoffs == 0 and self._stopped is None and self.kills >= 1:
+        if self._stopped is None and self.kills >= 1 and self.kills % CUTOFF_EVERY == 1:
             host.signal(signal.SIGSTOP)
             self._stopped, self._resume_at = host, now + LEASE_S * 2 + 1
             self.cutoffs += 1

@@ -208,17 +208,35 @@ async def base_of(conn: Conn, manifests: Manifests, session_id: str,
     return Manifest(()) if row is None else await manifests.get(str(row["sha256"]))
 
 
+_PARSED: OrderedDict[uuid.UUID, Changes] = OrderedDict()  # an attempt's set never changes
+PARSED_KEPT = 4096
+
+
 async def steps_of(conn: Conn, run_id: uuid.UUID) -> list[StepChanges]:
-    """The change set of each step's newest archived attempt (read in a thread if big)."""
+    """The change set of each archived attempt of the run; each set is read from the
+    database and parsed once per process (a big one in a thread)."""
     found = await rows.run_changes(conn, run_id)
-    if sum(int(r["paths"]) for r in found) > 2000:
-        return await asyncio.to_thread(_parse_steps, found)
-    return _parse_steps(found)
+    wanted = [r["execution_id"] for r in found if r["execution_id"] not in _PARSED]
+    if wanted:
+        raw = await rows.changes_of(conn, wanted)
+        big = sum(int(r["paths"]) for r in found if r["execution_id"] in raw) > 2000
+        parsed = await asyncio.to_thread(_parse_all, raw) if big else _parse_all(raw)
+        _PARSED.update(parsed)
+    out = []
+    for r in found:
+        changes = _PARSED.get(r["execution_id"])
+        if changes is None:  # its row went meanwhile (the run was deleted)
+            continue
+        _PARSED.move_to_end(r["execution_id"])
+        out.append(StepChanges(str(r["step_id"]), int(r["position"]), changes,
+                               int(r["attempt"])))
+    while len(_PARSED) > PARSED_KEPT:
+        _PARSED.popitem(last=False)
+    return out
 
 
-def _parse_steps(found: list[Row]) -> list[StepChanges]:
-    return [StepChanges(str(r["step_id"]), int(r["position"]), changes_from_json(r["changes"]),
-                        int(r["attempt"])) for r in found]
+def _parse_all(raw: Mapping[uuid.UUID, Any]) -> dict[uuid.UUID, Changes]:
+    return {k: changes_from_json(v) for k, v in raw.items()}
 
 
 @dataclass(frozen=True)
@@ -300,12 +318,13 @@ class Committed:
 
 
 async def commit(conn: Conn, manifests: Manifests, row: Row, position: int,
-                 changes: Changes) -> Committed:
+                 changes: Changes, post: tuple[uuid.UUID, str] | None = None) -> Committed:
     """Record the archived attempt's change set and bring the head up to date, inside the
     archive's transaction (after its fenced write). The head is stored only when it
-    changed; the overwrites this step takes part in are named in a ``workspace_merged``
-    event."""
+    changed (as the attempt's ``post`` snapshot, id and hash, when that holds it all); the
+    overwrites this step takes part in are named in a ``workspace_merged`` event."""
     await rows.record_changes(conn, row, position, changes_to_json(changes))
+    _PARSED[row["id"]] = dict(changes)
     await rows.lock_session_commits(conn, row["session_id"])
     base = await base_of(conn, manifests, row["session_id"], row["run_id"])
     steps = await steps_of(conn, row["run_id"])
@@ -315,7 +334,11 @@ async def commit(conn: Conn, manifests: Manifests, row: Row, position: int,
     head = await rows.latest_commit(conn, row["session_id"])
     head_id = None
     if head is None or str(head["sha256"]).strip() != folded.manifest.sha256:
-        head_id = await _store_head(conn, manifests, row, folded.manifest)
+        if post is not None and post[1] == folded.manifest.sha256:
+            head_id = post[0]  # the step's own 'post' holds the whole head: it becomes it
+            await rows.commit(conn, head_id)
+        else:
+            head_id = await _store_head(conn, manifests, row, folded.manifest)
     if mine:
         await run_rows.append_event(conn, row["run_id"], "workspace_merged", {
             "step_id": row["step_id"], "rule": "plan order: the later step's version is kept",

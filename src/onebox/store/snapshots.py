@@ -254,9 +254,16 @@ async def record_changes(conn: Conn, row: Row, position: int, changes: dict[str,
 
 
 async def run_changes(conn: Conn, run_id: uuid.UUID) -> list[Row]:
-    """Every archived attempt's change set of the run, in plan order then attempt order."""
+    """Every archived attempt of the run with a change set (without the set), in plan
+    order then attempt order."""
     cur = await conn.execute(Q["run_changes"], {"run_id": run_id})
     return [dict(r) for r in await cur.fetchall()]
+
+
+async def changes_of(conn: Conn, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
+    """The change sets of these attempts, by execution id."""
+    cur = await conn.execute(Q["changes_of"], {"ids": list(ids)})
+    return {r["execution_id"]: r["changes"] for r in await cur.fetchall()}
 
 
 async def step_changes(conn: Conn, run_id: uuid.UUID, step_id: str) -> list[dict[str, Any]]:

@@ -67,6 +67,7 @@ class StepWorkspace:
         self.manifests = history.Manifests(objects)
         self._views: dict[uuid.UUID, Manifest] = {}  # execution -> the view it started on
         self._changes: dict[uuid.UUID, history.Changes] = {}  # execution -> its change set
+        self._posts: dict[uuid.UUID, tuple[uuid.UUID, str]] = {}  # execution -> its 'post
 
     @property
     def tracked(self) -> bool:
@@ -211,6 +212,7 @@ class StepWorkspace:
                                                session_id=row["session_id"],
                                                execution_id=row["id"], kind="post")
                 post = await self.manifests.get(record.sha256)
+                self._posts[row["id"]] = (record.id, post.sha256)
         except (OneboxError, OSError) as exc:
             await self._failed_snapshot(row, "after", exc)
             return
@@ -220,12 +222,13 @@ class StepWorkspace:
     def commit_for(self, row: store.Row) -> Any:
         """What the archive of ``row`` commits (``Outcome.commit``), None if nothing."""
         changes = self._changes.pop(row["id"], None)
+        post = self._posts.pop(row["id"], None)
         if changes is None:
             return None
         position = int(row.get("step_number") or 0)
 
         async def commit(conn: store.Conn, archived: store.Row) -> None:
-            await history.commit(conn, self.manifests, archived, position, changes)
+            await history.commit(conn, self.manifests, archived, position, changes, post)
 
         return commit
 

@@ -208,11 +208,15 @@ VALUES (%(execution_id)s, %(run_id)s, %(session_id)s, %(step_id)s, %(position)s,
 ON CONFLICT (execution_id) DO UPDATE SET changes = EXCLUDED.changes, paths = EXCLUDED.paths;
 
 -- name: run_changes
--- Every archived attempt's change set of the run (a fenced attempt has none).
-SELECT c.step_id, c.position, c.execution_id, c.changes, c.paths, t.attempt
+-- Every archived attempt of the run that has a change set (a fenced attempt has none); the
+-- sets themselves are read by id (changes_of), once per process.
+SELECT c.step_id, c.position, c.execution_id, c.paths, t.attempt
 FROM onebox.workspace_changes c JOIN onebox.task_execution t ON t.id = c.execution_id
 WHERE c.run_id = %(run_id)s
 ORDER BY c.position, c.step_id, t.attempt;
+
+-- name: changes_of
+SELECT execution_id, changes FROM onebox.workspace_changes WHERE execution_id = ANY(%(ids)s);
 
 -- name: step_changes
 -- Every archived attempt's change set of one step of a run, oldest first.
