@@ -307,3 +307,34 @@ async def test_a_session_with_a_running_process_is_checkpointed_without_stalling
                            "AND status = 'READY' ORDER BY created_at DESC LIMIT 1", (session,))
     manifest = await load_manifest(cluster.objects, str(row["sha256"]).strip())
     assert {"bg.txt", "kept.txt"} <= {e.path for e in manifest.files()}
+
+
+async def test_a_request_for_a_frozen_holder_gets_a_quick_503(
+        db: Database, cluster: Cluster) -> None:
+    """Issue 37, case 7: a request forwarded to a holder that is alive but frozen (SIGSTOP)
+    hung until the client gave up (120 s); a frozen server stops heartbeating, and the
+    forward ends with 503 and Retry-After a few missed beats later."""
+    import time
+
+    from onebox.runtime.services import session_holders as holders
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1 << 20)
+        await asyncio.sleep(3600)
+
+    frozen = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = frozen.sockets[0].getsockname()[1]
+    try:
+        async with cluster.client(0) as one, cluster.client(1) as two:
+            session = (await one.post("/v1/sessions")).json()["id"]
+            await holders.register(db, holders.ServerIdentity(
+                "frozen-host:1:x", f"http://127.0.0.1:{port}", "frozen-host"))
+            await db.fetch("UPDATE onebox.sessions SET holder = 'frozen-host:1:x' "
+                           "WHERE id = %s RETURNING id", (session,))
+            began = time.monotonic()
+            got = await two.get(f"/v1/sessions/{session}/files", timeout=30)
+            assert got.status_code == 503 and got.headers.get("retry-after"), got.text
+            assert got.json()["code"] == "session_server_unreachable"
+            assert time.monotonic() - began < 10
+    finally:
+        frozen.close()

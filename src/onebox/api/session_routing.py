@@ -31,7 +31,8 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
 
 import httpx
 from fastapi.responses import JSONResponse
@@ -45,6 +46,7 @@ from onebox.runtime.services import session_holders as holders
 log = logging.getLogger(__name__)
 FORWARDED_BY = b"onebox-forwarded-by"
 FORWARD_PROOF = b"onebox-forward-proof"
+SILENT_BEATS = 3  # heartbeats a holder may miss while a forwarded request waits for it
 MOVED = b"onebox-session-moved"
 _SESSION_PATH = re.compile(r"^/(?:v1/sessions|e2b(?:/v2)?/sandboxes)/([A-Za-z0-9_.-]{1,140})(?:/|$)")
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate",
@@ -141,8 +143,8 @@ class SessionRouter:
             scope["method"], target, params=scope.get("query_string", b"").decode("latin-1"),
             headers=headers, content=_body(receive))
         try:
-            response = await client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+            response = await _watched(state, holding, client.send(request, stream=True))
+        except (httpx.HTTPError, HolderSilent) as exc:
             log.warning("session %s: its server %s at %s did not answer: %s",
                         holding.session_id, holding.holder, holding.url, exc)
             retry = max(1, int(state.settings.api.server_lease_s))
@@ -156,11 +158,52 @@ class SessionRouter:
             await send({"type": "http.response.start", "status": response.status_code,
                         "headers": [(k, v) for k, v in response.headers.raw
                                     if k.lower() not in _HOP_BY_HOP]})
-            async for chunk in response.aiter_raw():
+            chunks = response.aiter_raw()
+            while True:
+                try:
+                    chunk = await _watched(state, holding, anext(chunks))
+                except StopAsyncIteration:
+                    break
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except HolderSilent as exc:  # the answer had started: all we can do is end it
+            log.warning("session %s: its server %s stopped answering mid-response: %s",
+                        holding.session_id, holding.holder, exc)
         finally:
             await response.aclose()
+
+
+class HolderSilent(Exception):
+    """The holder stopped heartbeating while a forwarded request waited for it."""
+
+
+T = TypeVar("T")
+
+
+async def _watched(state: ApiState, holding: holders.Holding, waiting: Awaitable[T]) -> T:
+    """``waiting`` (a forwarded request's answer, or its next chunk), for as long as the
+    holder heartbeats: a cell may run for minutes, a stream for hours, but a holder that is
+    frozen (SIGSTOP, a hung host) stops heartbeating, and after ``SILENT_BEATS`` missed
+    beats the wait ends with HolderSilent (a 503 with Retry-After), not at the client's
+    own timeout."""
+    task = asyncio.ensure_future(waiting)
+    every = state.settings.api.server_heartbeat_s
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every)
+            if done:
+                return task.result()
+            now = await holders.holder_of(state.db, holding.session_id,
+                                          state.settings.api.server_lease_s)
+            silent = None if now is None else now.silent_s
+            if silent is None or silent > SILENT_BEATS * every:
+                raise HolderSilent(f"server {holding.holder} has not heartbeated for "
+                                   f"{silent if silent is None else round(silent, 1)} s")
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
 
 
 def _dot_segments(path: str) -> bool:
