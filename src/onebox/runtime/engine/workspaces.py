@@ -56,6 +56,14 @@ log = logging.getLogger(__name__)
 MARKS_DIR = "workspace-marks"
 
 
+async def _holds(workspace: Path, view: Manifest) -> bool:
+    """Whether the copy holds exactly ``view`` (a copy past a bound, or unreadable, does not)."""
+    try:
+        return (await asyncio.to_thread(scan, workspace)).sha256 == view.sha256
+    except (OneboxError, OSError):
+        return False
+
+
 class StepWorkspace:
     """The view, snapshot and commit duties of one worker, over one object store."""
 
@@ -153,36 +161,42 @@ class StepWorkspace:
             await self._event(row, "inputs_placed", {"files": placed})
 
     async def _sync(self, row: store.Row, view: Manifest) -> None:
-        """Make the copy here hold exactly ``view``: scanned, and restored when it differs."""
+        """Make the copy here hold exactly ``view``: scanned, and when it differs (or is not
+        here) replaced and scanned again. Replacing drops whatever the host kept of the
+        session (a killed worker's disk image, which the sandbox would otherwise adopt)."""
         session_id = row["session_id"]
         workspace = self.backend.workspace(session_id)
         here = workspace.exists()
-        if here:
-            try:
-                copy = await asyncio.to_thread(scan, workspace)
-            except (OneboxError, OSError):
-                copy = None  # past a bound, or unreadable: replaced below
-            if copy is not None and copy.sha256 == view.sha256:
-                self._note(session_id, view.sha256)
-                return
+        if here and await _holds(workspace, view):
+            self._note(session_id, view.sha256)
+            return
+        for _ in range(2):
             await self.backend.cleanup(session_id)
-        elif not view.entries:
-            return  # nothing to restore: the sandbox makes the workspace, empty
-        await self._claim(row)
-        try:
-            await restore_manifest_into_session(self.objects, self.backend, view,
-                                                session_id=session_id)
-        except (NotFound, FileNotFoundError) as exc:
-            raise StorageError(f"the run's files cannot be restored on this host: {exc} "
-                               f"(needed by its view {view.sha256[:12]}); every host must "
-                               "share one object store, and `onebox doctor` lists every "
-                               "object the database expects that the store lacks") from exc
+            await self._claim(row)
+            try:
+                await restore_manifest_into_session(self.objects, self.backend, view,
+                                                    session_id=session_id)
+            except (NotFound, FileNotFoundError) as exc:
+                raise StorageError(
+                    f"the run's files cannot be restored on this host: {exc} (needed by its "
+                    f"view {view.sha256[:12]}); every host must share one object store, and "
+                    "`onebox doctor` lists every object the database expects that the store "
+                    "lacks") from exc
+            if await _holds(workspace, view):
+                break
+            log.warning("the workspace of %s did not hold step %s's view once restored; "
+                        "replacing it again", session_id, row["step_id"])
+        else:
+            raise StorageError(f"the workspace of {session_id} on this host could not be "
+                               f"brought to step {row['step_id']!r}'s view; the step is "
+                               "retried (on this host or another)")
         self._note(session_id, view.sha256)
-        await self._event(row, "workspace_restored", {
-            "sha256": view.sha256, "files": len(view.files()),
-            "reason": "stale" if here else "missing"})
-        log.info("brought the workspace of %s to step %s's view (%s)", session_id,
-                 row["step_id"], "the copy here was stale" if here else "no copy here")
+        if here or view.entries:
+            await self._event(row, "workspace_restored", {
+                "sha256": view.sha256, "files": len(view.files()),
+                "reason": "stale" if here else "missing"})
+            log.info("brought the workspace of %s to step %s's view (%s)", session_id,
+                     row["step_id"], "the copy here was stale" if here else "no copy here")
 
     async def _record_view(self, row: store.Row, view: Manifest) -> None:
         try:
