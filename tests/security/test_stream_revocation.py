@@ -157,3 +157,44 @@ async def test_an_e2b_process_stream_ends_at_revocation(
     ended = seen[-1]
     assert ended.get("error", {}).get("code") == "unauthenticated", ended
     assert len(seen) - revoked_at < 100, "the stream kept going long after the revocation"
+
+
+CELL = "import time\nfor i in range(600):\n    print(f'tick-{i}', flush=True)\n    time.sleep(0.1)\n"
+
+
+async def test_an_e2b_cell_stream_ends_at_revocation(
+    settings: Settings, rt: Runtime, db: Database,
+) -> None:
+    """Issue 37, case 5: the code interpreter's /execute stream ran on 33-35 s after its
+    key was revoked; it ends within api.key_recheck_s, as the process streams do."""
+    settings.api.key_recheck_s = 1.0
+    key, row = await create_key(db, tenant_id="acme", name="cell-watcher")
+    async with _serving(create_app(settings, runtime=rt)) as url, httpx.AsyncClient(
+            base_url=url, timeout=60) as c:
+        made = (await c.post("/e2b/v2/sandboxes", json={"templateID": "code-interpreter-v1"},
+                             headers={"X-API-Key": key})).json()
+        headers = {"E2b-Sandbox-Id": made["sandboxID"], "E2b-Sandbox-Port": "49999",
+                   "X-Access-Token": key}
+        seen: list[str] = []
+        async with c.stream("POST", "/e2b/sandbox/execute", json={"code": CELL},
+                            headers=headers) as response:
+            assert response.status_code == 200, await response.aread()
+            lines = response.aiter_lines()
+
+            async def until_ticking() -> None:
+                async for line in lines:
+                    seen.append(line)
+                    if "tick-3" in line:
+                        return
+
+            await asyncio.wait_for(until_ticking(), 60)
+            await revoke_key(db, row["prefix"])
+            revoked_at = len(seen)
+
+            async def rest() -> None:
+                async for line in lines:
+                    seen.append(line)
+
+            await asyncio.wait_for(rest(), 1.0 + MARGIN_S)
+    assert "Unauthorized" in seen[-1], seen[-3:]
+    assert len(seen) - revoked_at < 100, "the stream kept going long after the revocation"

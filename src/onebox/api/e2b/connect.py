@@ -12,7 +12,7 @@ import logging
 import struct
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -39,6 +39,8 @@ class RpcError(Exception):
     def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message}
 
+
+M = TypeVar("M")  # one message of a stream
 
 def rpc_error(exc: Exception) -> RpcError:
     """A onebox error as the Connect code the E2B SDK maps to its own exceptions."""
@@ -107,15 +109,17 @@ def stream_response(messages: AsyncIterator[dict[str, Any]],
     ``unauthenticated`` error the first time it says no (a revoked key, a removed tenant,
     a deleted sandbox), and no message after that is sent."""
     if still_allowed is not None:
-        messages = _while_allowed(messages, still_allowed, every_s)
+        messages = while_allowed(messages, still_allowed, every_s)
     return StreamingResponse(_framed(messages), media_type=STREAM_TYPE)
 
 
-async def _while_allowed(messages: AsyncIterator[dict[str, Any]],
-                         still_allowed: Callable[[], Awaitable[bool]],
-                         every_s: float) -> AsyncIterator[dict[str, Any]]:
+async def while_allowed(messages: AsyncIterator[M],
+                        still_allowed: Callable[[], Awaitable[bool]],
+                        every_s: float) -> AsyncIterator[M]:
+    """``messages`` while ``still_allowed`` says yes, asked at least every ``every_s``
+    (also while no message comes); RpcError ``unauthenticated`` the first time it says no."""
     source = aiter(messages)
-    pending: asyncio.Task[dict[str, Any]] | None = None
+    pending: asyncio.Task[M] | None = None
     due = time.monotonic() + every_s
     try:
         while True:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from fastapi import Request
 
 from onebox.api.auth import principal_of_key
+from onebox.api.errors import Unauthorized
 from onebox.api.state import ApiState, get_state
 from onebox.errors import NotFound, ValidationError
 from onebox.runtime.e2b import sandboxes as e2b_sandboxes
@@ -103,3 +105,15 @@ async def target(request: Request, port: int) -> Target:
     state = e2b_state(request)
     sandbox = await e2b_sandboxes.require(api.db, sandbox_id, tenant_id)
     return Target(api, state, tenant_id, sandbox_id, sandbox.envs)
+
+
+def recheck(request: Request, port: int) -> tuple[Callable[[], Awaitable[bool]], float]:
+    """Whether the caller may still reach its sandbox (its key, tenant and sandbox all still
+    there), to ask every ``api.key_recheck_s`` while a stream (a process, a cell) runs."""
+    async def allowed() -> bool:
+        try:
+            await target(request, port)
+        except (Unauthorized, NotFound):
+            return False
+        return True
+    return allowed, get_state(request).settings.api.key_recheck_s

@@ -14,7 +14,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from onebox.api.e2b.deps import INTERPRETER_PORT, Target, target
+from onebox.api.e2b.connect import RpcError, while_allowed
+from onebox.api.e2b.deps import INTERPRETER_PORT, Target, recheck, target
 from onebox.errors import OneboxError, ValidationError
 from onebox.runtime.services import session_service
 from onebox.runtime.services.cell_stream import by_lines, cell_events
@@ -124,7 +125,19 @@ async def _lines(t: Target, body: ExecuteBody) -> AsyncIterator[bytes]:
 async def execute(body: ExecuteBody, request: Request) -> Response:
     t = await target(request, INTERPRETER_PORT)
     check_body(body)
-    return StreamingResponse(_lines(t, body), media_type="application/x-ndjson")
+    lines = while_allowed(_lines(t, body), *recheck(request, INTERPRETER_PORT))
+    return StreamingResponse(_until_revoked(lines), media_type="application/x-ndjson")
+
+
+async def _until_revoked(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The cell's lines; when access ends (a revoked key, a deleted sandbox) an error line,
+    and the cell is stopped (its stream is closed, which cancels the cell)."""
+    try:
+        async for line in lines:
+            yield line
+    except RpcError as exc:
+        ended = {"type": "error", "name": "Unauthorized", "value": exc.message, "traceback": ""}
+        yield json.dumps(ended).encode() + b"\n"
 
 
 @router.post("/contexts")

@@ -5,17 +5,15 @@ background), ``kill`` and ``list``, each command one bash execution in the sessi
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from onebox.api.e2b import connect
-from onebox.api.e2b.deps import ENVD_PORT, Target, target
-from onebox.api.errors import Unauthorized
-from onebox.api.state import get_state
-from onebox.errors import NotFound, ValidationError
+from onebox.api.e2b.deps import ENVD_PORT, Target, recheck, target
+from onebox.errors import ValidationError
 from onebox.runtime.e2b import commands as e2b_commands
 from onebox.runtime.e2b import files as e2b_files
 from onebox.runtime.e2b.commands import E2bProcess, ExitInfo, Listener
@@ -70,7 +68,7 @@ async def start(request: Request) -> Response:
                                  connect.timeout_s(request))
     except Exception as exc:  # noqa: BLE001 # swallow-ok: a Connect error at the stream's end; unknown ones logged
         return connect.error_stream(exc)
-    return connect.stream_response(_messages(proc, listener), *_recheck(request))
+    return connect.stream_response(_messages(proc, listener), *recheck(request, ENVD_PORT))
 
 
 def _pid(message: dict[str, Any]) -> int:
@@ -91,19 +89,8 @@ async def reconnect(request: Request) -> Response:
             raise connect.RpcError("not_found", f"process {pid} is not running")
     except Exception as exc:  # noqa: BLE001 # swallow-ok: a Connect error at the stream's end; unknown ones logged
         return connect.error_stream(exc)
-    return connect.stream_response(_messages(proc, proc.subscribe()), *_recheck(request))
-
-
-def _recheck(request: Request) -> tuple[Callable[[], Awaitable[bool]], float]:
-    """Whether the caller may still reach its sandbox (its key, tenant and sandbox all
-    still there), asked every api.key_recheck_s while the process streams."""
-    async def allowed() -> bool:
-        try:
-            await target(request, ENVD_PORT)
-        except (Unauthorized, NotFound):
-            return False
-        return True
-    return allowed, get_state(request).settings.api.key_recheck_s
+    return connect.stream_response(_messages(proc, proc.subscribe()),
+                                   *recheck(request, ENVD_PORT))
 
 
 async def _unary(request: Request) -> tuple[Target, dict[str, Any]]:
