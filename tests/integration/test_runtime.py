@@ -55,9 +55,11 @@ async def test_quickstart_produces_rows_and_events_in_order(rt: Runtime) -> None
     assert "Best region" in steps[-1]["stdout"]
     assert len({s["input_hash"] for s in steps}) == 4
     assert all(s["snapshot_id"] is not None for s in steps)
-    # the first step starts from an empty workspace (no pre snapshot); the others from the
-    # outputs of earlier steps: make_csv's post snapshot is the stats steps' pre snapshot
-    assert steps[0]["pre_snapshot_id"] is None
+    # every step's pre snapshot is its view: the first one's is the empty workspace; the
+    # stats steps start from make_csv's outputs: its post snapshot is their pre snapshot
+    first = await rt.db.fetchone("SELECT file_count FROM onebox.snapshots WHERE id = %s",
+                                 (steps[0]["pre_snapshot_id"],))
+    assert first is not None and first["file_count"] == 0
     assert steps[1]["pre_snapshot_id"] == steps[2]["pre_snapshot_id"] == steps[0]["snapshot_id"]
     assert steps[3]["pre_snapshot_id"] is not None
 

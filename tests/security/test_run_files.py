@@ -105,7 +105,7 @@ async def test_artifact_paths_name_only_kept_outputs(
     for path in ("..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "../../../etc/passwd",
                  ".onebox/s1.result.json", "ok.txt%00"):
         got = await acme.get(f"/v1/runs/{run_id}/artifacts/{path}")
-        assert got.status_code in (404, 422), (path, got.status_code)
+        assert got.status_code in (400, 404, 422), (path, got.status_code)  # 400: dot segments
         assert b"root:" not in got.content
 
 

@@ -202,7 +202,7 @@ async def _watched(state: ApiState, holding: holders.Holding, waiting: Awaitable
     finally:
         if not task.done():
             task.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(BaseException):  # swallow-ok: the cancelled wait's own end
                 await task
 
 

@@ -272,6 +272,12 @@ async def step_changes(conn: Conn, run_id: uuid.UUID, step_id: str) -> list[dict
     return [dict(r["changes"]) for r in await cur.fetchall()]
 
 
+async def untracked_steps(conn: Conn, run_id: uuid.UUID) -> set[str]:
+    """Code steps of the run that ran and have no change set (see the query)."""
+    cur = await conn.execute(Q["untracked_steps"], {"run_id": run_id})
+    return {str(r["step_id"]) for r in await cur.fetchall()}
+
+
 async def run_base(conn: Conn, session_id: str, run_id: uuid.UUID) -> Row | None:
     """What the run's steps start from (see the query)."""
     cur = await conn.execute(Q["run_base"], {"session_id": session_id, "run_id": run_id})

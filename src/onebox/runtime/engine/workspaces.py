@@ -95,6 +95,8 @@ class StepWorkspace:
         try:
             async with self.locks.exclusive(row["session_id"]):
                 view = await self._bring_to_view(row)
+                if view is None:  # a run with steps outside the history: the copy as it is
+                    view = await self._copy_as_view(row)
                 await self._record_view(row, view)
                 yield
         finally:
@@ -109,11 +111,17 @@ class StepWorkspace:
                 await self._place_inputs(row)
             return
         async with self.locks.exclusive(row["session_id"]):
-            await self._bring_to_view(row)
+            if await self._bring_to_view(row) is None:
+                await self._copy_as_view(row)
 
-    async def _bring_to_view(self, row: store.Row) -> Manifest:
+    async def _bring_to_view(self, row: store.Row) -> Manifest | None:
+        """The copy here brought to the step's view; None (nothing done) when a step of the
+        run ran outside the history (a worker without an object store, or code before
+        change sets): only the copy it ran on knows its files."""
         await self._ensure_base(row)
         async with self.db.connection() as conn:
+            if await snapshot_rows.untracked_steps(conn, row["run_id"]):
+                return None
             plan = await history.plan_shape(conn, row.get("plan_id"))
             folded = await history.view(conn, self.manifests, row, plan)
         if folded.overwrites and plan.fail_on_conflict:
@@ -127,6 +135,20 @@ class StepWorkspace:
                 "in the plan then wins)", field="conflicts")
         await self._sync(row, folded.manifest)
         return folded.manifest
+
+    async def _copy_as_view(self, row: store.Row) -> Manifest:
+        """The copy here as the step's view (restored from the session's head when there is
+        none here), for a run with steps outside the history."""
+        workspace = self.backend.workspace(row["session_id"])
+        if not workspace.exists():
+            async with self.db.connection() as conn:
+                head = await snapshot_rows.latest_commit(conn, row["session_id"])
+            if head is not None:
+                await self._sync(row, await self.manifests.get(str(head["sha256"])))
+        try:
+            return await asyncio.to_thread(scan, workspace)
+        except (OneboxError, OSError):
+            return Manifest(())
 
     async def _ensure_base(self, row: store.Row) -> None:
         """A run with input files and no base yet: the first step to start makes it (the
@@ -206,7 +228,6 @@ class StepWorkspace:
         except (OneboxError, OSError) as exc:
             log.warning("the view of step %s could not be recorded: %s", row["step_id"], exc)
             await self._event(row, "snapshot_failed", {"when": "before", "error": str(exc)})
-            return
         self._views[row["id"]] = view
 
     async def after(self, row: store.Row, *, failed: bool) -> None:
@@ -229,6 +250,7 @@ class StepWorkspace:
                 self._posts[row["id"]] = (record.id, post.sha256)
         except (OneboxError, OSError) as exc:
             await self._failed_snapshot(row, "after", exc)
+            self._changes[row["id"]] = {}  # what it wrote is not part of the run's files
             return
         self._changes[row["id"]] = await asyncio.to_thread(history.change_set, view, post)
         self._note(row["session_id"], post.sha256)
@@ -334,6 +356,8 @@ class StepWorkspace:
         if not self.tracked:
             return None
         async with self.db.connection() as conn:
+            if await snapshot_rows.untracked_steps(conn, session["run_id"]):
+                return None  # steps outside the history: the copy here is the record
             head = await snapshot_rows.latest_commit(conn, session["id"])
         return None if head is None else await self.manifests.get(str(head["sha256"]))
 

@@ -235,3 +235,12 @@ WHERE s.session_id = %(session_id)s AND s.committed_at IS NOT NULL AND s.status 
       WHERE t.id = s.execution_id AND t.run_id = %(run_id)s))
 ORDER BY s.committed_at DESC
 LIMIT 1;
+
+-- name: untracked_steps
+-- Code steps of the run that ran (an exit code) and were archived without a change set: by a
+-- worker without an object store, or before migration 0036. Only the copy they ran on knows
+-- their files.
+SELECT DISTINCT t.step_id FROM onebox.task_execution t
+WHERE t.run_id = %(run_id)s AND t.tool_name IN ('python', 'bash', 'node')
+  AND t.status IN ('SUCCESS', 'FAILED', 'TIMEOUT') AND t.exit_code IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM onebox.workspace_changes c WHERE c.execution_id = t.id);
