@@ -37,14 +37,15 @@ from pathlib import Path
 from typing import Any
 
 from onebox.config import Settings
-from onebox.errors import NotFound, OneboxError, StorageError, WorkspaceConflict
+from onebox.errors import Conflict, NotFound, OneboxError, StorageError, WorkspaceConflict
 from onebox.objects.base import ObjectStore
 from onebox.runtime.engine import run_files, run_outputs
 from onebox.runtime.engine.copy_locks import CopyLocks
 from onebox.sandbox import hostfs
 from onebox.sandbox.base import SandboxBackend
 from onebox.sandbox.snapshot_manifest import Manifest
-from onebox.sandbox.snapshots import scan
+from onebox.sandbox.snapshot_restore import LOST_FOUND
+from onebox.sandbox.snapshots import restore, scan
 from onebox.snapshots import history
 from onebox.snapshots.archive import record_snapshot, snapshot_before_step, snapshot_step
 from onebox.snapshots.replay import restore_manifest_into_session
@@ -54,6 +55,23 @@ from onebox.store.db import Database
 
 log = logging.getLogger(__name__)
 MARKS_DIR = "workspace-marks"
+
+
+def _live(backend: SandboxBackend, session_id: str) -> bool:
+    """Whether the backend serves the session now (its workspace set up by this process:
+    mounted, owned by its uid); a copy a previous process left is replaced whole."""
+    table: Any = getattr(backend, "sessions", None)
+    ids = getattr(table, "ids", None)
+    return callable(ids) and session_id in ids()
+
+
+def _clear(workspace: Path) -> None:
+    """Remove everything in the workspace (never following a name out of it), keeping the
+    directory itself, the mount on it and its lost+found."""
+    with hostfs.root(workspace) as root_fd:
+        for name in os.listdir(root_fd):
+            if name != LOST_FOUND:
+                hostfs.remove_tree(root_fd, name)
 
 
 async def _holds(workspace: Path, view: Manifest) -> bool:
@@ -103,15 +121,19 @@ class StepWorkspace:
             self._views.pop(row["id"], None)
 
     async def prepare(self, row: store.Row) -> None:
-        """Bring the copy here to what ``row`` would start on (an agent's model call lists
-        the workspace as its next step will see it)."""
+        """A copy here for an agent's model call to list (its inputs, or the run's files so
+        far when there is none here). A copy that exists is left as it is: the model call
+        only reads it, and replacing it could pull files from under the run's other model
+        calls measuring the sandbox; the code step it leads to starts on its own view."""
+        if self.backend.workspace(row["session_id"]).exists():
+            return
         if not self.tracked:
-            if not self.backend.workspace(row["session_id"]).exists():
-                await self._claim(row)
-                await self._place_inputs(row)
+            await self._claim(row)
+            await self._place_inputs(row)
             return
         async with self.locks.exclusive(row["session_id"]):
-            if await self._bring_to_view(row) is None:
+            if not self.backend.workspace(row["session_id"]).exists() \
+                    and await self._bring_to_view(row) is None:
                 await self._copy_as_view(row)
 
     async def _bring_to_view(self, row: store.Row) -> Manifest | None:
@@ -192,12 +214,19 @@ class StepWorkspace:
         if here and await _holds(workspace, view):
             self._note(session_id, view.sha256)
             return
-        for _ in range(2):
-            await self.backend.cleanup(session_id)
-            await self._claim(row)
+        for attempt in range(2):
             try:
-                await restore_manifest_into_session(self.objects, self.backend, view,
-                                                    session_id=session_id)
+                if attempt == 0 and here and _live(self.backend, session_id):
+                    # in place: the live session, its mount and uid stay
+                    async with self.backend.hold(session_id):  # no execution meanwhile
+                        await asyncio.to_thread(_clear, workspace)
+                        with contextlib.suppress(Conflict):  # written meanwhile: checked below
+                            await restore(self.objects, view, workspace)
+                else:  # whole: whatever the host kept of it goes (a killed worker's image)
+                    await self.backend.cleanup(session_id)
+                    await self._claim(row)
+                    await restore_manifest_into_session(self.objects, self.backend, view,
+                                                        session_id=session_id)
             except (NotFound, FileNotFoundError) as exc:
                 raise StorageError(
                     f"the run's files cannot be restored on this host: {exc} (needed by its "
