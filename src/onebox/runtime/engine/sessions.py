@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -30,15 +31,17 @@ async def touch_session(conn: store.Conn, session_id: str, run_id: uuid.UUID, ba
 
 async def release_finished_sessions(
     db: Database, backend: SandboxBackend, *, run_id: uuid.UUID | None = None,
-    keep: StepWorkspace | None = None,
+    keep: StepWorkspace | None = None, wait_s: float = 0.0,
 ) -> int:
     """Clean up the sandboxes of finished runs; returns how many sessions were released.
-    With ``keep``, each run's outputs are copied to its object store first."""
+    With ``keep``, each run's outputs are copied to its object store first. A copy another
+    pass (or a late step) of this host is using is left for the next pass, or, within
+    ``wait_s``, waited for (the worker that ends a run returns once it is released)."""
     async with db.connection() as conn:
         sessions = await store.fetch_all(conn, "finished_sessions", {"run_id": run_id})
     released = 0
     for s in sessions:
-        async with _alone(keep, s["id"]) as free:
+        async with _alone(keep, s["id"], wait_s) as free:
             if not free:
                 continue  # a step of this host still uses the copy: the next pass releases it
             if keep is not None:
@@ -114,11 +117,18 @@ async def release_copies_left_here(db: Database, backend: SandboxBackend, *,
 
 
 @contextlib.asynccontextmanager
-async def _alone(keep: StepWorkspace | None, session_id: str) -> AsyncIterator[bool]:
+async def _alone(keep: StepWorkspace | None, session_id: str,
+                 wait_s: float = 0.0) -> AsyncIterator[bool]:
     """Whether this host's copy of the session may be removed now: no step or restore of
-    this host uses it (without step workspaces, nothing here shares copies)."""
+    this host uses it (without step workspaces, nothing here shares copies); waited for up
+    to ``wait_s``."""
     if keep is None:
         yield True
         return
-    async with keep.locks.if_free(session_id) as free:
-        yield free
+    deadline = time.monotonic() + wait_s
+    while True:
+        async with keep.locks.if_free(session_id) as free:
+            if free or time.monotonic() >= deadline:
+                yield free
+                return
+        await asyncio.sleep(0.05)

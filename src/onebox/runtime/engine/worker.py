@@ -113,7 +113,7 @@ class Worker:
                     idle = not self._running
                     if self.run_id is not None and idle and await self._run_done():
                         await release_finished_sessions(self.db, self.backend, run_id=self.run_id,
-                                                        keep=self.workspaces)
+                                                        keep=self.workspaces, wait_s=10.0)
                         break
                 except psycopg.OperationalError as exc:
                     log.warning("database unavailable (%s); worker %s retries", exc, self.owner)
