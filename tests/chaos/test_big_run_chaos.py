@@ -1,9 +1,10 @@
 """Chaos for big runs: a worker is killed (SIGKILL) in the middle of a 400-step fan-out;
 another worker finishes the run, and every step succeeds exactly once.
 
-Each step appends its id to ledger.txt in the run's shared workspace; the join step prints
-the ledger. A step may run twice only if it was in flight when its worker died, and then
-it has a second attempt on record.
+Each step writes its id to its own file under ledger/ (parallel steps writing one file would
+keep only the one later in the plan: docs/runtime.md); the join prints them all. A step may
+run twice only if it was in flight when its worker died, and then it has a second attempt on
+record.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from onebox.runtime.services.service import Runtime
 
 N_WIDE = 400  # wide enough that the kill lands mid-fan-out with hundreds still queued
 PLAN = parse_plan({"steps": [
-    *({"id": f"w{i}", "tool": "bash", "code": f"echo w{i} >> ledger.txt"} for i in range(N_WIDE)),
-    {"id": "join", "tool": "bash", "code": "cat ledger.txt",
+    *({"id": f"w{i}", "tool": "bash", "code": f"mkdir -p ledger; echo w{i} >> ledger/w{i}"}
+      for i in range(N_WIDE)),
+    {"id": "join", "tool": "bash", "code": "cat ledger/*",
      "depends_on": [f"w{i}" for i in range(N_WIDE)]},
 ]})
 
