@@ -21,7 +21,6 @@ row, committed or about to be, references it.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import uuid
 from dataclasses import dataclass
@@ -31,12 +30,11 @@ from typing import Literal
 from onebox.errors import Conflict
 from onebox.objects.base import BLOB_PREFIX, MANIFEST_PREFIX, ObjectStore, manifest_key
 from onebox.sandbox.snapshot_files import WorkspaceChanged
-from onebox.sandbox.snapshot_manifest import Manifest, merge
+from onebox.sandbox.snapshot_manifest import Manifest
 from onebox.sandbox.snapshots import (
     RestoreReport,
     SnapshotInfo,
     capture,
-    load_manifest,
     restore,
     scan,
 )
@@ -199,65 +197,6 @@ async def snapshot_step(
                                    execution_id=execution_id, kind="post",
                                    snapshot_id=snapshot_id)
     return record.id
-
-
-class Unknown(enum.Enum):
-    """A step's 'before' that could not be taken."""
-
-    UNKNOWN = "unknown"
-
-
-UNKNOWN = Unknown.UNKNOWN
-
-
-@dataclass(frozen=True)
-class Commit:
-    """What committing a step's snapshot onto its session's head did."""
-
-    merged_id: uuid.UUID | None  # the merge snapshot, when other hosts had committed meanwhile
-    head_id: uuid.UUID | None  # what it was merged onto
-    conflicts: tuple[str, ...] = ()
-
-
-async def commit_step(
-    db: Database, store: ObjectStore, *, session_id: str, execution_id: uuid.UUID,
-    pre_id: uuid.UUID | None | Unknown, post_id: uuid.UUID,
-) -> Commit:
-    """Make the session's head hold this step's changes and every earlier commit.
-
-    When the head is what the step started from (its 'pre' has the head's content), the
-    step's 'post' holds everything: it becomes the head. Otherwise steps elsewhere (another
-    host, or a step of this host that committed while this one ran) committed meanwhile, or
-    the copy was behind: the step's own changes (``pre`` to ``post``; ``pre`` None: the
-    workspace did not exist before the step) are merged onto the head as a 'merge'
-    snapshot, from manifests alone (every blob is stored already), and that becomes the
-    head. ``UNKNOWN`` (the 'pre' could not be taken): the post becomes the head as it is.
-    One commit per session at a time (an advisory lock), so the heads form one chain."""
-    async with db.transaction() as conn:
-        await rows.lock_session_commits(conn, session_id)
-        head = await rows.head_except(conn, session_id, post_id)
-        pre = None if pre_id is None or pre_id is UNKNOWN else await rows.get(conn, pre_id)
-        if head is None or pre_id is UNKNOWN or (
-                pre is not None and str(pre["sha256"]).strip() == str(head["sha256"]).strip()):
-            await rows.commit(conn, post_id)
-            return Commit(None, None if head is None else head["id"])
-        post = await rows.get(conn, post_id)
-        base = Manifest(()) if pre is None else await load_manifest(
-            store, str(pre["sha256"]).strip())
-        merged = merge(await load_manifest(store, str(head["sha256"]).strip()), base,
-                       await load_manifest(store, str(post["sha256"]).strip()))
-        merged_id = uuid.uuid4()
-        manifest = merged.manifest
-        await rows.register(
-            conn, snapshot_id=merged_id, session_id=session_id, execution_id=execution_id,
-            kind="merge", sha256=manifest.sha256, manifest_key=manifest_key(manifest.sha256),
-            total_bytes=manifest.total_bytes, file_count=len(manifest.files()),
-            object_keys=manifest.object_keys())
-        key = manifest_key(manifest.sha256)
-        if await store.missing([key]):
-            await store.put(key, manifest.to_bytes())
-        await rows.commit(conn, merged_id)
-    return Commit(merged_id, head["id"], merged.conflicts)
 
 
 async def _drop_pre(db: Database, execution_id: uuid.UUID) -> None:

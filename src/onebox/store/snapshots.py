@@ -197,13 +197,6 @@ async def latest_commit(conn: Conn, session_id: str) -> Row | None:
     return None if row is None else dict(row)
 
 
-async def head_except(conn: Conn, session_id: str, not_id: uuid.UUID) -> Row | None:
-    """The session's head, not counting ``not_id``."""
-    cur = await conn.execute(Q["head_except"], {"session_id": session_id, "not_id": not_id})
-    row = await cur.fetchone()
-    return None if row is None else dict(row)
-
-
 async def lock_session_commits(conn: Conn, session_id: str) -> None:
     """One step of the session commits onto its head at a time (until the transaction ends)."""
     await conn.execute(Q["lock_session_commits"], {"session_id": session_id})
@@ -215,13 +208,6 @@ async def commit(conn: Conn, snapshot_id: uuid.UUID) -> Row:
     row = await cur.fetchone()
     assert row is not None, "the snapshot to commit exists"
     return dict(row)
-
-
-async def dependency_commits(conn: Conn, run_id: uuid.UUID, steps: Sequence[str]) -> list[Row]:
-    """For each step (its newest successful attempt): its 'post' snapshot id and when its
-    newest commit (a merge of it, else that post) became the head."""
-    cur = await conn.execute(Q["dependency_commits"], {"run_id": run_id, "steps": list(steps)})
-    return [dict(r) for r in await cur.fetchall()]
 
 
 async def object_keys(conn: Conn, snapshot_id: uuid.UUID) -> list[str]:

@@ -167,13 +167,6 @@ WHERE session_id = %(session_id)s AND committed_at IS NOT NULL
 ORDER BY committed_at DESC
 LIMIT 1;
 
--- name: head_except
--- The session's head, not counting one snapshot.
-SELECT id, kind, sha256, created_at, committed_at FROM onebox.snapshots
-WHERE session_id = %(session_id)s AND committed_at IS NOT NULL AND id <> %(not_id)s
-ORDER BY committed_at DESC
-LIMIT 1;
-
 -- name: lock_session_commits
 -- Held until the transaction ends: one step of a session commits onto its head at a time.
 SELECT pg_advisory_xact_lock(hashtextextended('onebox.session-commit:' || %(session_id)s, 0));
@@ -184,17 +177,6 @@ UPDATE onebox.snapshots
 SET committed_at = clock_timestamp(), status = 'READY', ready_at = coalesce(ready_at, now())
 WHERE id = %(id)s
 RETURNING id, committed_at;
-
--- name: dependency_commits
--- For each of these steps' newest successful attempt: its 'post' snapshot, and when its
--- newest commit (a merge of it, else that post) became the head.
-SELECT t.step_id, t.snapshot_id AS post_id, max(s.committed_at) AS committed_at
-FROM (SELECT DISTINCT ON (step_id) id, step_id, snapshot_id
-      FROM onebox.task_execution
-      WHERE run_id = %(run_id)s AND step_id = ANY(%(steps)s) AND status = 'SUCCESS'
-      ORDER BY step_id, attempt DESC) t
-LEFT JOIN onebox.snapshots s ON s.execution_id = t.id AND s.committed_at IS NOT NULL
-GROUP BY t.step_id, t.snapshot_id;
 
 -- name: object_keys
 SELECT key FROM onebox.snapshot_objects WHERE snapshot_id = %(id)s ORDER BY key;
