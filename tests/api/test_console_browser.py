@@ -236,12 +236,12 @@ async def test_fork_from_a_step_then_compare_with_the_parent_and_replay(
     await page.click("#compare-parent")
     try:
         await page.wait_for_selector("#run-diff [data-step-diff=b][data-same=false]")
-    except playwright_api.TimeoutError:  # say what the page and the API showed instead
+    except playwright_api.TimeoutError as timeout:  # say what the page and the API showed
         fork_id = page.url.rsplit("/", 1)[-1]
         async with api.client() as c:
             body = (await c.get(f"/v1/runs/{run_id}/compare/{fork_id}")).text
         raise AssertionError(f"no differing b; the API says {body[:3000]}; page errors "
-                             f"{page.errors}; page {(await page.inner_text('main'))[:3000]}")
+                             f"{page.errors}; page {(await page.inner_text('main'))[:3000]}") from timeout
     assert await page.get_attribute("#run-diff [data-step-diff=a]", "data-same") == "true"
     assert "+B-forked" in await page.inner_text("#run-diff [data-step-detail=c]")
     await page.click("#replay-run")

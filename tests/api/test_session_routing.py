@@ -202,6 +202,44 @@ async def test_a_stopping_server_hands_its_sessions_to_the_next_request(
     assert cluster.servers[1].has_copy(session) and not cluster.servers[2].has_copy(session)
 
 
+async def test_a_session_held_here_is_served_without_a_routing_query(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holder serves its own sessions without asking the database who holds them (one
+    server, or the holder of a cluster); a server that may have lost its lease asks again."""
+    import time
+
+    from onebox.runtime.services import session_holders as holders
+
+    asked: list[str] = []
+    holder_of = holders.holder_of
+
+    async def counted(db: Database, session_id: str, lease_s: float) -> Any:
+        asked.append(session_id)
+        return await holder_of(db, session_id, lease_s)
+
+    monkeypatch.setattr(holders, "holder_of", counted)
+    holder = cluster.servers[0]
+    async with cluster.client(0) as one, cluster.client(1) as two:
+        session = (await one.post("/v1/sessions")).json()["id"]
+        assert (await _cell(one, session, "1")).status_code == 200  # its sandbox is made
+        for _ in range(100):  # a heartbeat after the session was made
+            if holder.state.local_is_mine_until > time.monotonic():
+                break
+            await asyncio.sleep(0.05)
+        asked.clear()
+        for n in range(5):
+            wrote = await _cell(one, session, f"open('n{n}.txt', 'w').write('{n}')")
+            assert wrote.status_code == 200, wrote.text
+        assert (await one.get(f"/v1/sessions/{session}/files/n4.txt")).text == "4"
+        assert asked == [], "the holder asked who holds its own session"
+        assert (await two.get(f"/v1/sessions/{session}/files/n3.txt")).text == "3"
+        assert session in asked, "another server must still look the holder up"
+        asked.clear()
+        holder.state.local_is_mine_until = 0.0  # as after a freeze: the lease may be gone
+        assert (await one.get(f"/v1/sessions/{session}/files/n2.txt")).text == "2"
+        assert asked == [session]
+
+
 async def test_a_silent_holder_loses_its_session_and_drops_its_copy_when_back(
         db: Database, cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     from onebox.runtime.services import session_holders as holders

@@ -31,7 +31,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import httpx
@@ -42,6 +42,7 @@ from onebox.api.errors import body, with_headers
 from onebox.api.hosts import scope_header
 from onebox.api.state import ApiState
 from onebox.runtime.services import session_holders as holders
+from onebox.store.db import Database
 
 log = logging.getLogger(__name__)
 FORWARDED_BY = b"onebox-forwarded-by"
@@ -98,6 +99,10 @@ class SessionRouter:
                      send: Send) -> None:
         me = state.server
         assert me is not None
+        if time.monotonic() < state.local_is_mine_until \
+                and holders.has_local_copy(state.backend, session_id):
+            await self.app(scope, receive, send)  # held here: no database query
+            return
         lease_s = state.settings.api.server_lease_s
         holding = await holders.holder_of(state.db, session_id, lease_s)
         if holding is None or holding.holder in (None, me.id) or holding.status != "ACTIVE":
@@ -268,7 +273,7 @@ async def join(state: ApiState) -> bool:
         return False
     state.cluster_key = await holders.cluster_key(state.db)
     state.server = holders.identity_for(state.settings)
-    await holders.register(state.db, state.server)
+    await _beat(state, holders.register)
     log.info("API server %s serves its sessions at %s", state.server.id, state.server.url)
     return True
 
@@ -284,11 +289,27 @@ async def keep_joined(state: ApiState, stop: asyncio.Event) -> None:
         if stop.is_set():
             return
         try:
-            await holders.heartbeat(state.db, me)
-            await holders.sweep(state.db, state.backend, me)
+            await _beat(state, holders.heartbeat)
         except Exception as exc:  # noqa: BLE001 - the database comes back; keep beating
             log.warning("API server %s could not heartbeat: %s (retrying)", me.id, exc,
                         exc_info=True)
+
+
+async def _beat(state: ApiState,
+                beat: Callable[[Database, holders.ServerIdentity], Awaitable[None]]) -> None:
+    """Renew this server's row (``beat``: register or heartbeat), then drop the local copies
+    of sessions held elsewhere or ended: every copy left is this server's own until its lease,
+    counted from before the beat, is half over (another server may take a session only once
+    this one has been silent for the whole lease), so requests for them skip the routing
+    query until then. Monotonic time runs on while the process is frozen: a server that was
+    stopped for a lease routes again until its next beat."""
+    me = state.server
+    assert me is not None
+    started = time.monotonic()
+    state.local_is_mine_until = 0.0
+    await beat(state.db, me)
+    await holders.sweep(state.db, state.backend, me)
+    state.local_is_mine_until = started + state.settings.api.server_lease_s / 2
 
 
 async def keep_snapshotted(state: ApiState, stop: asyncio.Event) -> None:

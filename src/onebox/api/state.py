@@ -32,6 +32,9 @@ class ApiState:
     worker_task: asyncio.Task[None] | None = None  # `onebox up`'s in-process worker
     server: ServerIdentity | None = None  # this server in onebox.api_servers, while it serves
     cluster_key: bytes | None = None  # signs and checks forwarded requests (a member's only)
+    # time.monotonic() until which every session with a copy here is held here (set by a
+    # heartbeat and sweep: no other server can take one before this server's lease ends)
+    local_is_mine_until: float = 0.0
     _forwarding: httpx.AsyncClient | None = None
 
     def worker_problem(self) -> str | None:

@@ -66,6 +66,9 @@ class SessionTable:
     def ids(self) -> list[str]:
         return list(self._sessions)
 
+    def has(self, session_id: str) -> bool:
+        return session_id in self._sessions
+
     @contextlib.asynccontextmanager
     async def _lock(self, session_id: str) -> AsyncIterator[None]:
         """The session's own lock. It is dropped only when no one holds or waits for it: a

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from onebox.config import Settings
 from onebox.objects import ObjectStore
-from onebox.processes import pid_alive
+from onebox.processes import key_pid, process_key, process_key_alive
 from onebox.sandbox.base import SandboxBackend
 from onebox.sandbox.snapshot_files import WorkspaceChanged
 from onebox.snapshots.archive import record_snapshot
@@ -59,6 +59,7 @@ class ServerIdentity:
     url: str
     host: str
     settled: bool = True
+    process: str | None = None  # onebox.processes.process_key of this server's process
 
 
 def _url(host: str, port: int) -> str:
@@ -75,14 +76,16 @@ def identity_for(settings: Settings) -> ServerIdentity:
     host = socket.gethostname()
     server_id = f"{host}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     if settings.api.advertise_url:
-        return ServerIdentity(server_id, settings.api.advertise_url.rstrip("/"), host)
+        return ServerIdentity(server_id, settings.api.advertise_url.rstrip("/"), host,
+                              process=process_key())
     bound = settings.api.host
     if bound in ("0.0.0.0", "::", ""):
         try:
             bound = socket.gethostbyname(host)
         except OSError:
             bound = "127.0.0.1"
-    return ServerIdentity(server_id, _url(bound, settings.api.port), host, settled=False)
+    return ServerIdentity(server_id, _url(bound, settings.api.port), host, settled=False,
+                          process=process_key())
 
 
 def settled_at(me: ServerIdentity, local: tuple[str, int] | None) -> ServerIdentity:
@@ -95,9 +98,8 @@ def settled_at(me: ServerIdentity, local: tuple[str, int] | None) -> ServerIdent
     host, port = str(local[0]), int(local[1])
     guessed = urlsplit(me.url).hostname or ""
     if _loopback(host) and not _loopback(guessed):
-        return ServerIdentity(me.id, _url(guessed, port), me.host, settled=False) \
-            if urlsplit(me.url).port != port else me
-    return ServerIdentity(me.id, _url(host, port), me.host)
+        return replace(me, url=_url(guessed, port)) if urlsplit(me.url).port != port else me
+    return replace(me, url=_url(host, port), settled=True)
 
 
 def _loopback(host: str) -> bool:
@@ -118,7 +120,8 @@ class Holding:
     url: str | None
     alive: bool
     silent_s: float | None  # since the holder's last heartbeat; None: it left (or never was)
-    exited_pid: int | None = None  # the holder ran on this host, as this pid, now gone
+    process: str | None = None  # the holder's onebox.processes.process_key
+    exited_pid: int | None = None  # the holder ran on this kernel, as this pid, now gone
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,8 @@ def forward_is_valid(key: bytes, server_id: str, method: str, path: str, proof: 
 
 
 async def register(db: Database, me: ServerIdentity) -> None:
-    await db.fetch(Q["register_server"], {"id": me.id, "url": me.url, "host": me.host})
+    await db.fetch(Q["register_server"], {"id": me.id, "url": me.url, "host": me.host,
+                                          "process": me.process})
 
 
 async def heartbeat(db: Database, me: ServerIdentity) -> None:
@@ -191,20 +195,20 @@ async def holder_of(db: Database, session_id: str, lease_s: float) -> Holding | 
         return None
     silent = row["silent_s"]
     return Holding(str(row["id"]), str(row["status"]), row["holder"], int(row["holder_epoch"]),
-                   row["url"], bool(row["alive"]), None if silent is None else float(silent))
+                   row["url"], bool(row["alive"]), None if silent is None else float(silent),
+                   row["process"])
 
 
 def checked_here(holding: Holding, me: ServerIdentity) -> Holding:
-    """``holding`` as it stands: a holder that ran on this host as a process that has exited
-    (killed, crashed, restarted) is dead now, however recent its last heartbeat; waiting
-    out its lease would only refuse the session's requests meanwhile."""
-    host, _, rest = (holding.holder or "").partition(":")
-    pid = rest.split(":", 1)[0]
-    if not holding.alive or host != me.host or not pid.isdigit() or int(pid) == os.getpid():
+    """``holding`` as it stands: a holder that ran on this kernel and pid namespace as a
+    process that has exited (killed, crashed, restarted; its pid reused by another counts)
+    is dead now, however recent its last heartbeat; waiting out its lease would only refuse
+    the session's requests meanwhile. Anywhere else its heartbeat alone says."""
+    if not holding.alive or holding.holder == me.id:
         return holding
-    if pid_alive(int(pid)):
+    if process_key_alive(holding.process) is not False:
         return holding
-    return replace(holding, alive=False, exited_pid=int(pid))
+    return replace(holding, alive=False, exited_pid=key_pid(holding.process))
 
 
 def why_moved(holding: Holding, lease_s: float) -> str:
@@ -263,6 +267,13 @@ def local_sessions(backend: SandboxBackend) -> list[str]:
     table: Any = getattr(backend, "sessions", None)
     ids = getattr(table, "ids", None)
     return list(ids()) if callable(ids) else []
+
+
+def has_local_copy(backend: SandboxBackend, session_id: str) -> bool:
+    """Whether this server's sandbox has a workspace for the session (no disk access)."""
+    table: Any = getattr(backend, "sessions", None)
+    has = getattr(table, "has", None)
+    return bool(has(session_id)) if callable(has) else False
 
 
 async def sweep(db: Database, backend: SandboxBackend, me: ServerIdentity) -> list[str]:

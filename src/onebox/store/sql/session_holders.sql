@@ -1,8 +1,10 @@
 -- The API servers of one database and the sessions each holds (see migration 0032).
 
 -- name: register_server
-INSERT INTO onebox.api_servers (id, url, host) VALUES (%(id)s, %(url)s, %(host)s)
-ON CONFLICT (id) DO UPDATE SET url = EXCLUDED.url, host = EXCLUDED.host, seen_at = now()
+INSERT INTO onebox.api_servers (id, url, host, process)
+VALUES (%(id)s, %(url)s, %(host)s, %(process)s)
+ON CONFLICT (id) DO UPDATE SET url = EXCLUDED.url, host = EXCLUDED.host,
+                               process = EXCLUDED.process, seen_at = now()
 RETURNING id;
 
 -- name: heartbeat
@@ -13,7 +15,7 @@ DELETE FROM onebox.api_servers WHERE id = %(id)s RETURNING id;
 
 -- name: holder_of
 -- The session's holder, its address and whether it heartbeats within the lease.
-SELECT s.id, s.status, s.holder, s.holder_epoch, a.url,
+SELECT s.id, s.status, s.holder, s.holder_epoch, a.url, a.process,
        (a.id IS NOT NULL AND a.seen_at >= now() - make_interval(secs => %(lease_s)s)) AS alive,
        extract(epoch FROM now() - a.seen_at) AS silent_s
 FROM onebox.sessions s
