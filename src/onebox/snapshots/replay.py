@@ -14,13 +14,13 @@ when there is one, else with the ``files_written`` the step recorded.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from onebox import textdiff
 from onebox.errors import SandboxError, ValidationError
 from onebox.objects.base import ObjectStore
 from onebox.sandbox.base import (
@@ -37,6 +37,7 @@ from onebox.store import snapshots as rows
 from onebox.store.db import Database
 
 STDIO_TAIL_CHARS = 64_000  # the runtime keeps only this much of long outputs
+DIFF_CHARS = 100_000  # of an output's diff (onebox.textdiff bounds its cost before)
 PreSource = Literal["recorded", "derived", "empty"]
 
 
@@ -307,8 +308,5 @@ def _text_diff(recorded: str | None, replayed: str, name: str) -> str:
     recorded = recorded or ""
     if recorded == replayed or (len(recorded) >= STDIO_TAIL_CHARS and replayed.endswith(recorded)):
         return ""
-    lines = difflib.unified_diff(
-        recorded.splitlines(keepends=True), replayed.splitlines(keepends=True),
-        fromfile=f"recorded/{name}", tofile=f"replayed/{name}",
-    )
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return textdiff.unified(recorded, replayed, f"recorded/{name}", f"replayed/{name}",
+                            max_chars=DIFF_CHARS)[0]

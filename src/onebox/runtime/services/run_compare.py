@@ -21,22 +21,23 @@ attempt it was copied from. The replay is recorded as a new run (``request.repla
 
 from __future__ import annotations
 
-import difflib
+import contextlib
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from onebox import textdiff
 from onebox.errors import Conflict, NotFound
 from onebox.objects.base import ObjectStore
 from onebox.runtime.engine import submit
 from onebox.runtime.engine.archive import finish_run, output_hash
-from onebox.runtime.services import workspace_diff
+from onebox.runtime.services import session_service, tenant_sessions, workspace_diff
 from onebox.sandbox.base import SandboxBackend
 from onebox.sandbox.capture import safe_text
 from onebox.sandbox.snapshot_manifest import Manifest, diff
 from onebox.sandbox.snapshots import load_manifest
-from onebox.snapshots.replay import STDIO_TAIL_CHARS, ReplayReport, replay
+from onebox.snapshots.replay import STDIO_TAIL_CHARS, ReplayReport, new_session_id, replay
 from onebox.store import runs as store
 from onebox.store.db import Database, Row
 from onebox.store.queries import load_queries
@@ -61,15 +62,13 @@ async def _attempts(db: Database, run_id: uuid.UUID) -> list[Row]:
 
 
 def text_diff(a: str | None, b: str | None, name: str) -> dict[str, Any]:
-    """A unified diff of two texts, cut at ``MAX_TEXT_DIFF_CHARS`` (and said so)."""
+    """A unified diff of two texts, bounded before it is computed (onebox.textdiff) and cut
+    at ``MAX_TEXT_DIFF_CHARS`` (and said so)."""
     if (a or "") == (b or ""):
         return {"same": True, "diff": "", "cut": False}
-    lines = difflib.unified_diff((a or "").splitlines(keepends=True),
-                                 (b or "").splitlines(keepends=True),
-                                 fromfile=f"a/{name}", tofile=f"b/{name}")
-    text = "".join(lines)
-    return {"same": False, "diff": text[:MAX_TEXT_DIFF_CHARS],
-            "cut": len(text) > MAX_TEXT_DIFF_CHARS}
+    text, cut = textdiff.unified(a or "", b or "", f"a/{name}", f"b/{name}",
+                                 max_chars=MAX_TEXT_DIFF_CHARS)
+    return {"same": False, "diff": text, "cut": cut}
 
 
 def _side(row: Row | None) -> dict[str, Any] | None:
@@ -191,7 +190,41 @@ async def replay_run(db: Database, backend: SandboxBackend, objects: ObjectStore
     if run["status"] not in store.TERMINAL_RUN_STATES:
         raise Conflict(f"run {run_id} is {run['status']}: replay a run once it has ended",
                        field="run_id")
-    steps, first, done = [], None, []
+    async with _session_slot(db, backend, tenant_id):
+        steps, first, done, attempts = await _replay_steps(db, backend, objects, run_id,
+                                                           on_step)
+    replayed = [s for s in steps if s["replayed"]]
+    result = {"run_id": str(run_id), "steps": steps, "replayed": len(replayed),
+              "matches": sum(1 for s in replayed if s["match"]), "model_calls": 0,
+              "first_difference": first}
+    result["replay_run_id"] = str(await _record_replay(db, run, attempts, done, result))
+    return result
+
+
+@contextlib.asynccontextmanager
+async def _session_slot(db: Database, backend: SandboxBackend,
+                        tenant_id: str) -> AsyncIterator[None]:
+    """One of the tenant's live-session slots (``sandbox.max_sessions_per_tenant``) for as
+    long as a replay runs its sandboxes (one at a time): a tenant at its share is refused
+    (429), as when it opens a session. The slot is owned by this process: if it dies
+    mid-replay, the next sweep on its sandbox dir releases it."""
+    slot = new_session_id("replay")
+    await tenant_sessions.insert_session(db, slot, backend.name, tenant_id,
+                                         session_service.session_share(backend),
+                                         owner=backend.local_owner())
+    try:
+        yield
+    finally:
+        await tenant_sessions.release_session(db, slot, tenant_id)
+
+
+async def _replay_steps(db: Database, backend: SandboxBackend, objects: ObjectStore,
+                        run_id: uuid.UUID, on_step: Callable[[dict[str, Any]], None] | None,
+                        ) -> tuple[list[dict[str, Any]], dict[str, Any] | None,
+                                   list[tuple[Row, uuid.UUID, ReplayReport]], list[Row]]:
+    steps: list[dict[str, Any]] = []
+    first: dict[str, Any] | None = None
+    done: list[tuple[Row, uuid.UUID, ReplayReport]] = []
     attempts = await _attempts(db, run_id)
     for row in attempts:
         source = (row["details"] or {}).get("inherited_from")
@@ -213,12 +246,7 @@ async def replay_run(db: Database, backend: SandboxBackend, objects: ObjectStore
         steps.append(entry)
         if on_step is not None:
             on_step(entry)
-    replayed = [s for s in steps if s["replayed"]]
-    result = {"run_id": str(run_id), "steps": steps, "replayed": len(replayed),
-              "matches": sum(1 for s in replayed if s["match"]), "model_calls": 0,
-              "first_difference": first}
-    result["replay_run_id"] = str(await _record_replay(db, run, attempts, done, result))
-    return result
+    return steps, first, done, attempts
 
 
 def _difference(step_id: str, execution: uuid.UUID, report: ReplayReport) -> dict[str, Any]:

@@ -59,14 +59,14 @@ async def create_session(db: Database, backend: SandboxBackend, tenant_id: str,
     chosen = None if environment is None else await environments.layer(
         db, environments.backend_settings(backend), tenant_id, environment)
     row = await rows.insert_session(db, new_session_id(), backend.name, tenant_id,
-                                    _session_share(backend), holder=holder,
+                                    session_share(backend), holder=holder,
                                     owner=backend.local_owner() if owned else None, e2b=e2b)
     if chosen is not None:
         await environments.set_session_environment(db, row["id"], chosen)
     return {**row, "environment": environments.layer_json(chosen)}
 
 
-def _session_share(backend: SandboxBackend) -> int:
+def session_share(backend: SandboxBackend) -> int:
     """The live sessions one tenant may hold (the operator's setting of this backend)."""
     settings = getattr(backend, "settings", None)
     sandbox = settings.sandbox if isinstance(settings, Settings) else SandboxSettings()

@@ -10,7 +10,8 @@ newest after-step snapshot of the run taken before it, else an empty workspace. 
 
 Both manifests and every blob read are verified against their sha256 by the object store.
 Files added, removed or changed are listed (path, type, sizes, sha256s), at most
-``MAX_LISTED``; a unified diff (difflib) is made for at most ``MAX_TEXT_FILES`` text files
+``MAX_LISTED``; a unified diff (onebox.textdiff, bounded before it is computed) is made
+for at most ``MAX_TEXT_FILES`` text files
 of at most ``MAX_TEXT_BYTES`` each and ``MAX_TEXT_LINES`` lines, and at most
 ``MAX_DIFF_CHARS`` of diff text in all; anything past a bound says so in ``note``.
 """
@@ -18,11 +19,11 @@ of at most ``MAX_TEXT_BYTES`` each and ``MAX_TEXT_LINES`` lines, and at most
 from __future__ import annotations
 
 import asyncio
-import difflib
 import uuid
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
+from onebox import textdiff
 from onebox.errors import NotFound
 from onebox.objects.base import ObjectStore, blob_key, manifest_key
 from onebox.sandbox.snapshot_manifest import Entry, Manifest, diff
@@ -265,6 +266,4 @@ async def _text(store: ObjectStore, entry: Entry) -> str | None:
 
 
 def _unified(path: str, old: str, new: str) -> str:
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                 fromfile=f"a/{path}", tofile=f"b/{path}")
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return textdiff.unified(old, new, f"a/{path}", f"b/{path}", max_chars=MAX_DIFF_CHARS)[0]
