@@ -5,9 +5,11 @@ and workspaces live in ``/var/lib/onebox/homes/<hash of home>`` (see
 ``Settings.sandbox_dir``). Each such dir records its home's path in a ``home`` file. When a
 backend starts, sibling dirs whose recorded home no longer exists are removed with their
 workspaces, and the session uids those workspaces held are freed (their processes killed
-first). A dir is left alone while any onebox process holds one of its owner locks, while
-anything is mounted below it, when its record is missing (an older onebox: nothing says
-whose it is), does not match its name, or is younger than a minute. Hosts that share the
+first). What a killed onebox left mounted below the dir (workspace images, its run dir, its
+warm pool) is unmounted first: no live process holds the dir, so the mounts are leftovers,
+and keeping them kept a tenant's files on disk for good. A dir is left alone while any
+onebox process holds one of its owner locks, when its record is missing (an older onebox:
+nothing says whose it is), does not match its name, or is younger than a minute. Hosts that share the
 dir start together and may reclaim the same one: a dir another start removed first is
 skipped, never a reason for this start to fail.
 """
@@ -18,7 +20,9 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -30,6 +34,7 @@ logger = logging.getLogger(__name__)
 HOMES = Path("/var/lib/onebox/homes")
 RECORD = "home"
 RECORD_GRACE_S = 60.0
+_OCTAL = re.compile(r"\\([0-7]{3})")  # mountinfo writes a space in a path as \040
 MAX_DIRS_PER_START = 256  # the sweep's bound: a start never walks more sibling dirs than this
 
 
@@ -87,7 +92,7 @@ def _orphaned(state_dir: Path) -> bool:
         return False
     if os.path.lexists(home):
         return False
-    return not _live_owner(state_dir / "owners") and not _mounts_below(state_dir)
+    return not _live_owner(state_dir / "owners")
 
 
 def _reclaim_one(state_dir: Path, identities: SessionIdentities) -> bool:
@@ -97,6 +102,8 @@ def _reclaim_one(state_dir: Path, identities: SessionIdentities) -> bool:
             logger.warning("not reclaiming %s: processes of session uid %s outlive SIGKILL",
                            state_dir, uid)
             return False
+    if not _unmount_below(state_dir):
+        return False
     with contextlib.suppress(FileNotFoundError):  # gone meanwhile: another start took it
         logger.info("reclaiming %s: its home %s is gone", state_dir,
                     (state_dir / RECORD).read_text(errors="replace"))
@@ -120,13 +127,25 @@ def _live_owner(owners: Path) -> bool:
     return False
 
 
-def _mounts_below(path: Path) -> bool:
+def _mounts_below(path: Path) -> list[str]:
+    """The mount points at or below ``path``, deepest first."""
     prefix = str(path) + "/"
+    points = []
     with contextlib.suppress(OSError), open("/proc/self/mountinfo", encoding="utf-8") as fh:
         for line in fh:
-            point = line.split()[4]
+            point = _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), line.split()[4])
             if point == str(path) or point.startswith(prefix):
-                logger.warning("not reclaiming %s: %s is mounted below it (umount it)", path,
-                               point)
-                return True
-    return False
+                points.append(point)
+    return sorted(set(points), key=lambda p: p.count("/"), reverse=True)
+
+
+def _unmount_below(path: Path) -> bool:
+    """Detach every mount at or below ``path`` (lazily: nothing of the dead owner may hold
+    one busy); False, with a warning, when one stays."""
+    for point in _mounts_below(path):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    left = _mounts_below(path)
+    if left:
+        logger.warning("not reclaiming %s: %s stays mounted below it (umount it)", path,
+                       ", ".join(left[:3]))
+    return not left
