@@ -40,6 +40,13 @@ class SandboxSettings(BaseModel):
     uid_registry: Path = Field(
         Path("/var/lib/onebox/session-uids"),
         description="machine-wide record of the session uids in use (as root only)")
+    uid_slots_dir: Path | None = Field(
+        None, description="a directory every onebox process of one machine shares (in "
+        "Kubernetes a hostPath): each process locks one of uid_slots slots there and hands "
+        "out session uids from that slice of the range only, so processes with separate uid "
+        "registries (pods) never give one host uid to two sessions; unset: one registry")
+    uid_slots: int = Field(16, ge=1, le=4096,
+                           description="how many slices uid_slots_dir splits the range into")
     root: Path | None = Field(
         None, description="where run dirs, disk images and the pool live; default "
         "<home>/sandbox, or, as root with a home other users cannot traverse (/root/.onebox), "

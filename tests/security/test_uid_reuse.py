@@ -182,3 +182,31 @@ def test_a_dir_another_server_reclaims_first_does_not_stop_this_start(
     removed = homes.start(root / homes.dir_name(me), me, ids, homes=root)
     assert not any(d.exists() for d in orphans)
     assert orphans[0] in removed and orphans[2] in removed
+
+
+def test_pods_with_their_own_registries_never_share_a_uid(tmp_path: Path) -> None:
+    """Kubernetes: each pod keeps its own registry (an emptyDir), and two pods on one node
+    gave one host uid to two tenants' sessions. With a slots dir every process of the
+    machine shares (a hostPath), each process takes a slice of the range of its own."""
+    def pod(n: int, slots_dir: Path | None) -> SessionIdentities:
+        return SessionIdentities(tmp_path / f"registry-{n}-{slots_dir is not None}", UID,
+                                 UID + 7, slots_dir=slots_dir, slots=2)
+
+    def claimed(ids: SessionIdentities, n: int) -> int:
+        workspace = tmp_path / f"ws-{n}-{id(ids)}"
+        workspace.mkdir()
+        return ids.claim(workspace)[0]
+
+    alone = [pod(n, None) for n in range(2)]
+    assert claimed(alone[0], 0) == claimed(alone[1], 1), "the probe: the old collision"
+    slots = tmp_path / "node-slots"
+    first, second = pod(0, slots), pod(1, slots)
+    assert (first.uid_min, first.uid_max, second.uid_min, second.uid_max) == \
+        (UID, UID + 3, UID + 4, UID + 7)
+    ours = {claimed(first, n) for n in range(4)}
+    theirs = {claimed(second, n + 4) for n in range(4)}
+    assert not ours & theirs
+    with pytest.raises(SandboxUnavailable, match="UID_SLOTS"):
+        pod(2, slots)  # a third process: both slots held
+    first.close()  # its process ended: the kernel dropped its lock
+    assert pod(3, slots).uid_min == UID

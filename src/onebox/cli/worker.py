@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from pathlib import Path
 
 import click
 
@@ -24,14 +25,19 @@ def register(main: click.Group) -> None:
               help="on SIGTERM, how long running steps may take to finish before their leases "
               "are released")
 @click.option("--name", help="worker name recorded in leases and events (default host:pid:id)")
-def worker_cmd(concurrency: int | None, drain_s: float, name: str | None) -> None:
+@click.option("--alive-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="touch this file on every heartbeat pass (runtime.heartbeat_s), for a "
+              "liveness probe that reads its age")
+def worker_cmd(concurrency: int | None, drain_s: float, name: str | None,
+               alive_file: Path | None) -> None:
     """Run steps from the queue; any number of workers can share one database."""
     settings = common.settings()
-    common.run(serve_worker(settings, concurrency=concurrency, drain_s=drain_s, name=name))
+    common.run(serve_worker(settings, concurrency=concurrency, drain_s=drain_s, name=name,
+                            alive_file=alive_file))
 
 
 async def serve_worker(settings: Settings, *, concurrency: int | None, drain_s: float,
-                       name: str | None) -> None:
+                       name: str | None, alive_file: Path | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -39,6 +45,7 @@ async def serve_worker(settings: Settings, *, concurrency: int | None, drain_s: 
     async with await Runtime.open(settings) as rt:
         worker = Worker(rt.db, rt.backend, settings, concurrency=concurrency, name=name,
                         objects=rt.objects)
+        worker.alive_file = alive_file
         common.err.print(f"worker {worker.owner} started (concurrency {worker.concurrency}, "
                          f"backend {rt.backend.name}); SIGTERM drains", markup=False)
         await worker.serve(stop, drain_s=drain_s)

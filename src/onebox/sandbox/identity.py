@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import signal
@@ -35,6 +36,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from onebox.errors import SandboxUnavailable
 
@@ -72,10 +74,14 @@ class SessionIdentities:
     """Allocates, adopts and frees the host identity of session workspaces."""
 
     def __init__(self, registry: Path, uid_min: int, uid_max: int, *,
-                 subid_files: tuple[Path, ...] = SUBID_FILES) -> None:
+                 subid_files: tuple[Path, ...] = SUBID_FILES,
+                 slots_dir: Path | None = None, slots: int = 1) -> None:
         self.registry = registry
-        self.uid_min, self.uid_max = uid_min, uid_max
         self.per_session = os.geteuid() == 0
+        self._slot_fd = -1
+        if self.per_session and slots_dir is not None:
+            self._slot_fd, uid_min, uid_max = _take_slot(slots_dir, slots, uid_min, uid_max)
+        self.uid_min, self.uid_max = uid_min, uid_max
         self._next = uid_min
         self.delegated = _delegated_spans(uid_min, uid_max, subid_files) if self.per_session else ()
         self._taken = (_local_ids(uid_min, uid_max).union(*(range(lo, hi + 1)
@@ -85,6 +91,12 @@ class SessionIdentities:
             registry.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(registry, 0o700)
             self._sweep(min_age_s=MARKER_GRACE_S)  # markers of deleted homes and workspaces
+
+    def close(self) -> None:
+        """Give this process's slot of the machine's uid range back (see uid_slots_dir)."""
+        if self._slot_fd >= 0:
+            os.close(self._slot_fd)
+            self._slot_fd = -1
 
     def info(self) -> IdentityInfo:
         fixed = None if self.per_session else (os.getuid(), os.getgid())
@@ -228,6 +240,46 @@ class SessionIdentities:
             if _stale(marker, int(marker.name)):
                 logger.info("freeing session uid %s: its workspace is gone", marker.name)
                 marker.unlink(missing_ok=True)
+
+
+def identities_for(cfg: SandboxSettingsLike) -> SessionIdentities:
+    """The session identities a backend with these settings hands out."""
+    return SessionIdentities(cfg.uid_registry, cfg.session_uid_min, cfg.session_uid_max,
+                             slots_dir=cfg.uid_slots_dir, slots=cfg.uid_slots)
+
+
+class SandboxSettingsLike(Protocol):
+    uid_registry: Path
+    session_uid_min: int
+    session_uid_max: int
+    uid_slots_dir: Path | None
+    uid_slots: int
+
+
+def _take_slot(slots_dir: Path, slots: int, uid_min: int, uid_max: int) -> tuple[int, int, int]:
+    """Lock the first free slot of ``slots_dir`` (held while this process lives: the kernel
+    drops a dead process's lock, whatever container it ran in) and return its descriptor and
+    the slice of uid_min..uid_max it owns."""
+    size = (uid_max - uid_min + 1) // slots
+    if size < 1:
+        raise SandboxUnavailable(f"sandbox.uid_slots ({slots}) is larger than the session uid "
+                                 f"range {uid_min}-{uid_max}: lower it or widen the range")
+    slots_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for slot in range(slots):
+        fd = os.open(slots_dir / f"{slot}.lock",
+                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        lo = uid_min + slot * size
+        logger.info("session uids from slot %d of %s: %d-%d", slot, slots_dir, lo, lo + size - 1)
+        return fd, lo, lo + size - 1
+    raise SandboxUnavailable(
+        f"all {slots} slots of the session uid range in {slots_dir} are held by other onebox "
+        "processes of this machine: raise sandbox.uid_slots (ONEBOX_SANDBOX__UID_SLOTS) or run "
+        "fewer onebox processes (pods) on it")
 
 
 def make_run_dir(run_dir: Path, gid: int | None) -> None:

@@ -41,8 +41,8 @@ from onebox.sandbox.cgroups import CgroupManager, CgroupUsage
 from onebox.sandbox.disk import LoopDiskQuota
 from onebox.sandbox.egress import EgressLimits, EgressProxy, ExecutionEgress
 from onebox.sandbox.identity import (
-    SessionIdentities,
     ensure_reachable,
+    identities_for,
     make_run_dir,
 )
 from onebox.sandbox.interpreter_sessions import SessionInterpreters
@@ -91,9 +91,7 @@ class BwrapSandbox(SandboxBackend):
         self.run_root = self.state_dir / "run" / self.owner_lock.token
         self.bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
         self.owner = (os.getuid(), os.getgid())
-        self.identities = SessionIdentities(
-            self.cfg.uid_registry, self.cfg.session_uid_min, self.cfg.session_uid_max
-        )
+        self.identities = identities_for(self.cfg)
         self._run_tmpfs = False
         self.layout = host_layout()
         self.cgroups = CgroupManager.detect(f"{os.getpid()}-{next(_instances)}")
@@ -229,6 +227,7 @@ class BwrapSandbox(SandboxBackend):
         await self.successors.close()
         await self.sessions.close()
         await self.egress.close()
+        self.identities.close()
         for session_id in self.sessions.ids():
             for blocked in self._running.get(session_id, ()):
                 kill_tree(blocked)

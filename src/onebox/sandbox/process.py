@@ -32,8 +32,8 @@ from onebox.sandbox.base import ExecRequest, ExecResult, Health, OutputSink, San
 from onebox.sandbox.capture import BoundedCapture
 from onebox.sandbox.identity import (
     Owner,
-    SessionIdentities,
     ensure_reachable,
+    identities_for,
     make_run_dir,
 )
 from onebox.sandbox.sessions import SessionTable
@@ -97,9 +97,7 @@ class ProcessSandbox(SandboxBackend):
         self.settings = settings
         self.cfg = settings.sandbox
         self.fallback_reason = fallback_reason
-        self.identities = SessionIdentities(
-            self.cfg.uid_registry, self.cfg.session_uid_min, self.cfg.session_uid_max
-        )
+        self.identities = identities_for(self.cfg)
         self.run_root = settings.sandbox_dir / "process-run"
         self.run_root.mkdir(parents=True, exist_ok=True)
         homes.start(settings.sandbox_dir, settings.home, self.identities)  # of deleted homes
@@ -159,6 +157,7 @@ class ProcessSandbox(SandboxBackend):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pgid, signal.SIGKILL)
         await self.sessions.close()
+        self.identities.close()
 
     def _command(self, request: ExecRequest, run_dir: Path) -> list[str]:
         argv, entry = policy.command_for(request)

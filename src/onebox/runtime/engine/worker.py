@@ -16,6 +16,7 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -90,6 +91,8 @@ class Worker:
                                  self._exec_tasks, self._stop_reasons, db=db)
         self.kind_worker = kinds.Worker(db, settings, backend, self.runner, self.chat_model)
         self._wake = asyncio.Event()
+        # touched on every heartbeat pass: a liveness probe reads its age (`--alive-file`)
+        self.alive_file: Path | None = None
 
     @property
     def running(self) -> int:
@@ -269,6 +272,7 @@ class Worker:
         interval = self.settings.runtime.heartbeat_s
         last_chores = 0.0
         while True:
+            self._touch_alive()
             await asyncio.sleep(interval)
             try:
                 await self._renew()
@@ -279,6 +283,14 @@ class Worker:
                     await self._chores()
             except (psycopg.Error, OneboxError) as exc:
                 log.warning("heartbeat of worker %s failed: %s (retrying)", self.owner, exc)
+
+    def _touch_alive(self) -> None:
+        if self.alive_file is None:
+            return
+        try:
+            self.alive_file.touch()
+        except OSError as exc:  # a full disk: the probe will say so by restarting the pod
+            log.warning("worker %s could not touch %s: %s", self.owner, self.alive_file, exc)
 
     async def _chores(self) -> None:
         """Every few seconds: the models this worker serves; stale runs and due schedules
