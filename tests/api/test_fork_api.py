@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from api_helpers import Api, wait_status
 
 PLAN = {"steps": [
@@ -63,3 +64,33 @@ async def test_replay_and_compare_over_http(api: Api) -> None:
         found = (await client.get(f"/v1/runs/{run}/compare/{made['run_id']}")).json()
         assert found["first_difference"] == "b" and found["differing"] == ["b", "c"]
         assert (await other.get(f"/v1/runs/{run}/compare/{made['run_id']}")).status_code == 404
+
+
+async def test_a_replay_longer_than_the_servers_wait_is_followed_to_its_report(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The POST answers 202 with the report so far when the replay run outlives `wait_s`;
+    the SDK then follows the run and reads its report."""
+    from onebox.client import Client, spec
+
+    async with api.client() as client, api.client("globex") as other:
+        run = (await client.post("/v1/runs", json={"plan": {"name": "slowish", "steps": [
+            {"id": "s", "tool": "bash", "code": "sleep 1.5; echo ok"}]}})).json()["run_id"]
+        await wait_status(client, run, "SUCCEEDED")
+        early = await client.post(f"/v1/runs/{run}/replay", params={"wait_s": 0})
+        assert early.status_code == 202, early.text
+        assert early.json()["status"] in ("PENDING", "RUNNING")
+        assert early.json()["steps"][0]["match"] is None
+        replay_id = early.json()["replay_run_id"]
+        await wait_status(client, replay_id, "SUCCEEDED")
+        report = (await client.get(f"/v1/runs/{replay_id}/replay-report")).json()
+        assert (report["status"], report["matches"], report["replayed"]) == ("SUCCEEDED", 1, 1)
+        assert (await other.get(f"/v1/runs/{replay_id}/replay-report")).status_code == 404
+
+    monkeypatch.setattr(spec, "REPLAY_WAIT_S", 0.0)
+
+    def sdk_replay() -> dict:
+        with Client(api.url, api_key=api.keys["acme"]) as sdk:
+            return dict(sdk.runs.replay(run))
+
+    report = await asyncio.to_thread(sdk_replay)
+    assert (report["status"], report["matches"]) == ("SUCCEEDED", 1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,7 +103,10 @@ TEN = {"name": "ten", "steps": [
 
 async def test_a_deterministic_run_replays_as_ten_matches_and_a_clock_step_differs(
         db: Database, backend: SandboxBackend, settings: Settings, tmp_path: Path) -> None:
-    from onebox.runtime.services.run_compare import replay_run
+    from onebox.runtime.services.replays import replay_here
+
+    async def replay_run(*args: Any) -> dict[str, Any]:
+        return await replay_here(db, backend, objects, settings, *args[3:])
 
     objects = FsObjectStore(tmp_path / "objects", fsync=False)
     steady = (await submit_plan(db, settings, parse_plan(TEN))).run_id

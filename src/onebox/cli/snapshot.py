@@ -241,7 +241,7 @@ def replay_cmd(target: str, keep_session: bool, as_json: bool) -> None:
     Exit code 0 when everything matches, 1 when something differs.
     """
     from onebox.runtime.engine.archive import output_hash
-    from onebox.runtime.services.run_compare import replay_run
+    from onebox.runtime.services import replays
     from onebox.sandbox.registry import get_backend
     from onebox.snapshots.replay import replay
 
@@ -253,8 +253,9 @@ def replay_cmd(target: str, keep_session: bool, as_json: bool) -> None:
             async with opened(cfg) as (db, store):
                 run_id = await _run_of(db, target)
                 if run_id is not None:
-                    return await replay_run(db, backend, store, run_id, "default",
-                                            on_step=None if as_json else _print_replayed_step)
+                    return await replays.replay_here(
+                        db, backend, store, cfg, run_id, "default",
+                        on_step=None if as_json else _print_replayed_step)
                 exec_id = await resolve_id(db, target, kind="execution")
                 return await replay(db, backend, store, exec_id, hash_output=output_hash,
                                     keep_session=keep_session)

@@ -19,6 +19,7 @@ from onebox.client import spec
 from onebox.client.errors import from_response, unreachable
 from onebox.client.spec import Call, seg
 from onebox.client.types import (
+    TERMINAL,
     CellOutput,
     Event,
     ExecResult,
@@ -185,9 +186,15 @@ class Runs:
     async def retry(self, run_id: str) -> Json:
         return await self._action(run_id, "retry")
 
-    async def replay(self, run_id: str) -> Json:
+    async def replay(self, run_id: str, timeout_s: float = 600.0) -> Json:
         """:meth:`onebox.client.Client.replay`, awaited."""
-        return await self._action(run_id, "replay")
+        report = dict(await self._c.json(Call(
+            "POST", f"/v1/runs/{seg(run_id)}/replay", params={"wait_s": spec.REPLAY_WAIT_S})))
+        if report["status"] in TERMINAL:
+            return report
+        await self.wait(report["replay_run_id"], timeout_s)
+        return dict(await self._c.json(Call(
+            "GET", f"/v1/runs/{seg(report['replay_run_id'])}/replay-report")))
 
     async def compare(self, run_a: str, run_b: str) -> Json:
         """Two runs step by step (``onebox diff``)."""

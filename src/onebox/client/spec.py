@@ -19,6 +19,9 @@ DEFAULT_URL = "http://127.0.0.1:8420"
 ADDRESS_FILE = "server-address"
 NDJSON = "application/x-ndjson"
 TERMINAL_EVENTS = frozenset({"run_succeeded", "run_failed", "run_cancelled", "run_dead"})
+# a replay's POST waits this long on the server (under the client's default read timeout);
+# a longer replay is followed as the run it is
+REPLAY_WAIT_S = 45.0
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from onebox.client import spec
 from onebox.client.errors import from_response, unreachable
 from onebox.client.spec import Call, seg
 from onebox.client.types import (
+    TERMINAL,
     CellOutput,
     Event,
     ExecResult,
@@ -184,10 +185,17 @@ class Runs:
     def retry(self, run_id: str) -> Json:
         return self._action(run_id, "retry")
 
-    def replay(self, run_id: str) -> Json:
-        """Re-run every code step of a finished run from its own inputs; per-step matches
-        and the first difference."""
-        return self._action(run_id, "replay")
+    def replay(self, run_id: str, timeout_s: float = 600.0) -> Json:
+        """Re-run every code step of a finished run from its own inputs (a replay run the
+        server's workers execute); per-step matches and the first difference, once the
+        replay run has ended (up to ``timeout_s``)."""
+        report = dict(self._c.json(Call(
+            "POST", f"/v1/runs/{seg(run_id)}/replay", params={"wait_s": spec.REPLAY_WAIT_S})))
+        if report["status"] in TERMINAL:
+            return report
+        self.wait(report["replay_run_id"], timeout_s)
+        return dict(self._c.json(Call(
+            "GET", f"/v1/runs/{seg(report['replay_run_id'])}/replay-report")))
 
     def compare(self, run_a: str, run_b: str) -> Json:
         """Two runs step by step (``onebox diff``)."""

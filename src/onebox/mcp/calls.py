@@ -18,7 +18,7 @@ from onebox.knowledge import tenant_service as tenant_knowledge
 from onebox.mcp.state import McpState
 from onebox.runtime.engine import run_files, run_outputs
 from onebox.runtime.engine.run_files import RunFile
-from onebox.runtime.services import forks, run_compare
+from onebox.runtime.services import forks, replays, run_compare
 from onebox.runtime.services import run_service as tenant_runs
 from onebox.runtime.services import runs as runtime_runs
 from onebox.runtime.services import session_service as sessions
@@ -217,10 +217,11 @@ async def fork(state: McpState, tenant_id: str, run_id: str, at: str,
 
 
 async def replay(state: McpState, tenant_id: str, run_id: str) -> dict[str, Any]:
-    """Every code step of a finished run replayed from its own inputs (run_compare)."""
+    """Every code step of a finished run replayed from its own inputs, as a run the
+    server's worker executes (runtime/services/replays); waits for it up to two minutes."""
     rt = state.runtime
-    report = await run_compare.replay_run(rt.db, rt.backend, rt.objects, run_uuid(run_id),
-                                          tenant_id)
+    replay_id = await replays.queue_replay(rt.db, run_uuid(run_id), tenant_id)
+    report = await replays.wait_for_replay(rt.db, replay_id, tenant_id, 120.0)
     first = report["first_difference"]
     if first is not None:
         first = {**first, "stdout_diff": clip(first["stdout_diff"]),

@@ -22,7 +22,7 @@ from onebox.api.state import ApiState
 from onebox.errors import ValidationError
 from onebox.runtime.engine import event_log, run_outputs
 from onebox.runtime.engine import run_files as inputs_of
-from onebox.runtime.services import api_keys, forks, run_compare, tenant_sessions
+from onebox.runtime.services import api_keys, forks, replays, run_compare, tenant_sessions
 from onebox.runtime.services import run_service as service
 from onebox.runtime.services import runs as runtime_runs
 from onebox.runtime.services import session_service as sessions
@@ -181,10 +181,24 @@ async def fork(run_id: uuid.UUID, body: ForkRun, state: State, caller: Caller) -
 
 
 @router.post("/{run_id}/replay", summary="Re-run every code step of a finished run from "
-             "its own before-step snapshot (no model is asked) and report the matches")
-async def replay(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
-    return await run_compare.replay_run(state.db, state.backend, state.objects(), run_id,
-                                        caller.tenant_id)
+             "its own before-step snapshot (no model is asked) and report the matches",
+             responses={202: {"description": "the replay run is still running after `wait_s`:"
+                              " the report so far (poll GET /v1/runs/{replay_run_id})"}})
+async def replay(run_id: uuid.UUID, state: State, caller: Caller, response: Response,
+                 wait_s: Annotated[float, Query(ge=0, le=600, description=(
+                     "how long to wait for the replay run (workers execute it) before "
+                     "answering with the report so far"))] = 120.0) -> dict[str, Any]:
+    replay_id = await replays.queue_replay(state.db, run_id, caller.tenant_id)
+    report = await replays.wait_for_replay(state.db, replay_id, caller.tenant_id, wait_s)
+    if not replays.ended(report):
+        response.status_code = 202
+    return report
+
+
+@router.get("/{run_id}/replay-report", summary="What a replay run found, so far while it "
+            "runs: per step whether it was re-executed and matched, the first difference")
+async def replay_report(run_id: uuid.UUID, state: State, caller: Caller) -> dict[str, Any]:
+    return await replays.replay_report(state.db, run_id, caller.tenant_id)
 
 
 @router.get("/{run_id}/compare/{other_id}", summary="Two runs step by step: status, "

@@ -49,3 +49,44 @@ SELECT run_id, session_id, trace_id, id, 'step_replayed',
        jsonb_build_object('step_id', step_id, 'execution_id', id::text,
                           'from_execution_id', %(original)s::text, 'match', %(match)s::boolean)
 FROM ins;
+
+-- name: queue_replay_attempt
+-- A code step a replay re-executes, queued in the replay's run for a worker to claim: the
+-- original's row with details.replay_of naming the attempt whose inputs it re-runs (the
+-- original's own, or the one a fork inherited it from) and no result yet; its step_queued
+-- event and a wake-up for idle workers.
+WITH ins AS (
+    INSERT INTO onebox.task_execution
+        (id, run_id, plan_id, session_id, trace_id, step_id, step_number, attempt, tool_name,
+         input_hash, status, details, max_attempts, available_at)
+    SELECT %(id)s, %(run_id)s, %(plan_id)s, %(session_id)s, %(trace_id)s, p.step_id,
+           p.step_number, %(attempt)s, p.tool_name, p.input_hash, 'PENDING',
+           (p.details - 'files_written' - 'action_id' - 'inherited_from'
+                      - 'inherited_from_run' - 'match') || jsonb_build_object(
+               'replay_of', %(original)s::text, 'replay_of_run', %(original_run)s::text),
+           %(max_attempts)s, now()
+    FROM onebox.task_execution p WHERE p.id = %(row)s
+    RETURNING id, run_id, session_id, trace_id, step_id, step_number, attempt, input_hash,
+              max_attempts
+), ev AS (
+    INSERT INTO onebox.agent_events (run_id, session_id, trace_id, execution_id, type, payload)
+    SELECT run_id, session_id, trace_id, id, 'step_queued',
+           jsonb_build_object('execution_id', id::text, 'step_id', step_id, 'attempt', attempt,
+                              'step_number', step_number, 'input_hash', input_hash,
+                              'max_attempts', max_attempts, 'replay_of', %(original)s::text)
+    FROM ins
+)
+SELECT pg_notify('onebox_steps', '') FROM ins;
+
+-- name: replay_rows_left
+-- How many of a replay run's re-executions have not finished (queued or running).
+SELECT count(*) AS n FROM onebox.task_execution
+WHERE run_id = %(run_id)s AND status IN ('PENDING', 'RUNNING') AND details ? 'replay_of';
+
+-- name: replay_report_rows
+-- A replay run's steps (newest attempt of each) in plan order, for its report.
+SELECT DISTINCT ON (t.step_id) t.id, t.step_id, t.step_number, t.attempt, t.status,
+       t.tool_name, t.output_hash, t.error, t.details
+FROM onebox.task_execution t
+WHERE t.run_id = %(run_id)s
+ORDER BY t.step_id, t.attempt DESC;
