@@ -1,10 +1,11 @@
 """One tenant's heaviest requests never freeze the API server for the others.
 
 `compare` of two runs whose steps printed 10,000 differing lines each, `replay` of a run,
-and uploads, in a loop from one tenant, while another client asks `/healthz`: before, two
-such outputs blocked `/healthz` 4.5 s (the whole diff was computed on the event loop and
-cut to size afterwards) and a replay held the server 1.2-3.9 s. The diffs are bounded before
-they are computed, in linear time, and computed off the loop.
+uploads and knowledge searches, in a loop from one tenant, while another client asks
+`/healthz`: before, two such outputs blocked `/healthz` 4.5 s (the whole diff was computed
+on the event loop and cut to size afterwards) and a replay held the server 1.2-3.9 s. The
+diffs are bounded before they are computed, in linear time, and computed off the loop; a
+replay is a run the workers execute.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ async def test_compare_replay_and_uploads_in_a_loop_leave_healthz_quick(api: Api
         two = (await c.post("/v1/runs", json={"plan": _plan(LINES_B)})).json()["run_id"]
         for run_id in (one, two):
             await wait_status(c, run_id, "SUCCEEDED")
+        warm = await c.post("/v1/knowledge/search", json={"query": "warm the model up"})
+        assert warm.status_code == 200, warm.text
         compared = await c.get(f"/v1/runs/{one}/compare/{two}")
         step_a = next(s for s in compared.json()["steps"] if s["step_id"] == "a")
         assert not step_a["same"] and step_a["stdout"]["cut"], "the probe must reach the diff"
@@ -49,7 +52,9 @@ async def test_compare_replay_and_uploads_in_a_loop_leave_healthz_quick(api: Api
                 answers = await asyncio.gather(
                     *(c.get(f"/v1/runs/{one}/compare/{two}") for _ in range(3)),
                     c.post(f"/v1/runs/{one}/replay"),
-                    c.post("/v1/uploads", files={"files": ("big.txt", b"x\n" * 2_000_000)}))
+                    c.post("/v1/uploads", files={"files": ("big.txt", b"x\n" * 2_000_000)}),
+                    c.post("/v1/knowledge/search", json={
+                        "query": "which region sold the most in the second quarter " * 8}))
                 assert all(a.status_code < 300 for a in answers), \
                     [a.text[:300] for a in answers if a.status_code >= 300]
                 done += 1

@@ -17,8 +17,10 @@ def test_each_claimed_row_goes_to_the_kind_that_owns_it() -> None:
               "details": {"action_id": "upkeep:facts", "upkeep": "facts", "turn": 1}}
     action = {"id": 2, "step_id": "s1", "details": {"action_id": "a1"}}
     code = {"id": 3, "step_id": "s1", "details": {}}
-    assert [kinds.kind_of(r).name for r in (upkeep, action, code)] == \
-        ["thread_upkeep", "agent", "code"]
+    # a replayed agent step keeps its action's details: the replay kind takes it first
+    replayed = {"id": 4, "step_id": "s1", "details": {"action_id": "a1", "replay_of": "x"}}
+    assert [kinds.kind_of(r).name for r in (upkeep, action, code, replayed)] == \
+        ["thread_upkeep", "agent", "code", "replay"]
 
 
 def test_a_registered_kind_takes_its_rows_before_the_built_in_ones() -> None:
