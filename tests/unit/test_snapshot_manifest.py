@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from onebox.errors import IntegrityError
 from onebox.sandbox.snapshot_manifest import Entry, Manifest, diff, escapes
@@ -56,3 +58,34 @@ def test_diff_lists_added_removed_and_changed_paths() -> None:
     d = diff(before, after)
     assert (d.added, d.removed, d.changed) == (("d",), ("c",), ("b",))
     assert diff(after, after).empty
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(
+    st.text(min_size=1, max_size=12).filter(lambda p: "\x00" not in p),
+    st.sampled_from(["file", "dir", "symlink"]), st.integers(0, 0o777),
+    st.integers(0, 1 << 40), st.booleans(), st.text(max_size=8)), max_size=30))
+def test_the_canonical_bytes_are_json_dumps_of_the_whole_document(raw: list) -> None:
+    """A manifest's hash names stored objects: its bytes are exactly json.dumps of the
+    document with sorted keys, however they are assembled (per entry, cached)."""
+    import hashlib
+    import json
+
+    from onebox.sandbox.snapshot_manifest import FORMAT, Entry, Manifest
+
+    entries = []
+    for n, (path, kind, mode, size, sparse, target) in enumerate(raw):
+        digest = hashlib.sha256(f"{n}".encode()).hexdigest()
+        if kind == "file":
+            entries.append(Entry(f"{path}{n}", "file", mode, size, digest,
+                                 extents=((0, 1), (size, 2)) if sparse else None,
+                                 data_sha256=digest if sparse else None))
+        elif kind == "symlink":
+            entries.append(Entry(f"{path}{n}", "symlink", mode, target=target))
+        else:
+            entries.append(Entry(f"{path}{n}", "dir", mode))
+    manifest = Manifest(tuple(sorted(entries, key=lambda e: e.path)))
+    expected = json.dumps({"format": FORMAT, "entries": [e.to_json() for e in manifest.entries]},
+                          sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    assert manifest.to_bytes() == expected
+    assert Manifest(manifest.entries).sha256 == hashlib.sha256(expected).hexdigest()

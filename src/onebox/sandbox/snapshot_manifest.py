@@ -26,6 +26,7 @@ from onebox.errors import IntegrityError, ValidationError
 from onebox.objects.base import blob_key, check_sha256, manifest_key
 
 FORMAT = "onebox-snapshot/1"
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 EntryType = Literal["file", "dir", "symlink"]
 
 
@@ -50,6 +51,12 @@ class Entry:
         """The bytes its blob holds: the data extents of a sparse file, else its size."""
         return sum(n for _, n in self.extents) if self.extents is not None else self.size
 
+    @cached_property
+    def canonical(self) -> bytes:
+        """This entry as the manifest's canonical JSON holds it (computed once per entry: a
+        manifest folded from another shares most of its entries, and so their bytes)."""
+        return _CANONICAL.encode(self.to_json()).encode()
+
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"path": self.path, "type": self.type, "mode": self.mode}
         if self.type == "file":
@@ -71,8 +78,10 @@ class Manifest:
 
     @cached_property
     def _canonical(self) -> bytes:
-        doc = {"format": FORMAT, "entries": [e.to_json() for e in self.entries]}
-        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+        # json.dumps({"format": FORMAT, "entries": [...]}, sort_keys=True, ...) byte for byte,
+        # from each entry's own canonical bytes ("entries" sorts before "format")
+        return b"".join((b'{"entries":[', b",".join(e.canonical for e in self.entries),
+                         b'],"format":', _CANONICAL.encode(FORMAT).encode(), b"}"))
 
     @cached_property
     def sha256(self) -> str:
