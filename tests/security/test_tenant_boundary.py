@@ -344,6 +344,7 @@ FIELD_OF: dict[str, str | None] = {
     "to": "step", "from": "step", "at": "step",  # steps of the path's run: it is checked first
     "set": None,  # a fork's changes: fields of the plan's steps
     "turn": None,  # a turn number of the path's thread, which is checked first
+    "wait_s": None,  # how long a replay request waits for its run
     "collection": NAMESPACED, "collections": NAMESPACED, "scope": NAMESPACED,
     "user_id": NAMESPACED, "name": NAMESPACED, "path": NAMESPACED, "file": None,
     **dict.fromkeys((
