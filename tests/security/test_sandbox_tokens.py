@@ -102,4 +102,14 @@ async def test_a_sandbox_token_opens_its_sandbox_only(
         for client in (c1, c2):
             assert (await _read(client, a, token_a)).status_code in (401, 404)
             assert (await _write(client, a, token_a, b"late")).status_code in (401, 404)
-        assert (await c1.get("/e2b/sandbox/health", headers=_in(a, token_a))).status_code == 502
+        # every in-sandbox call with a dead sandbox's token is "not found" (docs/e2b.md),
+        # /health alone answers E2B's proxy 502 "... was not found", which is what the SDK's
+        # is_running() reads as False (a 404 would raise NotFoundException there)
+        for path, body in (("/e2b/sandbox/execute", {"code": "1"}),
+                           ("/e2b/sandbox/process.Process/List", {}),
+                           ("/e2b/sandbox/filesystem.Filesystem/Stat", {"path": "/home/user"})):
+            answer = await c1.post(path, json=body, headers={
+                **_in(a, token_a), "Content-Type": "application/json"})
+            assert answer.status_code == 404, (path, answer.status_code, answer.text[:200])
+        health = await c1.get("/e2b/sandbox/health", headers=_in(a, token_a))
+        assert health.status_code == 502 and "was not found" in health.text
