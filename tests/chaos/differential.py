@@ -1,16 +1,20 @@
 """Placement independence, differentially: seeded random plans run (a) on one host with one
 worker, (b) on three hosts, (c) on three hosts whose workers are SIGKILLed and restarted
-and one of which is cut off (SIGSTOP) past its lease; every step's output hash, every run's
-status and its final head must be the same in the three.
+and one of which is cut off (SIGSTOP) past its lease, and (d) on the network-namespace
+cluster of tests/chaos/cluster.py (PostgreSQL over TCP, an S3 server, each host its own
+namespace) whose workers are SIGKILLed and whose hosts lose their link past the lease;
+every step's output hash, every run's status and its final head must be the same in all.
 
 A *host* is its own home (its own sandbox root, workspaces and disk images) and a real
-`onebox worker` process; the hosts share the database and one object store (each home's
-``objects`` is the same directory, as an S3 bucket would be). A plan's steps write, append,
+`onebox worker` process; in (b) and (c) the hosts share the database and one object store
+(each home's ``objects`` is the same directory, as an S3 bucket would be), in (d) they
+reach both over the network. A plan's steps write, append,
 delete and rename files in parallel branches, list and hash what they see, join, and pass
 approval gates (approved by the harness as soon as they wait).
 
     python tests/chaos/differential.py --seeds 200        # prints the counts
-    python tests/chaos/differential.py --seed 17          # one seed, the three modes
+    python tests/chaos/differential.py --seed 17          # one seed, every mode
+    python tests/chaos/differential.py --seeds 30 --modes one,netns
 
 Used by tests/chaos/test_differential.py with a few seeds.
 """
@@ -41,7 +45,7 @@ from onebox.store import snapshots as snapshot_rows
 from onebox.store.db import Database
 
 BIN = Path(sys.executable).parent
-MODES = ("one", "three", "chaos")
+MODES = ("one", "three", "chaos", "netns")
 ENDED = {"SUCCEEDED", "FAILED", "DEAD", "CANCELLED"}
 NAMES = ("a.txt", "b.txt", "c.txt", "d/e.txt", "d/f.txt", "g.txt")
 LEASE_S = 2.0
@@ -121,6 +125,59 @@ class Host:
             self.proc.wait(10)
 
 
+def runtime_env() -> dict[str, str]:
+    """What every worker of the harness runs with: short leases, quick polls."""
+    return {"ONEBOX_RUNTIME__LEASE_S": str(LEASE_S), "ONEBOX_RUNTIME__HEARTBEAT_S": "0.4",
+            "ONEBOX_RUNTIME__POLL_S": "0.1", "ONEBOX_LOG_LEVEL": "WARNING"}
+
+
+@dataclass
+class NetHost:
+    """A host of the network-namespace cluster, driven like :class:`Host`: SIGSTOP and
+    SIGCONT cut its link and bring it back (its worker runs on, unable to reach the database
+    or the object store), other signals go to its worker."""
+
+    host: Any  # cluster.Host
+    name: str
+    starts: int = 0
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.host.processes.get("worker")
+
+    def start(self) -> None:
+        self.starts += 1
+        self.host.start("worker", "worker", "--concurrency", "2", "--drain-s", "2",
+                        "--name", f"{self.name}-{self.starts}")
+
+    def signal(self, sig: int) -> None:
+        if sig == signal.SIGSTOP:
+            self.host.cut_off()
+        elif sig == signal.SIGCONT:
+            self.host.reconnect()
+        elif self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def stop(self) -> None:
+        self.host.reconnect()
+        self.host.stop("worker", timeout_s=30)
+
+
+@contextlib.contextmanager
+def mode_hosts(mode: str, base: Path, database_url: str) -> Iterator[list[Any]]:
+    """The hosts a mode runs its workers on."""
+    if mode != "netns":
+        yield make_hosts(base / mode, base / "objects", 1 if mode == "one" else 3,
+                         database_url)
+        return
+    from cluster import cluster
+
+    (base / mode).mkdir(parents=True, exist_ok=True)
+    with cluster(base / mode, database_url, settings=runtime_env()) as made:
+        yield [NetHost(h, f"net{n}") for n, h in enumerate(made.hosts)]
+
+
 def make_hosts(base: Path, shared: Path, count: int, database_url: str) -> list[Host]:
     """``count`` homes under ``base`` sharing ``shared`` as their object store (one per
     database: the database records which objects are stored)."""
@@ -132,9 +189,7 @@ def make_hosts(base: Path, shared: Path, count: int, database_url: str) -> list[
         with contextlib.suppress(FileExistsError):
             (home / "objects").symlink_to(shared)
         env = {k: v for k, v in os.environ.items() if not k.startswith("ONEBOX_")}
-        env.update({"ONEBOX_HOME": str(home), "DATABASE_URL": database_url,
-                    "ONEBOX_RUNTIME__LEASE_S": str(LEASE_S), "ONEBOX_RUNTIME__HEARTBEAT_S": "0.4",
-                    "ONEBOX_RUNTIME__POLL_S": "0.1", "ONEBOX_LOG_LEVEL": "WARNING"})
+        env.update({"ONEBOX_HOME": str(home), "DATABASE_URL": database_url, **runtime_env()})
         hosts.append(Host(home, f"host{n}", env))
     return hosts
 
@@ -162,10 +217,10 @@ class Chaos:
     kills: int = 0
     cutoffs: int = 0
     _next_kill: float = field(default=0.0)
-    _stopped: Host | None = None
+    _stopped: Any = None
     _resume_at: float = 0.0
 
-    def tick(self, hosts: list[Host], now: float) -> None:
+    def tick(self, hosts: list[Any], now: float) -> None:
         if self._stopped is not None and now >= self._resume_at:
             self._stopped.signal(signal.SIGCONT)
             self._stopped = None
@@ -190,25 +245,58 @@ class Chaos:
 async def run_mode(db: Database, settings: Settings, database_url: str, plans: dict[int, Any],
                    mode: str, base: Path, *, timeout_s: float = 900.0) -> tuple[dict[int, Outcome], Chaos | None]:
     """Submit every plan, serve them with the mode's hosts until all end, and read back what
-    each run computed."""
+    each run computed. The network cluster keeps its objects in its own S3 bucket, so it
+    gets a database of its own (a database records which objects its store holds: the same
+    files stored by the other modes would be taken as stored in the bucket too)."""
+    if mode == "netns":
+        async with own_database(database_url, base / "netns-settings") as (own, own_url):
+            return await _run_mode(own, settings, own_url, plans, mode, base, timeout_s)
+    return await _run_mode(db, settings, database_url, plans, mode, base, timeout_s)
+
+
+@contextlib.asynccontextmanager
+async def own_database(database_url: str, home: Path) -> Any:
+    """A new database on the same server, migrated, open: (Database, its url)."""
+    import psycopg
+
+    from onebox.config import load_settings
+
+    name = f"differential_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    info = psycopg.conninfo.conninfo_to_dict(database_url)
+    url = psycopg.conninfo.make_conninfo(
+        **{**{k: str(v) for k, v in info.items() if v}, "dbname": name})
+    db = await Database.open(load_settings(home=home, database_url=url))
+    try:
+        yield db, url
+    finally:
+        await db.close()
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def _run_mode(db: Database, settings: Settings, database_url: str,
+                    plans: dict[int, Any], mode: str, base: Path,
+                    timeout_s: float) -> tuple[dict[int, Outcome], Chaos | None]:
     runs = {seed: (await submit_plan(db, settings, parse_plan(plan))).run_id
             for seed, plan in plans.items()}
-    hosts = make_hosts(base / mode, base / "objects", 1 if mode == "one" else 3, database_url)
-    chaos = Chaos(random.Random(len(plans))) if mode == "chaos" else None
-    for host in hosts:
-        host.start()
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            pending = await _pending(db, settings, list(runs.values()))
-            if not pending or time.monotonic() > deadline:
-                break
-            if chaos is not None:
-                chaos.tick(hosts, time.monotonic())
-            await asyncio.sleep(0.1)
-    finally:
+    chaos = Chaos(random.Random(len(plans))) if mode in ("chaos", "netns") else None
+    with mode_hosts(mode, base, database_url) as hosts:
         for host in hosts:
-            host.stop()
+            host.start()
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                pending = await _pending(db, settings, list(runs.values()))
+                if not pending or time.monotonic() > deadline:
+                    break
+                if chaos is not None:
+                    chaos.tick(hosts, time.monotonic())
+                await asyncio.sleep(0.1)
+        finally:
+            for host in hosts:
+                host.stop()
     return {seed: await _outcome(db, run_id) for seed, run_id in runs.items()}, chaos
 
 
@@ -244,14 +332,15 @@ async def _outcome(db: Database, run_id: uuid.UUID) -> Outcome:
 def differences(results: dict[str, dict[int, Outcome]]) -> dict[int, str]:
     """Seed -> what differs between the modes (or why a run did not succeed)."""
     out: dict[int, str] = {}
-    reference = results[MODES[0]]
+    reference_mode = next(iter(results))  # the reference: the first mode run
+    reference = results[reference_mode]
     for seed, ref in reference.items():
         problems = []
         for mode, outcomes in results.items():
             got = outcomes[seed]
             if got.status != "SUCCEEDED":
                 problems.append(f"{mode}: run {got.run_id} is {got.status} ({got.error})")
-            if mode == MODES[0]:
+            if mode == reference_mode:
                 continue
             steps = [k for k in ref.outputs if ref.outputs[k] != got.outputs.get(k)]
             if steps:
@@ -295,7 +384,7 @@ def _remove(path: Path) -> None:
     subprocess.run(["rm", "-rf", str(path)], capture_output=True)
 
 
-async def _main(seeds: list[int]) -> int:
+async def _main(seeds: list[int], modes: tuple[str, ...] = MODES) -> int:
     from onebox.config import load_settings
     from onebox.store.db import migrate
     from onebox.store.embedded import start_embedded
@@ -311,7 +400,7 @@ async def _main(seeds: list[int]) -> int:
             plans = {seed: random_plan(seed) for seed in seeds}
             results: dict[str, dict[int, Outcome]] = {}
             started = time.monotonic()
-            for mode in MODES:
+            for mode in modes:
                 results[mode], chaos = await run_mode(db, settings, url, plans, mode, base)
                 said = f" ({chaos.kills} workers killed, {chaos.cutoffs} cut off)" if chaos else ""
                 print(f"{mode}: {len(plans)} runs in {time.monotonic() - started:.0f} s{said}",
@@ -320,7 +409,7 @@ async def _main(seeds: list[int]) -> int:
         finally:
             server.cleanup()
     bad = differences(results)
-    steps = sum(len(o.outputs) for o in results[MODES[0]].values())
+    steps = sum(len(o.outputs) for o in results[modes[0]].values())
     print(f"seeds: {len(seeds)}, steps per mode: {steps}, identical: {len(seeds) - len(bad)}, "
           f"different: {len(bad)}")
     for seed, why in sorted(bad.items()):
@@ -332,9 +421,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=200, help="run seeds 0..N-1")
     parser.add_argument("--seed", type=int, action="append", help="run only this seed")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help=f"comma-separated, the first is the reference (of {', '.join(MODES)})")
     args = parser.parse_args()
     seeds = args.seed if args.seed else list(range(args.seeds))
-    sys.exit(asyncio.run(_main(seeds)))
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if not modes or not set(modes) <= set(MODES):
+        parser.error(f"--modes: choose among {', '.join(MODES)}")
+    sys.exit(asyncio.run(_main(seeds, modes)))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Placement independence (issue 36): the same seeded random plans give the same step outputs
-and the same final files on one host with one worker, on three hosts, and on three hosts
-whose workers are SIGKILLed and one of which is cut off past its lease. A few seeds here;
-`python tests/chaos/differential.py --seeds 200` runs the long set and prints the counts."""
+and the same final files on one host with one worker, on three hosts, on three hosts whose
+workers are SIGKILLed and one of which is cut off past its lease, and on the network-namespace
+cluster (PostgreSQL over TCP, an S3 server) whose workers are SIGKILLed and whose hosts lose
+their link. A few seeds here; `python tests/chaos/differential.py --seeds 200` runs the long
+set and prints the counts."""
 
 from __future__ import annotations
 

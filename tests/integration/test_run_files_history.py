@@ -208,6 +208,52 @@ async def test_a_copy_left_on_a_host_is_brought_to_the_step_view(
         await b.close()
 
 
+async def test_a_disk_image_a_dead_mount_namespace_left_never_reaches_a_step(
+        rt: Runtime) -> None:
+    """Found by the differential on the network-namespace cluster (5 of 40 seeds): a worker
+    in its own mount namespace (`ip netns exec`, a pod) dies and its workspace image is
+    unmounted with the namespace, leaving an empty mount point beside the image. The next
+    worker on the host scanned the empty directory, took it for the step's (empty) view, and
+    the sandbox then mounted the old image on it: the step saw a sibling's files."""
+    import os
+    import subprocess
+
+    plan = parse_plan({"steps": [
+        {"id": "sibling", "tool": "bash", "code": "echo s > sibling.txt"},
+        {"id": "gate", "kind": "approval", "input": {"prompt": "go?"}},
+        {"id": "look", "tool": "bash", "code": "ls", "depends_on": ["gate"]},
+    ]})
+    sub = await submit_plan(rt.db, rt.settings, plan)
+    session = f"run-{sub.run_id}"
+    first = Worker(rt.db, rt.backend, rt.settings, objects=rt.objects, name="first")
+    stop = asyncio.Event()
+    serving = asyncio.create_task(first.serve(stop, drain_s=5))
+    try:
+        for _ in range(600):  # the sibling ran; the gate waits
+            if (await steps_of(rt, sub.run_id)).get("sibling", {}).get("status") == "SUCCESS":
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await serving
+    copy = rt.backend.workspace(session)
+    assert os.path.ismount(copy) and (copy / "sibling.txt").exists(), \
+        "the probe needs the workspace on its own disk image"
+    subprocess.run(["umount", "-l", str(copy)], check=True)  # the dead namespace's unmount
+    assert not any(copy.iterdir())
+    fresh = get_backend(rt.settings)  # the next worker process on this host
+    try:
+        await runs_api.approve_step(rt.db, rt.settings, sub.run_id, "gate", approve=True, by="t")
+        await serve_until_ended([Worker(rt.db, fresh, rt.settings, objects=rt.objects,
+                                        name="next")], rt.db, sub.run_id)
+        steps = await steps_of(rt, sub.run_id)
+        assert steps["look"]["status"] == "SUCCESS", steps["look"]["error"]
+        assert steps["look"]["stdout"].split() == [], "the step saw the sibling's files"
+        assert await head_files(rt, sub.run_id) == ["sibling.txt"]
+    finally:
+        await fresh.close()
+
+
 async def _until(rt: Runtime, run_id: uuid.UUID, workers: list[Worker], status: str) -> None:
     stop = asyncio.Event()
     tasks = [asyncio.create_task(w.serve(stop, drain_s=5)) for w in workers]

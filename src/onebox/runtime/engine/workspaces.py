@@ -211,7 +211,11 @@ class StepWorkspace:
         session_id = row["session_id"]
         workspace = self.backend.workspace(session_id)
         here = workspace.exists()
-        if here and await _holds(workspace, view):
+        # Only a copy this process serves is trusted when a scan says it holds the view: one
+        # a previous process left may be a mount point whose disk image that process's mount
+        # namespace took away (a worker in its own mount namespace: `ip netns exec`, a pod),
+        # an empty directory the sandbox would then mount the old image on, files and all.
+        if here and _live(self.backend, session_id) and await _holds(workspace, view):
             self._note(session_id, view.sha256)
             return
         for attempt in range(2):
