@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import httpx
 from test_e2b_tenancy import _serving
@@ -118,6 +119,30 @@ async def _frames(response: httpx.Response) -> AsyncIterator[dict]:
             buffer = buffer[5 + size:]
 
 
+async def _revoked_mid_stream(items: AsyncIterator[Any], ticking: Callable[[Any], bool],
+                              revoke: Callable[[], Awaitable[object]]) -> tuple[list[Any], int]:
+    """Read a stream until ``ticking`` says it runs, revoke the key, read what follows for
+    a recheck and the margin: everything seen, and how much came before the revocation."""
+    seen: list[Any] = []
+
+    async def until_ticking() -> None:
+        async for item in items:
+            seen.append(item)
+            if ticking(item):
+                return
+
+    await asyncio.wait_for(until_ticking(), 60)
+    await revoke()
+    revoked_at = len(seen)
+
+    async def rest() -> None:
+        async for item in items:
+            seen.append(item)
+
+    await asyncio.wait_for(rest(), 1.0 + MARGIN_S)
+    return seen, revoked_at
+
+
 async def test_an_e2b_process_stream_ends_at_revocation(
     settings: Settings, rt: Runtime, db: Database,
 ) -> None:
@@ -133,27 +158,12 @@ async def test_an_e2b_process_stream_ends_at_revocation(
         start = envelope({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", TICKER]}})
         headers = {"E2b-Sandbox-Id": made["sandboxID"], "E2b-Sandbox-Port": "49983",
                    "X-Access-Token": key, "Content-Type": "application/connect+json"}
-        seen: list[dict] = []
         async with c.stream("POST", "/e2b/sandbox/process.Process/Start", content=start,
                             headers=headers) as response:
-            frames = _frames(response)
-
-            async def until_ticking() -> None:
-                async for frame in frames:
-                    seen.append(frame)
-                    if "tick-3" in json.dumps(frame) or "dGljay0z" in json.dumps(frame):
-                        return
-
-            await asyncio.wait_for(until_ticking(), 60)
+            seen, revoked_at = await _revoked_mid_stream(
+                _frames(response), lambda f: "tick-3" in json.dumps(f)
+                or "dGljay0z" in json.dumps(f), lambda: revoke_key(db, row["prefix"]))
             assert seen, (response.status_code, response.headers)
-            await revoke_key(db, row["prefix"])
-            revoked_at = len(seen)
-
-            async def rest() -> None:
-                async for frame in frames:
-                    seen.append(frame)
-
-            await asyncio.wait_for(rest(), 1.0 + MARGIN_S)
     ended = seen[-1]
     assert ended.get("error", {}).get("code") == "unauthenticated", ended
     assert len(seen) - revoked_at < 100, "the stream kept going long after the revocation"
@@ -175,26 +185,11 @@ async def test_an_e2b_cell_stream_ends_at_revocation(
                              headers={"X-API-Key": key})).json()
         headers = {"E2b-Sandbox-Id": made["sandboxID"], "E2b-Sandbox-Port": "49999",
                    "X-Access-Token": key}
-        seen: list[str] = []
         async with c.stream("POST", "/e2b/sandbox/execute", json={"code": CELL},
                             headers=headers) as response:
             assert response.status_code == 200, await response.aread()
-            lines = response.aiter_lines()
-
-            async def until_ticking() -> None:
-                async for line in lines:
-                    seen.append(line)
-                    if "tick-3" in line:
-                        return
-
-            await asyncio.wait_for(until_ticking(), 60)
-            await revoke_key(db, row["prefix"])
-            revoked_at = len(seen)
-
-            async def rest() -> None:
-                async for line in lines:
-                    seen.append(line)
-
-            await asyncio.wait_for(rest(), 1.0 + MARGIN_S)
+            seen, revoked_at = await _revoked_mid_stream(
+                response.aiter_lines(), lambda line: "tick-3" in line,
+                lambda: revoke_key(db, row["prefix"]))
     assert "Unauthorized" in seen[-1], seen[-3:]
     assert len(seen) - revoked_at < 100, "the stream kept going long after the revocation"
