@@ -42,7 +42,7 @@ from onebox.runtime.engine.archive import (
     output_hash,
 )
 from onebox.runtime.engine.kinds import Performed, Worker
-from onebox.runtime.services import session_service, tenant_sessions
+from onebox.runtime.services import run_compare, session_service, tenant_sessions
 from onebox.runtime.services.run_compare import CODE_TOOLS, MAX_TEXT_DIFF_CHARS
 from onebox.sandbox.base import SandboxBackend
 from onebox.snapshots.replay import ReplayReport, new_session_id, replay
@@ -59,12 +59,11 @@ NOT_REPLAYED = "not a finished code step: its recorded result stands"
 
 async def queue_replay(db: Database, run_id: uuid.UUID, tenant_id: str) -> uuid.UUID:
     """The replay of a finished run, queued as a run of its own; its id (see the module)."""
-    run = await store_run(db, run_id, tenant_id, "run_id")
+    run = await run_compare.tenant_run(db, run_id, tenant_id, "run_id")
     if run["status"] not in store.TERMINAL_RUN_STATES:
         raise Conflict(f"run {run_id} is {run['status']}: replay a run once it has ended",
                        field="run_id")
-    attempts = sorted(await db.fetch(Q["latest_attempts"], {"run_id": run_id}),
-                      key=lambda r: (r["step_number"], r["step_id"]))
+    attempts = await run_compare.latest_attempts(db, run_id)
     async with db.transaction() as conn:
         made = await submit.insert_run(
             conn, run["source"], {"replay": {"run_id": str(run_id)}},
@@ -94,18 +93,10 @@ async def queue_replay(db: Database, run_id: uuid.UUID, tenant_id: str) -> uuid.
     return made.run_id
 
 
-async def store_run(db: Database, run_id: uuid.UUID, tenant_id: str, field: str) -> Row:
-    async with db.connection() as conn:
-        run = await store.fetch_one(conn, "get_run", {"run_id": run_id})
-    if run is None or run.get("tenant_id") != tenant_id:
-        raise NotFound(f"run {run_id} does not exist", field=field)
-    return run
-
-
 async def replay_report(db: Database, replay_id: uuid.UUID, tenant_id: str) -> dict[str, Any]:
     """What a replay run found (so far, while it runs): per step, whether it was re-executed
     and matched; the first step that differs with its output and file diff."""
-    run = await store_run(db, replay_id, tenant_id, "replay_run_id")
+    run = await run_compare.tenant_run(db, replay_id, tenant_id, "replay_run_id")
     async with db.connection() as conn:
         report = await _report(conn, run)
     return report
@@ -175,7 +166,7 @@ async def wait_for_replay(db: Database, replay_id: uuid.UUID, tenant_id: str,
     deadline = time.monotonic() + wait_s
     while True:
         report = await replay_report(db, replay_id, tenant_id)
-        if report["status"] in store.TERMINAL_RUN_STATES or time.monotonic() >= deadline:
+        if ended(report) or time.monotonic() >= deadline:
             return report
         await asyncio.sleep(0.2)
 
@@ -187,7 +178,7 @@ async def replay_here(db: Database, backend: SandboxBackend, objects: ObjectStor
     """Queue the run's replay and work it in this process (`onebox replay RUN`, no server):
     a worker here serves that run only, beside any other worker of the database; ``on_step``
     hears of each step once it is done. Returns the report once the replay run has ended."""
-    from onebox.runtime.engine.worker import Worker
+    from onebox.runtime.engine.worker import Worker  # the worker loads this module (a kind)
 
     replay_id = await queue_replay(db, run_id, tenant_id)
     worker = Worker(db, backend, settings, run_id=replay_id, objects=objects)

@@ -32,7 +32,8 @@ CODE_TOOLS = frozenset({"python", "bash", "node"})
 MAX_TEXT_DIFF_CHARS = 20_000
 
 
-async def _run(db: Database, run_id: uuid.UUID, tenant_id: str, field: str) -> Row:
+async def tenant_run(db: Database, run_id: uuid.UUID, tenant_id: str, field: str) -> Row:
+    """The tenant's run; NotFound naming ``field`` for another tenant's or none."""
     async with db.connection() as conn:
         run = await store.fetch_one(conn, "get_run", {"run_id": run_id})
     if run is None or run.get("tenant_id") != tenant_id:
@@ -40,7 +41,8 @@ async def _run(db: Database, run_id: uuid.UUID, tenant_id: str, field: str) -> R
     return run
 
 
-async def _attempts(db: Database, run_id: uuid.UUID) -> list[Row]:
+async def latest_attempts(db: Database, run_id: uuid.UUID) -> list[Row]:
+    """Every step's newest attempt, in plan order."""
     rows = await db.fetch(Q["latest_attempts"], {"run_id": run_id})
     return sorted(rows, key=lambda r: (r["step_number"], r["step_id"]))
 
@@ -66,9 +68,9 @@ def _side(row: Row | None) -> dict[str, Any] | None:
 async def diff_runs(db: Database, objects: ObjectStore, run_a: uuid.UUID, run_b: uuid.UUID,
                     tenant_id: str) -> dict[str, Any]:
     """The two runs step by step (see the module)."""
-    await _run(db, run_a, tenant_id, "run_a")
-    await _run(db, run_b, tenant_id, "run_b")
-    a_rows, b_rows = await _attempts(db, run_a), await _attempts(db, run_b)
+    await tenant_run(db, run_a, tenant_id, "run_a")
+    await tenant_run(db, run_b, tenant_id, "run_b")
+    a_rows, b_rows = await latest_attempts(db, run_a), await latest_attempts(db, run_b)
     a_by, b_by = {r["step_id"]: r for r in a_rows}, {r["step_id"]: r for r in b_rows}
     order = [r["step_id"] for r in a_rows] + [r["step_id"] for r in b_rows
                                                if r["step_id"] not in a_by]
