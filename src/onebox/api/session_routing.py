@@ -42,6 +42,7 @@ from onebox.api.errors import body, with_headers
 from onebox.api.hosts import scope_header
 from onebox.api.state import ApiState
 from onebox.runtime.services import session_holders as holders
+from onebox.sandbox.sessions import serves
 from onebox.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class SessionRouter:
         me = state.server
         assert me is not None
         if time.monotonic() < state.local_is_mine_until \
-                and holders.has_local_copy(state.backend, session_id):
+                and serves(state.backend, session_id):
             await self.app(scope, receive, send)  # held here: no database query
             return
         lease_s = state.settings.api.server_lease_s

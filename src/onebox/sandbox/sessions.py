@@ -194,3 +194,10 @@ class SessionTable:
         if destroy:
             for session_id in self.ids():
                 await self.remove(session_id)
+
+
+def serves(backend: object, session_id: str) -> bool:
+    """Whether ``backend`` (its session table) serves the session now: its workspace was set
+    up by this process. A backend without a table serves none."""
+    table = getattr(backend, "sessions", None)
+    return isinstance(table, SessionTable) and table.has(session_id)

@@ -43,6 +43,7 @@ from onebox.runtime.engine import run_files, run_outputs
 from onebox.runtime.engine.copy_locks import CopyLocks
 from onebox.sandbox import hostfs
 from onebox.sandbox.base import SandboxBackend
+from onebox.sandbox.sessions import serves
 from onebox.sandbox.snapshot_manifest import Manifest
 from onebox.sandbox.snapshot_restore import LOST_FOUND
 from onebox.sandbox.snapshots import restore, scan
@@ -55,14 +56,6 @@ from onebox.store.db import Database
 
 log = logging.getLogger(__name__)
 MARKS_DIR = "workspace-marks"
-
-
-def _live(backend: SandboxBackend, session_id: str) -> bool:
-    """Whether the backend serves the session now (its workspace set up by this process:
-    mounted, owned by its uid); a copy a previous process left is replaced whole."""
-    table: Any = getattr(backend, "sessions", None)
-    ids = getattr(table, "ids", None)
-    return callable(ids) and session_id in ids()
 
 
 def _clear(workspace: Path) -> None:
@@ -215,12 +208,12 @@ class StepWorkspace:
         # a previous process left may be a mount point whose disk image that process's mount
         # namespace took away (a worker in its own mount namespace: `ip netns exec`, a pod),
         # an empty directory the sandbox would then mount the old image on, files and all.
-        if here and _live(self.backend, session_id) and await _holds(workspace, view):
+        if here and serves(self.backend, session_id) and await _holds(workspace, view):
             self._note(session_id, view.sha256)
             return
         for attempt in range(2):
             try:
-                if attempt == 0 and here and _live(self.backend, session_id):
+                if attempt == 0 and here and serves(self.backend, session_id):
                     # in place: the live session, its mount and uid stay
                     async with self.backend.hold(session_id):  # no execution meanwhile
                         await asyncio.to_thread(_clear, workspace)

@@ -269,13 +269,6 @@ def local_sessions(backend: SandboxBackend) -> list[str]:
     return list(ids()) if callable(ids) else []
 
 
-def has_local_copy(backend: SandboxBackend, session_id: str) -> bool:
-    """Whether this server's sandbox has a workspace for the session (no disk access)."""
-    table: Any = getattr(backend, "sessions", None)
-    has = getattr(table, "has", None)
-    return bool(has(session_id)) if callable(has) else False
-
-
 async def sweep(db: Database, backend: SandboxBackend, me: ServerIdentity) -> list[str]:
     """Drop this server's copies of sessions that ended or are held by another server."""
     ids = local_sessions(backend)
