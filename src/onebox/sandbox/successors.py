@@ -21,6 +21,8 @@ from onebox.sandbox.spawner import Blocked
 if TYPE_CHECKING:
     from onebox.sandbox.bwrap_host import BwrapHost
 
+from onebox.errors import SandboxUnavailable
+
 logger = logging.getLogger(__name__)
 TAKE_WAIT_S = 2.0
 
@@ -51,6 +53,11 @@ class SessionSuccessors:
     async def _spawn(self, session: Session) -> Blocked | None:
         try:
             return await self.backend.spawn(session.path, self.limits, None)
+        except SandboxUnavailable as exc:
+            # the workspace is being replaced (a step's view restored over it: its root is
+            # root's for a moment); the next call checks its owner again and spawns its own
+            logger.info("no pre-spawned sandbox for %s: %s", session.session_id, exc)
+            return None
         except Exception as exc:  # the next call spawns its own sandbox; say why this failed
             logger.warning("could not pre-spawn the next sandbox of %s: %s", session.session_id,
                            exc, exc_info=exc)
