@@ -53,9 +53,9 @@ class SessionSuccessors:
     async def _spawn(self, session: Session) -> Blocked | None:
         try:
             return await self.backend.spawn(session.path, self.limits, None)
-        except SandboxUnavailable as exc:
-            # the workspace is being replaced (a step's view restored over it: its root is
-            # root's for a moment); the next call checks its owner again and spawns its own
+        except (SandboxUnavailable, FileNotFoundError) as exc:
+            # the workspace is being replaced (a step's view restored over it: gone, or its
+            # root root's for a moment); the next call checks it again and spawns its own
             logger.info("no pre-spawned sandbox for %s: %s", session.session_id, exc)
             return None
         except Exception as exc:  # the next call spawns its own sandbox; say why this failed
